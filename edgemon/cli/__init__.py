@@ -1,0 +1,1 @@
+"""The `edgemon` command line: one module per subcommand, dispatched by `main`."""

@@ -1,0 +1,52 @@
+"""Entry point of the `edgemon` console script and of `python -m edgemon`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+from edgemon import __version__
+from edgemon.cli import check_config, kv_budget, replay
+from edgemon.cli.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full command-line grammar, one subparser per command."""
+    parser = _Parser(prog="edgemon", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"edgemon {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module in (replay, kv_budget, check_config):
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code (0 ok, 1 unexpected, 2 usage, 3 negative)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except UsageError as exc:
+        print(f"edgemon {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`); that is not our failure.
+        sys.stderr.close()
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line, exit 1
+        print(f"edgemon {args.command}: unexpected error: {exc!r}", file=sys.stderr)
+        return EXIT_FAILURE
+    return code

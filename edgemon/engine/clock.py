@@ -1,0 +1,54 @@
+"""Mapping edgemon's wall clock onto one device's clock (SPEC §2.1)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class DeviceClock:
+    """`offset = min(recv − t)` over the last window of events; device time never runs back.
+
+    The minimum over a sliding window is kept in a monotonic deque, O(1) amortised per event.
+    """
+
+    __slots__ = ("_minima", "_trust", "_window_ms", "floor_ms", "floor_wall_ms", "offset_ms")
+
+    def __init__(self, *, trust: bool, window_ms: float) -> None:
+        self._trust = trust
+        self._window_ms = window_ms
+        self._minima: deque[tuple[float, float]] = deque()
+        self.offset_ms = 0.0
+        #: The device time edgemon has reached (it never decreases), and the wall time then.
+        self.floor_ms = float("-inf")
+        self.floor_wall_ms = float("-inf")
+
+    def observe(self, recv_ms: float, t_ms: float) -> None:
+        """Take one event's receipt time and device time into the offset estimate."""
+        if self._trust:
+            return
+        delay = recv_ms - t_ms
+        minima = self._minima
+        while minima and minima[-1][1] >= delay:
+            minima.pop()
+        minima.append((recv_ms, delay))
+        horizon = recv_ms - self._window_ms
+        while minima[0][0] < horizon:
+            minima.popleft()
+        self.offset_ms = minima[0][1]
+
+    def now(self, wall_ms: float) -> float:
+        """The device's time at edgemon wall time `wall_ms` (not below the floor)."""
+        mapped = wall_ms - self.offset_ms
+        return mapped if mapped > self.floor_ms else self.floor_ms
+
+    def reach(self, device_ms: float, wall_ms: float) -> None:
+        """Record that the device's clock has reached `device_ms` at wall time `wall_ms`."""
+        if device_ms > self.floor_ms:
+            self.floor_ms = device_ms
+            self.floor_wall_ms = wall_ms
+
+    def to_wall(self, device_ms: float) -> float:
+        """The wall time at which the device's clock reaches (or reached) `device_ms`."""
+        if device_ms <= self.floor_ms:
+            return self.floor_wall_ms
+        return device_ms + self.offset_ms

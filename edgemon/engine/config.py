@@ -1,0 +1,62 @@
+"""What the engine is told: slack policy, limits and per-device overrides (plain frozen values)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+PlayerModel = Literal["conceal", "rebuffer"]
+ClockMode = Literal["estimate", "trust"]
+
+#: Safety margin by the engine's hardware class (SPEC §2.4), in milliseconds.
+HARDWARE_MARGIN_MS: Mapping[str, float] = MappingProxyType(
+    {"cuda": 50.0, "jetson": 80.0, "x86": 120.0, "arm64": 160.0, "npu": 200.0}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SlackPolicy:
+    """The `[slack]` section: how slack, risk and the throttle are judged."""
+
+    player: PlayerModel = "conceal"
+    default_margin_ms: float = 80.0
+    hysteresis_ms: float = 20.0
+    min_on_ms: float = 250.0
+    default_chunk_gap_ms: float = 200.0
+    stream_idle_timeout_ms: float = 30_000.0
+    clock: ClockMode = "estimate"
+    #: Window of the per-device clock offset estimate (SPEC §2.1).
+    clock_window_ms: float = 60_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The `[limits]` section: what bounds memory whatever devices send."""
+
+    max_devices: int = 1_000
+    max_streams_per_device: int = 256
+    max_payload_bytes: int = 262_144
+    max_batch_events: int = 1_000
+    per_stream_series: int = 20
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceOverride:
+    """A `[devices.<id>]` section: the operator's word beats what the device says."""
+
+    margin_ms: float | None = None
+    player: PlayerModel | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Everything the pure engine needs; built once from the settings and passed in."""
+
+    slack: SlackPolicy = field(default_factory=SlackPolicy)
+    limits: Limits = field(default_factory=Limits)
+    devices: Mapping[str, DeviceOverride] = field(default_factory=dict)
+    topic_prefix: str = "edgemon/v1"

@@ -1,0 +1,179 @@
+"""The engine: all devices, driven by messages and by the clock (pure, clock-injected).
+
+The caller hands in validated events with the wall time they were received and asks the
+engine to advance to a wall time; the engine returns what happened, each output stamped with
+its exact device-clock instant. `next_deadline()` says when to call `advance` next, so the
+daemon sleeps until exactly then and `replay` jumps there on its virtual clock.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from itertools import count
+from typing import TYPE_CHECKING
+
+from edgemon.engine.device import Device
+from edgemon.engine.headroom import INF
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from edgemon.engine.config import EngineConfig
+    from edgemon.engine.events import Event
+    from edgemon.engine.outputs import Output
+    from edgemon.engine.tts import TtsEngineInfo
+
+
+class Engine:
+    """Devices by id, and a queue of when each device's next timer falls due on the wall clock.
+
+    Each device keeps its own timer heap on its own clock; the engine's queue holds one entry
+    per device with a pending timer, so a device's clock offset can change without touching
+    the timers of its streams.
+    """
+
+    __slots__ = ("_config", "_devices", "_pending", "_queue", "_sample_every_ms", "_tiebreak")
+
+    def __init__(self, config: EngineConfig, *, sample_every_ms: float | None = None) -> None:
+        self._config = config
+        self._devices: dict[str, Device] = {}
+        self._queue: list[tuple[float, int, Device]] = []
+        #: Devices changed by messages whose throttle decision waits for `advance`.
+        self._pending: list[Device] = []
+        self._tiebreak = count()
+        self._sample_every_ms = sample_every_ms
+
+    @property
+    def config(self) -> EngineConfig:
+        """The configuration in force."""
+        return self._config
+
+    def devices(self) -> Iterator[Device]:
+        """Every device seen so far (read-only use: views and metrics)."""
+        return iter(self._devices.values())
+
+    def device(self, device_id: str) -> Device | None:
+        """One device, if seen."""
+        return self._devices.get(device_id)
+
+    def _device_for(self, device_id: str) -> Device | None:
+        device = self._devices.get(device_id)
+        if device is None:
+            if len(self._devices) >= self._config.limits.max_devices:
+                return None
+            device = Device(device_id, self._config, sample_every_ms=self._sample_every_ms)
+            self._devices[device_id] = device
+        return device
+
+    # ------------------------------------------------------------------ input
+    def apply(
+        self, device_id: str, events: Sequence[Event], recv_ms: float, out: list[Output]
+    ) -> list[str]:
+        """Apply one message's valid events, received at wall time `recv_ms`.
+
+        Returns each event's `result` label. The events take effect at one device instant:
+        the device's clock at receipt, after every timer due strictly before it.
+        """
+        device = self._device_for(device_id)
+        if device is None:
+            return ["device_limit"] * len(events)
+        device.last_message_wall_ms = recv_ms
+        clock = device.clock
+        at = clock.floor_ms
+        for event in events:
+            clock.observe(recv_ms, event.t_ms)
+            if event.t_ms > at:
+                at = event.t_ms  # a device's clock is never behind what it reported
+        now = clock.now(recv_ms)
+        if now > at:
+            at = now
+        if device.timers and device.timers[0][0] < at:
+            device.catch_up(at, out)
+        clock.reach(at, recv_ms)
+        results = [device.apply(event, at, out) for event in events]
+        self._settle_later(device)
+        self._schedule(device)
+        return results
+
+    def apply_engine_info(
+        self, device_id: str, info: TtsEngineInfo, recv_ms: float, out: list[Output]
+    ) -> str:
+        """Take a device's engine object; its margin applies from the device's current instant."""
+        device = self._device_for(device_id)
+        if device is None:
+            return "device_limit"
+        device.last_message_wall_ms = recv_ms
+        at = device.clock.now(recv_ms)
+        device.catch_up(at, out)
+        device.clock.reach(at, recv_ms)
+        device.set_engine_info(info, at)
+        self._settle_later(device)
+        self._schedule(device)
+        return "accepted"
+
+    def reconfigure(self, config: EngineConfig, wall_ms: float, out: list[Output]) -> None:
+        """Adopt a reloaded configuration (margins, overrides, policy) keeping all streams."""
+        self._config = config
+        for device in self._devices.values():
+            at = device.clock.now(wall_ms)
+            device.catch_up(at, out)
+            device.clock.reach(at, wall_ms)
+            device.reconfigure(config, at)
+            self._settle_later(device)
+            self._schedule(device)
+
+    # ------------------------------------------------------------------ time
+    def advance(self, wall_ms: float, out: list[Output], *, inclusive: bool = True) -> None:
+        """Fire, in time order, every timer due by wall time `wall_ms`.
+
+        `inclusive=False` stops short of timers due exactly at `wall_ms`, for a caller that
+        still has messages received at `wall_ms` to apply first.
+        """
+        if self._pending:
+            self._settle(wall_ms, out, inclusive=inclusive)
+        queue = self._queue
+        while queue and (queue[0][0] <= wall_ms if inclusive else queue[0][0] < wall_ms):
+            due, _, device = heappop(queue)
+            if due != device.wall_due:
+                continue  # superseded by an earlier entry
+            device.wall_due = INF
+            if device.timers:
+                top = device.clock.to_wall(device.timers[0][0])
+                if top <= wall_ms if inclusive else top < wall_ms:
+                    device.fire(out)
+            self._schedule(device)
+
+    def _settle_later(self, device: Device) -> None:
+        if device.dirty and not device.decision_pending:
+            device.decision_pending = True
+            self._pending.append(device)
+
+    def _settle(self, wall_ms: float, out: list[Output], *, inclusive: bool) -> None:
+        """Throttle decisions for the instants of messages applied by now."""
+        waiting: list[Device] = []
+        for device in self._pending:
+            when = device.clock.floor_wall_ms
+            if when <= wall_ms if inclusive else when < wall_ms:
+                device.decision_pending = False
+                device.settle(out)
+                self._schedule(device)
+            else:
+                waiting.append(device)
+        self._pending = waiting
+
+    def next_deadline(self) -> float | None:
+        """Wall time of the earliest pending timer (−inf: due now), or None if there is none."""
+        if self._pending:
+            return min(device.clock.floor_wall_ms for device in self._pending)
+        queue = self._queue
+        while queue and queue[0][0] != queue[0][2].wall_due:
+            heappop(queue)
+        return queue[0][0] if queue else None
+
+    def _schedule(self, device: Device) -> None:
+        if not device.timers:
+            return
+        due = device.clock.to_wall(device.timers[0][0])
+        if due < device.wall_due:
+            device.wall_due = due
+            heappush(self._queue, (due, next(self._tiebreak), device))

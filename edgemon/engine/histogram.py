@@ -1,0 +1,41 @@
+"""Cumulative bucket counts kept by the engine, exported by the metrics adapter."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+
+class Histogram:
+    """Observations counted into fixed upper bounds (`le`, inclusive), plus their sum."""
+
+    __slots__ = ("bounds", "count", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # last slot: above every bound (+Inf)
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        """Count one observation."""
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.count += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """`(le, count ≤ le)` pairs ending with `(inf, count)`, as Prometheus exposes them."""
+        running = 0
+        pairs = []
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            pairs.append((bound, running))
+        return pairs
+
+
+# Bucket bounds in milliseconds (the engine's unit); the exporter shows them in seconds.
+SLACK_AT_ARRIVAL_MS = (-1000.0, -500.0, -250.0, -100.0, -50.0, 0.0, 50.0, 100.0, 200.0, 300.0,
+                       500.0, 750.0, 1000.0, 1500.0, 2000.0, 3000.0, 5000.0, 10000.0)  # fmt: skip
+CHUNK_GAP_MS = (10.0, 25.0, 50.0, 100.0, 200.0, 300.0, 500.0, 750.0, 1000.0, 1500.0, 2000.0,
+                3000.0, 5000.0, 10000.0)  # fmt: skip
+TIME_TO_FIRST_AUDIO_MS = (10.0, 25.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0,
+                          2000.0, 5000.0)  # fmt: skip

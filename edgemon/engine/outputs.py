@@ -1,0 +1,79 @@
+"""What the engine says happened: values with the exact device-clock instant they happened at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class UnderrunBegan:
+    """A live stream's player ran out of audio at `t_ms`."""
+
+    device: str
+    stream: str
+    t_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class UnderrunEnded:
+    """An underrun ended at `t_ms` after `duration_ms`."""
+
+    device: str
+    stream: str
+    t_ms: float
+    duration_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleChanged:
+    """The device's throttle turned on or off at `t_ms` (the state just after `t_ms`)."""
+
+    device: str
+    t_ms: float
+    active: bool
+    streams: tuple[str, ...]
+    min_headroom_ms: float | None
+    margin_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnded:
+    """A stream was removed; its summary."""
+
+    device: str
+    stream: str
+    t_ms: float
+    reason: str
+    chunks: int
+    audio_ms: float
+    underruns: int
+    underrun_ms: float
+    min_slack_ms: float | None
+    time_to_first_audio_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSample:
+    """One live stream's state at `t_ms` (what `replay --sample-ms` prints)."""
+
+    device: str
+    stream: str
+    t_ms: float
+    slack_ms: float
+    eta_ms: float
+    headroom_ms: float
+    at_risk: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A message, or one event of it, that was not applied, and why (a `result` label)."""
+
+    recv_ms: float
+    topic: str
+    device: str | None
+    reason: str
+    detail: str
+
+
+Output = UnderrunBegan | UnderrunEnded | ThrottleChanged | StreamEnded | StreamSample | Rejected

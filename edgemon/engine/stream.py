@@ -1,0 +1,156 @@
+"""One stream's state, updated in O(1) per event (SPEC §2.2–§2.6)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from edgemon.engine.headroom import INF, below, headroom, slack
+
+EWMA_ALPHA = 0.3
+
+
+class Phase(Enum):
+    """Where a stream is in its life (docs/semantics.md, "Live streams")."""
+
+    WAITING = "waiting"  # start seen, no chunk yet
+    LIVE = "live"  # playing, a next chunk is awaited
+    DRAINING = "draining"  # final chunk applied, playing out
+
+
+class Stream:
+    """Mutable per-stream state; the device drives it and keeps the counts in step."""
+
+    __slots__ = (
+        "buffered",
+        "chunks",
+        "due",
+        "expected",
+        "first_audio_ms",
+        "gap_ewma",
+        "id",
+        "last_seq",
+        "margin",
+        "margin_from_start",
+        "min_slack",
+        "phase",
+        "rebuffer",
+        "risk",
+        "start",
+        "t_last_chunk",
+        "t_last_event",
+        "t_start_event",
+        "underrun_ms",
+        "underrun_since",
+        "underruns",
+        "unsafe",
+    )
+
+    def __init__(
+        self,
+        stream_id: str,
+        *,
+        t_ms: float,
+        rebuffer: bool,
+        margin: float,
+        margin_from_start: float | None,
+        started_by_event: bool,
+        play_start_ms: float | None,
+    ) -> None:
+        self.id = stream_id
+        self.phase = Phase.WAITING
+        self.rebuffer = rebuffer
+        self.margin = margin
+        self.margin_from_start = margin_from_start
+        self.start: float = INF if play_start_ms is None else play_start_ms
+        self.buffered = 0.0
+        self.expected = INF
+        self.last_seq = -1
+        self.t_last_chunk = t_ms
+        self.t_last_event = t_ms
+        self.t_start_event = t_ms if started_by_event else None
+        self.first_audio_ms: float | None = None
+        self.gap_ewma: float | None = None
+        self.chunks = 0
+        self.min_slack: float | None = None
+        self.underrun_since: float | None = None
+        self.underruns = 0
+        self.underrun_ms = 0.0
+        self.risk = False
+        self.unsafe = False
+        self.due = INF  # instant of this stream's entry in its device's timer heap
+
+    # ------------------------------------------------------------------ queries
+    def slack_at(self, t: float) -> float:
+        """Slack at `t` (valid from the last event on)."""
+        return slack(t, self.buffered, self.start, rebuffer=self.rebuffer)
+
+    def eta_at(self, t: float) -> float:
+        """Time from `t` until the next chunk is expected."""
+        return max(0.0, self.expected - t)
+
+    def headroom_at(self, t: float) -> float:
+        """Slack minus ETA at `t`."""
+        return headroom(t, self.buffered, self.start, self.expected, rebuffer=self.rebuffer)
+
+    @property
+    def empties_at(self) -> float:
+        """When the buffered audio has played out (`start + B`)."""
+        return self.start + self.buffered
+
+    def expires_at(self, idle_timeout_ms: float) -> float:
+        """When the stream is removed as `expired` if nothing more arrives."""
+        if self.phase is Phase.WAITING:
+            return self.t_last_event + idle_timeout_ms
+        return max(self.t_last_event, self.empties_at) + idle_timeout_ms
+
+    def flags_at(self, now: float, hysteresis_ms: float) -> tuple[bool, bool, float]:
+        """Right-limit `(at risk, within hysteresis band, next instant either changes)`.
+
+        The two thresholds share one curve, so this is `headroom.below` for both, fused.
+        """
+        if self.phase is not Phase.LIVE:
+            return False, False, INF
+        margin = self.margin
+        buffered = self.buffered
+        start = self.start
+        expected = self.expected
+        if self.rebuffer and margin <= 0.0:
+            risk, risk_change = below(now, margin, buffered, start, expected, rebuffer=True)
+            unsafe, unsafe_change = below(
+                now, margin + hysteresis_ms, buffered, start, expected, rebuffer=True
+            )
+            return risk, unsafe, risk_change if risk_change < unsafe_change else unsafe_change
+        wait = expected - start
+        plateau = buffered - wait if wait > 0.0 else buffered
+        # Thresholds: margin (risk) ≤ margin + hysteresis (unsafe).
+        high = margin + hysteresis_ms
+        if plateau < margin:
+            return True, True, INF
+        rises = expected - buffered  # + threshold
+        falls = buffered + start  # − threshold
+        if now < rises + margin:
+            risk, change = True, rises + margin
+        elif now < falls - margin:
+            risk, change = False, falls - margin
+        else:
+            risk, change = True, INF
+        if plateau < high:
+            return risk, True, change
+        if now < rises + high:
+            unsafe, other = True, rises + high
+        elif now < falls - high:
+            unsafe, other = False, falls - high
+        else:
+            unsafe, other = True, INF
+        return risk, unsafe, change if change < other else other
+
+    # ------------------------------------------------------------------ updates
+    def take_gap(self, gap: float) -> None:
+        """Fold one inter-arrival gap into the stream's EWMA."""
+        ewma = self.gap_ewma
+        self.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
+
+    def note_slack_before_chunk(self, value: float) -> None:
+        """Remember the lowest slack seen just before a chunk's audio was added."""
+        if self.min_slack is None or value < self.min_slack:
+            self.min_slack = value

@@ -1,0 +1,106 @@
+"""The monitor: topics and payloads in, engine outputs out — what the daemon and replay share.
+
+It adds to the engine only what belongs to messages: topic routing, decoding, and the count
+of every message or event by `result` (SPEC §5 `edgemon_messages_total{result}`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from edgemon.engine.engine import Engine
+from edgemon.engine.outputs import Rejected
+from edgemon.wire.decode import Problem, decode_engine, decode_events, parse_json
+from edgemon.wire.topics import Topics
+
+if TYPE_CHECKING:
+    from edgemon.engine.config import EngineConfig
+    from edgemon.engine.events import Event
+    from edgemon.engine.outputs import Output
+
+#: Results that mean "applied" (a gap is applied, and counted as a gap).
+APPLIED = frozenset({"accepted", "gap"})
+
+
+class Monitor:
+    """Routes messages to the engine and keeps the per-result counts."""
+
+    __slots__ = ("engine", "messages", "results", "topics")
+
+    def __init__(self, config: EngineConfig, *, sample_every_ms: float | None = None) -> None:
+        self.engine = Engine(config, sample_every_ms=sample_every_ms)
+        self.topics = Topics(config.topic_prefix)
+        self.results: Counter[str] = Counter()
+        self.messages = 0
+
+    def receive(self, topic: str, payload: bytes, recv_ms: float, out: list[Output]) -> None:
+        """Take one MQTT message received at wall time `recv_ms`."""
+        self.messages += 1
+        route = self.topics.parse(topic)
+        if route is None:
+            self._reject(
+                recv_ms, topic, None, Problem("unknown_topic", "not an edgemon topic"), out
+            )
+            return
+        device, kind = route
+        limits = self.engine.config.limits
+        if kind == "engine":
+            value = parse_json(payload, max_bytes=limits.max_payload_bytes)
+            info = value if isinstance(value, Problem) else decode_engine(value)
+            if isinstance(info, Problem):
+                self._reject(recv_ms, topic, device, info, out)
+                return
+            self._count(
+                self.engine.apply_engine_info(device, info, recv_ms, out),
+                recv_ms,
+                topic,
+                device,
+                out,
+            )
+            return
+        decoded = decode_events(
+            payload, max_bytes=limits.max_payload_bytes, max_batch=limits.max_batch_events
+        )
+        if isinstance(decoded, Problem):
+            self._reject(recv_ms, topic, device, decoded, out)
+            return
+        events: list[Event] = []
+        for item in decoded:
+            if isinstance(item, Problem):
+                self._reject(recv_ms, topic, device, item, out)
+            else:
+                events.append(item)
+        if events:
+            results = self.engine.apply(device, events, recv_ms, out)
+            for event, result in zip(events, results, strict=True):
+                self._count(result, recv_ms, topic, device, out, event)
+
+    def advance(self, wall_ms: float, out: list[Output]) -> None:
+        """Fire every timer due by wall time `wall_ms`."""
+        self.engine.advance(wall_ms, out)
+
+    def next_deadline(self) -> float | None:
+        """When `advance` must next be called (wall ms), if ever."""
+        return self.engine.next_deadline()
+
+    def _count(
+        self,
+        result: str,
+        recv_ms: float,
+        topic: str,
+        device: str,
+        out: list[Output],
+        event: Event | None = None,
+    ) -> None:
+        if result in APPLIED:
+            self.results[result] += 1
+            return
+        what = "engine object" if event is None else f"{event.type} of stream {event.stream}"
+        self._reject(recv_ms, topic, device, Problem(result, what), out)
+
+    def _reject(
+        self, recv_ms: float, topic: str, device: str | None, problem: Problem, out: list[Output]
+    ) -> None:
+        self.results[problem.reason] += 1
+        out.append(Rejected(recv_ms, topic, device, problem.reason, problem.detail))

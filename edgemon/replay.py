@@ -1,0 +1,119 @@
+"""`edgemon replay`: a recorded trace through the same engine, on a virtual clock (SPEC §2.7).
+
+The virtual clock is the trace's `recv_ms` (never running back). At equal times messages are
+applied before timers fire and before samples are taken. After the last record the clock runs
+on until nothing is pending, so every stream ends (completed, ended or expired) and is
+summarised.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from edgemon.engine.outputs import (
+    Rejected,
+    StreamEnded,
+    StreamSample,
+    ThrottleChanged,
+    UnderrunBegan,
+)
+from edgemon.monitor import APPLIED, Monitor
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from edgemon.engine.config import EngineConfig
+    from edgemon.engine.outputs import Output
+    from edgemon.trace import TraceRecord
+
+
+def replay(
+    records: Iterable[TraceRecord], config: EngineConfig, *, sample_ms: float | None = 100.0
+) -> Iterator[dict[str, Any]]:
+    """Yield the JSON-line objects of SPEC §4 for a trace, in virtual-time order."""
+    monitor = Monitor(config, sample_every_ms=sample_ms or None)
+    rejected = 0
+    now = float("-inf")
+    out: list[Output] = []
+    for record in records:
+        now = max(now, record.recv_ms)
+        monitor.engine.advance(now, out, inclusive=False)
+        monitor.receive(record.topic, record.payload, now, out)
+        for line in _lines(out):
+            rejected += line["kind"] == "rejected"
+            yield line
+        out.clear()
+    while (deadline := monitor.next_deadline()) is not None:
+        monitor.advance(deadline, out)
+        yield from _lines(out)
+        out.clear()
+    devices = list(monitor.engine.devices())
+    yield {
+        "kind": "summary",
+        "messages": monitor.messages,
+        "events": sum(monitor.results[result] for result in APPLIED),
+        "rejected": rejected,
+        "streams": sum(d.stats.streams_started for d in devices),
+        "underruns": sum(d.stats.underruns for d in devices),
+        "throttle_engagements": sum(d.stats.throttle_engagements for d in devices),
+    }
+
+
+def _lines(outputs: list[Output]) -> Iterator[dict[str, Any]]:
+    for output in outputs:
+        line = to_line(output)
+        if line is not None:
+            yield line
+
+
+def to_line(output: Output) -> dict[str, Any] | None:
+    """The replay line of one engine output (None for outputs replay does not print)."""
+    if isinstance(output, StreamSample):
+        return {
+            "kind": "sample",
+            "t_ms": output.t_ms,
+            "device": output.device,
+            "stream": output.stream,
+            "slack_ms": output.slack_ms,
+            "eta_ms": output.eta_ms,
+            "headroom_ms": output.headroom_ms,
+            "at_risk": output.at_risk,
+        }
+    if isinstance(output, UnderrunBegan):
+        return {
+            "kind": "underrun",
+            "t_ms": output.t_ms,
+            "device": output.device,
+            "stream": output.stream,
+        }
+    if isinstance(output, ThrottleChanged):
+        return {
+            "kind": "throttle",
+            "t_ms": output.t_ms,
+            "device": output.device,
+            "active": output.active,
+            "streams": list(output.streams),
+            "min_headroom_ms": output.min_headroom_ms,
+        }
+    if isinstance(output, StreamEnded):
+        return {
+            "kind": "stream_end",
+            "t_ms": output.t_ms,
+            "device": output.device,
+            "stream": output.stream,
+            "reason": output.reason,
+            "chunks": output.chunks,
+            "audio_ms": output.audio_ms,
+            "underruns": output.underruns,
+            "underrun_ms": output.underrun_ms,
+            "min_slack_ms": output.min_slack_ms,
+        }
+    if isinstance(output, Rejected):
+        return {
+            "kind": "rejected",
+            "recv_ms": output.recv_ms,
+            "topic": output.topic,
+            "reason": output.reason,
+            "detail": output.detail,
+        }
+    return None

@@ -1,0 +1,51 @@
+"""The daemon's settings (SPEC §6): one TOML file, the environment and a few flags.
+
+Precedence, highest first: `overrides` (command-line flags), environment variables
+`EDGEMON_<SECTION>__<KEY>`, the file, the defaults. `load_settings` is the one place where
+they are merged; building a `Settings` directly never reads the environment, so tests and
+SIGHUP reloads see exactly what they are given. Secrets (passwords) come from files named in
+the config or from the environment, never from the config file itself, and are never shown.
+"""
+
+from __future__ import annotations
+
+from edgemon.settings._display import masked_dump, permission_warnings
+from edgemon.settings._errors import ConfigError
+from edgemon.settings._loading import DEFAULT_CONFIG_PATH, load_settings, resolve_config_path
+from edgemon.settings._models import (
+    DEVICE_ID_PATTERN,
+    ENV_PREFIX,
+    Broker,
+    DeviceSettings,
+    HttpSettings,
+    LimitsSettings,
+    LogSettings,
+    MqttSettings,
+    Settings,
+    SlackSettings,
+    StateSettings,
+    parse_broker_url,
+    parse_listen,
+)
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "DEVICE_ID_PATTERN",
+    "ENV_PREFIX",
+    "Broker",
+    "ConfigError",
+    "DeviceSettings",
+    "HttpSettings",
+    "LimitsSettings",
+    "LogSettings",
+    "MqttSettings",
+    "Settings",
+    "SlackSettings",
+    "StateSettings",
+    "load_settings",
+    "masked_dump",
+    "parse_broker_url",
+    "parse_listen",
+    "permission_warnings",
+    "resolve_config_path",
+]

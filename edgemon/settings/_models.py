@@ -1,0 +1,326 @@
+"""The settings models: one pydantic model per section of the config file (SPEC §6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FilePath,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from edgemon.engine.config import (
+    ClockMode,
+    DeviceOverride,
+    EngineConfig,
+    Limits,
+    PlayerModel,
+    SlackPolicy,
+)
+from edgemon.settings._errors import ConfigError, CrossFieldError
+
+ENV_PREFIX = "EDGEMON_"
+#: A device id, as in the topic `P/{device}/events` (SPEC §1).
+DEVICE_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+
+NonNegativeMs = Annotated[float, Field(ge=0)]
+PositiveMs = Annotated[float, Field(gt=0)]
+Count = Annotated[int, Field(ge=1)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+DeviceId = Annotated[str, Field(pattern=DEVICE_ID_PATTERN)]
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """Where the MQTT broker is: parsed from `mqtt.url`."""
+
+    host: str
+    port: int
+    tls: bool = False
+    embedded: bool = False
+
+
+def parse_broker_url(url: str) -> Broker:
+    """`mqtt://host[:port]`, `mqtts://host[:port]` or `embedded` (an in-process broker)."""
+    if url == "embedded":
+        return Broker("127.0.0.1", 1883, embedded=True)
+    expected = "must be mqtt://host[:port], mqtts://host[:port] or embedded"
+    parts = urlsplit(url)
+    if parts.scheme not in {"mqtt", "mqtts"} or not parts.hostname:
+        raise ValueError(expected)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not hold credentials; use mqtt.username and mqtt.password_file")
+    if parts.path not in {"", "/"} or parts.query or parts.fragment:
+        raise ValueError(expected)
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = 0
+    if port == 0:
+        raise ValueError("has an invalid port")
+    tls = parts.scheme == "mqtts"
+    return Broker(parts.hostname, port or (8883 if tls else 1883), tls=tls)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`HOST:PORT` (an IPv6 host in brackets) as (host, port); port 0 picks a free one."""
+    host, sep, port_text = listen.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError("must be HOST:PORT, e.g. 0.0.0.0:9857 or [::1]:9857")
+    return host, int(port_text)
+
+
+def _both_or_neither(first: str, a: object, second: str, b: object) -> list[tuple[str, str]]:
+    if a is not None and b is None:
+        return [(second, f"must be set together with {first}")]
+    if b is not None and a is None:
+        return [(first, f"must be set together with {second}")]
+    return []
+
+
+def _read_secret(key: str, value: SecretStr | None, path: Path | None) -> SecretStr | None:
+    """The secret given directly (environment, flags), else its file's text minus the newline."""
+    if value is not None or path is None:
+        return value
+    try:
+        text = path.read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError([f"{key}: cannot read {path}: {reason}"]) from None
+    if not text:
+        raise ConfigError([f"{key}: {path} is empty"])
+    return SecretStr(text)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class MqttSettings(_Section):
+    """`[mqtt]`: the broker connection and the topic layout."""
+
+    url: str = "mqtt://127.0.0.1:1883"
+    client_id: NonEmpty = "edgemon"
+    username: NonEmpty | None = None
+    #: From the environment or flags only; the file names `password_file` instead.
+    password: SecretStr | None = None
+    password_file: FilePath | None = None
+    ca_file: FilePath | None = None
+    cert_file: FilePath | None = None
+    key_file: FilePath | None = None
+    topic_prefix: str = "edgemon/v1"
+    qos: int = 1
+    persistent_session: bool = True
+    #: Subscribe as `$share/<group>/...` so several instances split the devices.
+    shared_group: Annotated[str, Field(pattern=DEVICE_ID_PATTERN)] | None = None
+    keepalive_s: Annotated[int, Field(ge=1, le=65535)] = 30
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        parse_broker_url(value)
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _check_topic_prefix(cls, value: str) -> str:
+        if not value or "" in value.split("/"):
+            raise ValueError("must be MQTT topic levels separated by '/', none of them empty")
+        if "+" in value or "#" in value or "\x00" in value:
+            raise ValueError("must not contain the wildcards '+' or '#'")
+        if value.startswith("$"):
+            raise ValueError("must not start with '$' (reserved by brokers)")
+        return value
+
+    @field_validator("qos")
+    @classmethod
+    def _check_qos(cls, value: int) -> int:
+        if value not in {0, 1}:
+            raise ValueError("must be 0 or 1")
+        return value
+
+    @model_validator(mode="after")
+    def _check_together(self) -> Self:
+        problems = _both_or_neither("cert_file", self.cert_file, "key_file", self.key_file)
+        tls_files = (self.ca_file, self.cert_file, self.key_file)
+        if not self.broker.tls and any(f is not None for f in tls_files):
+            problems.append(("url", "TLS files are set, so the url must be mqtts://"))
+        has_password = self.password is not None or self.password_file is not None
+        if has_password and self.username is None:
+            problems.append(("username", "must be set when a password is"))
+        if problems:
+            raise CrossFieldError(problems)
+        return self
+
+    @property
+    def broker(self) -> Broker:
+        """The parsed `url`."""
+        return parse_broker_url(self.url)
+
+    def resolve_password(self) -> SecretStr | None:
+        """`password` if given, else the content of `password_file`; read at call time."""
+        return _read_secret("mqtt.password_file", self.password, self.password_file)
+
+
+class HttpSettings(_Section):
+    """`[http]`: the metrics and API endpoint."""
+
+    listen: str = "0.0.0.0:9857"
+    cert_file: FilePath | None = None
+    key_file: FilePath | None = None
+    basic_auth_user: NonEmpty | None = None
+    #: From the environment or flags only; the file names `basic_auth_password_file` instead.
+    basic_auth_password: SecretStr | None = None
+    basic_auth_password_file: FilePath | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @model_validator(mode="after")
+    def _check_together(self) -> Self:
+        problems = _both_or_neither("cert_file", self.cert_file, "key_file", self.key_file)
+        has_password = (
+            self.basic_auth_password is not None or self.basic_auth_password_file is not None
+        )
+        problems += _both_or_neither(
+            "basic_auth_user",
+            self.basic_auth_user,
+            "basic_auth_password_file",
+            True if has_password else None,
+        )
+        if problems:
+            raise CrossFieldError(problems)
+        return self
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The parsed `listen` as (host, port)."""
+        return parse_listen(self.listen)
+
+    def resolve_basic_auth_password(self) -> SecretStr | None:
+        """`basic_auth_password` if given, else the content of its file; read at call time."""
+        return _read_secret(
+            "http.basic_auth_password_file",
+            self.basic_auth_password,
+            self.basic_auth_password_file,
+        )
+
+
+class SlackSettings(_Section):
+    """`[slack]`: how slack, risk and the throttle are judged (SPEC §2)."""
+
+    player: PlayerModel = "conceal"
+    default_margin_ms: NonNegativeMs = 80.0
+    hysteresis_ms: NonNegativeMs = 20.0
+    min_on_ms: NonNegativeMs = 250.0
+    default_chunk_gap_ms: PositiveMs = 200.0
+    stream_idle_timeout_ms: PositiveMs = 30_000.0
+    clock: ClockMode = "estimate"
+
+
+class LimitsSettings(_Section):
+    """`[limits]`: what bounds memory whatever devices send (SPEC §7)."""
+
+    max_devices: Count = 1_000
+    max_streams_per_device: Count = 256
+    max_payload_bytes: Count = 262_144
+    max_batch_events: Count = 1_000
+    per_stream_series: Annotated[int, Field(ge=0)] = 20
+
+
+class DeviceSettings(_Section):
+    """`[devices.<id>]`: the operator's word for one device beats what it says itself."""
+
+    margin_ms: NonNegativeMs | None = None
+    player: PlayerModel | None = None
+
+
+class LogSettings(_Section):
+    """`[log]`: `auto` is console on a terminal, JSON otherwise."""
+
+    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("format", "level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class StateSettings(_Section):
+    """`[state]`: where stream state is snapshotted across restarts."""
+
+    dir: Path = Path("/var/lib/edgemon")
+    snapshot_interval_s: Annotated[float, Field(gt=0)] = 10.0
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Build it with `load_settings`, which adds file and environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    mqtt: MqttSettings = Field(default_factory=MqttSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    slack: SlackSettings = Field(default_factory=SlackSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    devices: dict[DeviceId, DeviceSettings] = Field(default_factory=dict)
+    log: LogSettings = Field(default_factory=LogSettings)
+    state: StateSettings = Field(default_factory=StateSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],  # noqa: ARG003
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,  # noqa: ARG003
+        dotenv_settings: PydanticBaseSettingsSource,  # noqa: ARG003
+        file_secret_settings: PydanticBaseSettingsSource,  # noqa: ARG003
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only what is passed in: the environment is merged by `load_settings`, at call time."""
+        return (init_settings,)
+
+    def engine_config(self) -> EngineConfig:
+        """The plain frozen values the pure engine is built from."""
+        slack = self.slack
+        limits = self.limits
+        return EngineConfig(
+            slack=SlackPolicy(
+                player=slack.player,
+                default_margin_ms=slack.default_margin_ms,
+                hysteresis_ms=slack.hysteresis_ms,
+                min_on_ms=slack.min_on_ms,
+                default_chunk_gap_ms=slack.default_chunk_gap_ms,
+                stream_idle_timeout_ms=slack.stream_idle_timeout_ms,
+                clock=slack.clock,
+            ),
+            limits=Limits(
+                max_devices=limits.max_devices,
+                max_streams_per_device=limits.max_streams_per_device,
+                max_payload_bytes=limits.max_payload_bytes,
+                max_batch_events=limits.max_batch_events,
+                per_stream_series=limits.per_stream_series,
+            ),
+            devices=MappingProxyType(
+                {
+                    device: DeviceOverride(margin_ms=override.margin_ms, player=override.player)
+                    for device, override in self.devices.items()
+                }
+            ),
+            topic_prefix=self.mqtt.topic_prefix,
+        )

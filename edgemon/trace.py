@@ -1,0 +1,87 @@
+"""The trace file of SPEC §4: JSON lines `{"recv_ms", "topic", "payload" | "payload_b64"}`."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecord:
+    """One received MQTT message: when (edgemon's wall clock, ms), where, and what."""
+
+    recv_ms: float
+    topic: str
+    payload: bytes
+
+
+class TraceError(ValueError):
+    """A trace line that is not a record; the message says which line and why."""
+
+
+def encode_record(record: TraceRecord) -> str:
+    """One trace line (without the newline); raw text when the payload is UTF-8."""
+    try:
+        body = {"payload": record.payload.decode("utf-8")}
+    except UnicodeDecodeError:
+        body = {"payload_b64": base64.b64encode(record.payload).decode("ascii")}
+    return json.dumps(
+        {"recv_ms": record.recv_ms, "topic": record.topic, **body},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def read_records(lines: Iterable[str], *, name: str = "trace") -> Iterator[TraceRecord]:
+    """Records of a trace, in file order; blank lines are skipped; unknown keys are ignored.
+
+    Raises TraceError naming `name:line` at the first line that is not a record.
+    """
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield _record(line)
+        except TraceError as exc:
+            raise TraceError(f"{name}:{number}: {exc}") from None
+
+
+def _record(line: str) -> TraceRecord:
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise TraceError(f"not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise TraceError("a record must be a JSON object")
+    recv_ms = obj.get("recv_ms")
+    if (
+        isinstance(recv_ms, bool)
+        or not isinstance(recv_ms, int | float)
+        or not math.isfinite(recv_ms)
+    ):
+        raise TraceError("recv_ms must be a finite number")
+    topic = obj.get("topic")
+    if not isinstance(topic, str):
+        raise TraceError("topic must be a string")
+    text, b64 = obj.get("payload"), obj.get("payload_b64")
+    if (text is None) == (b64 is None):
+        raise TraceError("exactly one of payload and payload_b64 is required")
+    if text is not None:
+        if not isinstance(text, str):
+            raise TraceError("payload must be a string")
+        payload = text.encode("utf-8", errors="surrogatepass")
+    else:
+        if not isinstance(b64, str):
+            raise TraceError("payload_b64 must be a string")
+        try:
+            payload = base64.b64decode(b64, validate=True)
+        except binascii.Error as exc:
+            raise TraceError(f"payload_b64 is not base64 ({exc})") from None
+    return TraceRecord(float(recv_ms), topic, payload)

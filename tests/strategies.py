@@ -1,0 +1,229 @@
+"""Hypothesis strategies for engine traces, kept in one place.
+
+A scenario is an engine configuration plus integer-valued trace messages: per device a few
+streams of ``start``/``chunk``/``end`` events with equal timestamps, ``eta_ms`` 0 or absent,
+``final`` chunks, duplicates (a repeated ``seq``, also after the stream ended), gaps (skipped
+``seq``, sometimes with ``audio_total_ms``) and, unless ``in_order``, delivery jitter, so that a
+later message can carry a smaller ``t_ms``. The traces stay inside what ``tests/reference.py``
+models (see its docstring), in particular: events of one stream are received in stream order,
+and each device's first message has the device's smallest delivery lag.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hypothesis import strategies as st
+
+from edgemon.engine.config import DeviceOverride, EngineConfig, PlayerModel, SlackPolicy
+
+if TYPE_CHECKING:
+    from edgemon.trace import TraceRecord
+
+    from .reference import TraceEvent
+
+PLAYERS: tuple[PlayerModel, ...] = ("conceal", "rebuffer")
+REASONS = ("completed", "cancelled", "error")
+DEVICE_NAMES = ("d0", "edge-1.a", "d_2")
+MAX_JITTER_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One MQTT message of a trace: a single event, or a batch (a JSON array)."""
+
+    recv_ms: int
+    device: str
+    events: tuple[dict[str, Any], ...]
+    batch: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A configuration and the messages of one trace, in receipt order."""
+
+    config: EngineConfig
+    messages: tuple[Message, ...]
+    sample_ms: int
+    in_order: bool
+
+    @property
+    def events(self) -> list[TraceEvent]:
+        """The trace as the reference takes it: one (recv_ms, device, event) per event."""
+        return [(m.recv_ms, m.device, e) for m in self.messages for e in m.events]
+
+    def records(self) -> list[TraceRecord]:
+        """The trace as the engine's replay reads it."""
+        from edgemon.trace import TraceRecord  # noqa: PLC0415 - the engine may not exist yet
+
+        prefix = self.config.topic_prefix
+        return [
+            TraceRecord(
+                recv_ms=float(m.recv_ms),
+                topic=f"{prefix}/{m.device}/events",
+                payload=json.dumps(list(m.events) if m.batch else m.events[0]).encode(),
+            )
+            for m in self.messages
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """An event of one stream before delivery: when it happens, and its object."""
+
+    happens: int
+    body: dict[str, Any]
+
+
+@st.composite
+def _stream(
+    draw: st.DrawFn,
+    sid: str,
+    player: PlayerModel,
+    *,
+    own_player: bool,
+    in_order: bool,
+    eta_always: bool,
+) -> list[_Pending]:
+    """The events of one stream, in the order the device sends them.
+
+    ``player`` is the stream's player unless its ``start`` names one (when ``own_player``).
+    """
+    out: list[_Pending] = []
+    begin = draw(st.integers(0, 20)) * 50 + draw(st.sampled_from((0, 0, 7, 25)))
+    has_start = draw(st.booleans())
+    named_player = has_start and own_player and draw(st.integers(0, 3)) == 0
+    if named_player:
+        player = draw(st.sampled_from(PLAYERS))
+    n_chunks = draw(st.integers(0 if has_start else 1, 12))
+    first_t = begin + (draw(st.sampled_from((0, 0, 50, 120, 300))) if has_start else 0)
+    play_start: int | None = None
+    if draw(st.integers(0, 3)) == 0:
+        low = 0 if player == "rebuffer" else -150  # rebuffer: player never starts before audio
+        play_start = max(0, first_t + draw(st.integers(low, 300)))
+    if has_start:
+        start: dict[str, Any] = {"type": "start", "stream": sid, "t_ms": begin}
+        if named_player:
+            start["player"] = player
+        if play_start is not None and draw(st.booleans()):
+            start["play_start_ms"] = play_start
+            play_start = None
+        if draw(st.integers(0, 2)) == 0:
+            start["margin_ms"] = draw(st.integers(0, 200))
+        out.append(_Pending(begin, start))
+    t = first_t
+    seq = 0
+    true_total = 0
+    sent: list[dict[str, Any]] = []
+    for i in range(n_chunks):
+        if i > 0:
+            t = max(0, t + draw(st.sampled_from((0, 0, 30)) | st.integers(0 if in_order else -50, 250)))
+        gap = i > 0 and draw(st.integers(0, 5)) == 0
+        if gap:
+            skipped = draw(st.integers(1, 2))
+            true_total += sum(draw(st.integers(1, 400)) for _ in range(skipped))
+            seq += skipped
+        audio = draw(st.integers(1, 400))
+        true_total += audio
+        body: dict[str, Any] = {"type": "chunk", "stream": sid, "t_ms": t, "seq": seq}
+        body["audio_ms"] = audio
+        if eta_always or draw(st.booleans()):
+            body["eta_ms"] = draw(st.sampled_from((0, 0, 100)) | st.integers(0, 500))
+        if gap and draw(st.booleans()):
+            body["audio_total_ms"] = true_total
+        if i == 0 and play_start is not None:
+            body["play_start_ms"] = play_start
+        if i == n_chunks - 1 and draw(st.integers(0, 2)) == 0:
+            body["final"] = True
+        out.append(_Pending(t, body))
+        sent.append(body)
+        seq += 1
+        again = [b for b in sent if b["seq"] > 0 or not body.get("final")]
+        if again and draw(st.integers(0, 6)) == 0:  # a redelivery of something already sent
+            dup = dict(draw(st.sampled_from(again)))
+            out.append(_Pending(max(t, dup["t_ms"]), dup))
+    terminal = out[-1].happens if out else begin
+    ended = bool(sent) and sent[-1].get("final", False)
+    if not ended and draw(st.booleans()):
+        terminal += draw(st.integers(0, 400))
+        out.append(_Pending(terminal, {"type": "end", "stream": sid, "t_ms": terminal}))
+        out[-1].body["reason"] = draw(st.sampled_from(REASONS))
+        ended = True
+    late = [b for b in sent if b["seq"] > 0]
+    if ended and late and draw(st.integers(0, 3)) == 0:  # a late redelivery after the end
+        dup = dict(draw(st.sampled_from(late)))
+        out.append(_Pending(max(terminal + draw(st.integers(0, 300)), dup["t_ms"]), dup))
+    return out
+
+
+@st.composite
+def scenarios(
+    draw: st.DrawFn,
+    *,
+    in_order: bool = False,
+    eta_always: bool = False,
+    hysteresis_ms: int | None = None,
+    min_on_ms: int | None = None,
+    player: PlayerModel | None = None,
+) -> Scenario:
+    """A whole trace with its configuration (see the module docstring)."""
+    clock = draw(st.sampled_from(("estimate", "trust")))
+    slack = SlackPolicy(
+        player=draw(st.sampled_from(PLAYERS)) if player is None else player,
+        default_margin_ms=draw(st.sampled_from((0, 80)) | st.integers(0, 150)),
+        hysteresis_ms=draw(st.integers(0, 60)) if hysteresis_ms is None else hysteresis_ms,
+        min_on_ms=draw(st.integers(0, 400)) if min_on_ms is None else min_on_ms,
+        default_chunk_gap_ms=draw(st.sampled_from((200, 1)) | st.integers(1, 300)),
+        stream_idle_timeout_ms=draw(st.integers(700, 1500)),
+        clock=clock,
+    )
+    devices = draw(st.lists(st.sampled_from(DEVICE_NAMES), min_size=1, max_size=2, unique=True))
+    overrides: dict[str, DeviceOverride] = {}
+    timed: list[tuple[int, int, int, dict[str, Any]]] = []  # (recv, device index, order, event)
+    for d, device in enumerate(devices):
+        override = DeviceOverride()
+        if draw(st.integers(0, 3)) == 0:
+            override = DeviceOverride(
+                margin_ms=draw(st.none() | st.integers(0, 150)),
+                player=None if player is not None else draw(st.none() | st.sampled_from(PLAYERS)),
+            )
+            overrides[device] = override
+        lag = 0 if clock == "trust" else draw(st.integers(0, 500))
+        delivered: list[tuple[int, int, int, dict[str, Any]]] = []
+        for s in range(draw(st.integers(1, 4))):
+            sid = f"s{s}" if draw(st.booleans()) else f"req:{s}.x-{d}"
+            stream = _stream(
+                sid,
+                override.player or slack.player,
+                own_player=override.player is None and player is None,
+                in_order=in_order,
+                eta_always=eta_always,
+            )
+            events = draw(stream)
+            at = 0
+            for i, ev in enumerate(events):  # a stream's events arrive in the order sent
+                jitter = 0 if in_order else draw(st.integers(0, MAX_JITTER_MS))
+                at = max(at, ev.happens + jitter)
+                delivered.append((at, s, i, ev.body))
+        delivered.sort(key=lambda x: (x[0], x[1], x[2]))
+        if delivered:  # the device's first message sets its clock offset: no jitter on it
+            _, s0, i0, body0 = delivered[0]
+            delivered[0] = (body0["t_ms"], s0, i0, body0)
+        timed.extend((at + lag, d, order, body) for order, (at, *_, body) in enumerate(delivered))
+    timed.sort(key=lambda x: (x[0], x[1], x[2]))
+    messages: list[Message] = []
+    for recv, d, _, body in timed:
+        last = messages[-1] if messages else None
+        if (
+            last is not None
+            and (last.recv_ms, last.device) == (recv, devices[d])
+            and draw(st.integers(0, 2)) == 0
+        ):
+            messages[-1] = Message(recv, devices[d], (*last.events, body), batch=True)
+        else:
+            messages.append(Message(recv, devices[d], (body,), batch=False))
+    config = EngineConfig(slack=slack, devices=overrides)
+    sample_ms = draw(st.sampled_from((50, 100, 250)))
+    return Scenario(config, tuple(messages), sample_ms, in_order)
