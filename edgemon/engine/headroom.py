@@ -39,10 +39,10 @@ def below(
     if rebuffer and threshold <= 0.0:
         return _below_rebuffer_at_zero(now, buffered, start, expected)
     plateau = buffered - max(0.0, expected - start)
-    if plateau < threshold:
-        return True, INF
     rises_above = expected + threshold - buffered
     falls_below = buffered + start - threshold
+    if plateau < threshold or rises_above >= falls_below:
+        return True, INF  # never at or above the threshold for a whole instant
     if now < rises_above:
         return True, rises_above
     if now < falls_below:

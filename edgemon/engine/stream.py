@@ -124,17 +124,17 @@ class Stream:
         plateau = buffered - wait if wait > 0.0 else buffered
         # Thresholds: margin (risk) ≤ margin + hysteresis (unsafe).
         high = margin + hysteresis_ms
-        if plateau < margin:
-            return True, True, INF
         rises = expected - buffered  # + threshold
         falls = buffered + start  # − threshold
+        if plateau < margin or rises + margin >= falls - margin:
+            return True, True, INF
         if now < rises + margin:
             risk, change = True, rises + margin
         elif now < falls - margin:
             risk, change = False, falls - margin
         else:
             risk, change = True, INF
-        if plateau < high:
+        if plateau < high or rises + high >= falls - high:
             return risk, True, change
         if now < rises + high:
             unsafe, other = True, rises + high

@@ -1,0 +1,53 @@
+"""Mapping edgemon's wall clock onto a device's clock (SPEC §2.1, docs/semantics.md)."""
+
+from __future__ import annotations
+
+from edgemon.engine.clock import DeviceClock
+
+
+def test_offset_is_the_smallest_delay_seen() -> None:
+    """The offset is min(recv − t): the fastest delivery defines the device's clock."""
+    clock = DeviceClock(trust=False, window_ms=60_000)
+    clock.observe(1_000, 900)
+    clock.observe(1_100, 1_030)
+    clock.observe(1_200, 1_050)
+    assert clock.offset_ms == 70
+    assert clock.now(2_000) == 1_930
+
+
+def test_old_minima_leave_the_window() -> None:
+    """After the window, an old minimum no longer counts and the offset follows the drift."""
+    clock = DeviceClock(trust=False, window_ms=60_000)
+    clock.observe(0, -10)  # delay 10
+    clock.observe(30_000, 29_950)  # delay 50
+    assert clock.offset_ms == 10
+    clock.observe(60_001, 59_951)  # the first sample is now older than 60 s
+    assert clock.offset_ms == 50
+
+
+def test_trust_mode_uses_edgemon_time_as_device_time() -> None:
+    """With clock = "trust" the offset stays 0 whatever the events say."""
+    clock = DeviceClock(trust=True, window_ms=60_000)
+    clock.observe(1_000, 500)
+    assert clock.offset_ms == 0
+    assert clock.now(1_000) == 1_000
+
+
+def test_device_time_never_runs_back() -> None:
+    """Once reached, a device instant stays reached even if the offset grows."""
+    clock = DeviceClock(trust=False, window_ms=1_000)
+    clock.observe(0, 0)
+    clock.reach(500, 500)
+    clock.observe(2_000, 1_000)  # offset jumps from 0 to 1000
+    assert clock.now(1_200) == 500
+    assert clock.now(2_000) == 1_000
+
+
+def test_to_wall_inverts_now_and_reports_reached_instants_at_their_wall_time() -> None:
+    """A future device instant maps to wall = t + offset; a reached one to when it was reached."""
+    clock = DeviceClock(trust=False, window_ms=60_000)
+    clock.observe(1_050, 1_000)
+    clock.reach(1_000, 1_050)
+    assert clock.to_wall(1_200) == 1_250
+    assert clock.to_wall(1_000) == 1_050
+    assert clock.to_wall(900) == 1_050
