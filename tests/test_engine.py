@@ -211,7 +211,7 @@ def test_idle_streams_expire_after_their_audio_and_the_timeout() -> None:
 
 
 def test_end_removes_at_once_and_late_chunks_do_not_resurrect() -> None:
-    """`end` removes the stream; a late redelivered chunk of it is a duplicate, seq 0 starts anew."""
+    """`end` removes a stream; its late chunks are duplicates; seq 0 starts it anew."""
     rig = Rig()
     rig.send(0, chunk("s", 0, 0, 500))
     rig.send(10, EndEvent(type="end", stream="s", t_ms=10, reason="cancelled"))
