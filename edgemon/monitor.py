@@ -26,13 +26,15 @@ APPLIED = frozenset({"accepted", "gap"})
 class Monitor:
     """Routes messages to the engine and keeps the per-result counts."""
 
-    __slots__ = ("engine", "messages", "results", "topics")
+    __slots__ = ("engine", "events", "messages", "results", "topics")
 
     def __init__(self, config: EngineConfig, *, sample_every_ms: float | None = None) -> None:
         self.engine = Engine(config, sample_every_ms=sample_every_ms)
         self.topics = Topics(config.topic_prefix)
         self.results: Counter[str] = Counter()
         self.messages = 0
+        #: Events applied (engine objects are messages, not events).
+        self.events = 0
 
     def receive(self, topic: str, payload: bytes, recv_ms: float, out: list[Output]) -> None:
         """Take one MQTT message received at wall time `recv_ms`."""
@@ -74,6 +76,8 @@ class Monitor:
         if events:
             results = self.engine.apply(device, events, recv_ms, out)
             for event, result in zip(events, results, strict=True):
+                if result in APPLIED:
+                    self.events += 1
                 self._count(result, recv_ms, topic, device, out, event)
 
     def advance(self, wall_ms: float, out: list[Output]) -> None:

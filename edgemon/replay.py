@@ -17,7 +17,7 @@ from edgemon.engine.outputs import (
     ThrottleChanged,
     UnderrunBegan,
 )
-from edgemon.monitor import APPLIED, Monitor
+from edgemon.monitor import Monitor
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -51,7 +51,7 @@ def replay(
     yield {
         "kind": "summary",
         "messages": monitor.messages,
-        "events": sum(monitor.results[result] for result in APPLIED),
+        "events": monitor.events,
         "rejected": rejected,
         "streams": sum(d.stats.streams_started for d in devices),
         "underruns": sum(d.stats.underruns for d in devices),

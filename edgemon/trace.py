@@ -58,30 +58,39 @@ def _record(line: str) -> TraceRecord:
         obj = json.loads(line)
     except ValueError as exc:
         raise TraceError(f"not JSON ({exc})") from None
+    except RecursionError:
+        raise TraceError("not JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise TraceError("a record must be a JSON object")
-    recv_ms = obj.get("recv_ms")
-    if (
-        isinstance(recv_ms, bool)
-        or not isinstance(recv_ms, int | float)
-        or not math.isfinite(recv_ms)
-    ):
-        raise TraceError("recv_ms must be a finite number")
     topic = obj.get("topic")
     if not isinstance(topic, str):
         raise TraceError("topic must be a string")
+    return TraceRecord(_recv_ms(obj.get("recv_ms")), topic, _payload(obj))
+
+
+def _recv_ms(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceError("recv_ms must be a finite number")
+    try:
+        recv_ms = float(value)
+    except OverflowError:  # an integer beyond the float range
+        recv_ms = math.inf
+    if not math.isfinite(recv_ms):
+        raise TraceError("recv_ms must be a finite number")
+    return recv_ms
+
+
+def _payload(obj: dict[str, object]) -> bytes:
     text, b64 = obj.get("payload"), obj.get("payload_b64")
     if (text is None) == (b64 is None):
         raise TraceError("exactly one of payload and payload_b64 is required")
     if text is not None:
         if not isinstance(text, str):
             raise TraceError("payload must be a string")
-        payload = text.encode("utf-8", errors="surrogatepass")
-    else:
-        if not isinstance(b64, str):
-            raise TraceError("payload_b64 must be a string")
-        try:
-            payload = base64.b64decode(b64, validate=True)
-        except binascii.Error as exc:
-            raise TraceError(f"payload_b64 is not base64 ({exc})") from None
-    return TraceRecord(float(recv_ms), topic, payload)
+        return text.encode("utf-8", errors="surrogatepass")
+    if not isinstance(b64, str):
+        raise TraceError("payload_b64 must be a string")
+    try:
+        return base64.b64decode(b64, validate=True)
+    except binascii.Error as exc:
+        raise TraceError(f"payload_b64 is not base64 ({exc})") from None

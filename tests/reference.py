@@ -211,7 +211,10 @@ class Reference:
                 lag.setdefault(device, recv - body["t_ms"])
             at = recv - lag[device]
             if at < body["t_ms"]:
-                raise UnsupportedTraceError("a device's first event must have its smallest lag")
+                raise UnsupportedTraceError(
+                    "event applied before its t_ms: with the estimate clock a device's "
+                    "first event must have its smallest lag"
+                )
             self._events.setdefault(device, []).append(Received(recv, at, body))
         if events and events[-1][0] - events[0][0] >= self.policy.clock_window_ms:
             raise UnsupportedTraceError("trace longer than the clock window")
@@ -448,7 +451,7 @@ class Reference:
                         "slack_ms": slack_of(v, s),
                         "eta_ms": eta_of(v, s),
                         "headroom_ms": headroom_of(v, s),
-                        "at_risk": at_risk_after(v, s),
+                        "at_risk": headroom_of(v, s) < v.margin,  # SPEC §2.4, at s
                         "margin": v.margin,
                     }
                 k += 1

@@ -17,17 +17,37 @@ from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
 
-from edgemon.engine.config import DeviceOverride, EngineConfig, PlayerModel, SlackPolicy
+from edgemon.engine.config import (
+    ClockMode,
+    DeviceOverride,
+    EngineConfig,
+    PlayerModel,
+    SlackPolicy,
+)
 
 if TYPE_CHECKING:
-    from edgemon.trace import TraceRecord
+    from reference import TraceEvent
 
-    from .reference import TraceEvent
+    from edgemon.trace import TraceRecord
 
 PLAYERS: tuple[PlayerModel, ...] = ("conceal", "rebuffer")
 REASONS = ("completed", "cancelled", "error")
 DEVICE_NAMES = ("d0", "edge-1.a", "d_2")
 MAX_JITTER_MS = 100
+# Round values make exact ties (headroom equal to margin or margin + hysteresis) likely.
+ROUND_AUDIO = st.sampled_from((50, 100, 200))
+ROUND_MARGIN = st.sampled_from((0, 50, 80, 100))
+ROUND_STEP = st.sampled_from((0, 50, 100))
+
+
+def hysteresis() -> st.SearchStrategy[int]:
+    """A hysteresis, often a round one."""
+    return st.sampled_from((0, 20, 50)) | st.integers(0, 60)
+
+
+def min_on() -> st.SearchStrategy[int]:
+    """A minimum ON time, often a round one."""
+    return st.sampled_from((0, 50, 100, 250)) | st.integers(0, 400)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +131,7 @@ def _stream(
             start["play_start_ms"] = play_start
             play_start = None
         if draw(st.integers(0, 2)) == 0:
-            start["margin_ms"] = draw(st.integers(0, 200))
+            start["margin_ms"] = draw(ROUND_MARGIN | st.integers(0, 200))
         out.append(_Pending(begin, start))
     t = first_t
     seq = 0
@@ -119,18 +139,18 @@ def _stream(
     sent: list[dict[str, Any]] = []
     for i in range(n_chunks):
         if i > 0:
-            t = max(0, t + draw(st.sampled_from((0, 0, 30)) | st.integers(0 if in_order else -50, 250)))
+            t = max(0, t + draw(ROUND_STEP | st.integers(0 if in_order else -50, 250)))
         gap = i > 0 and draw(st.integers(0, 5)) == 0
         if gap:
             skipped = draw(st.integers(1, 2))
             true_total += sum(draw(st.integers(1, 400)) for _ in range(skipped))
             seq += skipped
-        audio = draw(st.integers(1, 400))
+        audio = draw(ROUND_AUDIO | st.integers(1, 400))
         true_total += audio
         body: dict[str, Any] = {"type": "chunk", "stream": sid, "t_ms": t, "seq": seq}
         body["audio_ms"] = audio
         if eta_always or draw(st.booleans()):
-            body["eta_ms"] = draw(st.sampled_from((0, 0, 100)) | st.integers(0, 500))
+            body["eta_ms"] = draw(st.sampled_from((0, 100, 200)) | st.integers(0, 500))
         if gap and draw(st.booleans()):
             body["audio_total_ms"] = true_total
         if i == 0 and play_start is not None:
@@ -169,12 +189,12 @@ def scenarios(
     player: PlayerModel | None = None,
 ) -> Scenario:
     """A whole trace with its configuration (see the module docstring)."""
-    clock = draw(st.sampled_from(("estimate", "trust")))
+    clock: ClockMode = draw(st.sampled_from(("estimate", "trust")))
     slack = SlackPolicy(
         player=draw(st.sampled_from(PLAYERS)) if player is None else player,
-        default_margin_ms=draw(st.sampled_from((0, 80)) | st.integers(0, 150)),
-        hysteresis_ms=draw(st.integers(0, 60)) if hysteresis_ms is None else hysteresis_ms,
-        min_on_ms=draw(st.integers(0, 400)) if min_on_ms is None else min_on_ms,
+        default_margin_ms=draw(ROUND_MARGIN | st.integers(0, 150)),
+        hysteresis_ms=draw(hysteresis()) if hysteresis_ms is None else hysteresis_ms,
+        min_on_ms=draw(min_on()) if min_on_ms is None else min_on_ms,
         default_chunk_gap_ms=draw(st.sampled_from((200, 1)) | st.integers(1, 300)),
         stream_idle_timeout_ms=draw(st.integers(700, 1500)),
         clock=clock,
@@ -186,7 +206,7 @@ def scenarios(
         override = DeviceOverride()
         if draw(st.integers(0, 3)) == 0:
             override = DeviceOverride(
-                margin_ms=draw(st.none() | st.integers(0, 150)),
+                margin_ms=draw(st.none() | ROUND_MARGIN | st.integers(0, 150)),
                 player=None if player is not None else draw(st.none() | st.sampled_from(PLAYERS)),
             )
             overrides[device] = override

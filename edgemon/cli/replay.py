@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -42,8 +43,8 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay the trace and print one JSON object per line."""
-    if args.sample_ms < 0:
-        raise UsageError("--sample-ms must be ≥ 0")
+    if not (args.sample_ms == 0 or 1 <= args.sample_ms <= 3_600_000):
+        raise UsageError("--sample-ms must be 0 (no samples) or from 1 to 3600000")
     flags = {
         key: value
         for key, value in (
@@ -73,15 +74,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _records(path: Path) -> Iterator[Any]:
-    if str(path) == "-":
-        yield from read_records(sys.stdin, name="<stdin>")
-        return
+    name = "<stdin>" if str(path) == "-" else str(path)
     try:
+        if str(path) == "-":
+            # The bytes, not the locale's reading of them: a trace is UTF-8 wherever it comes from.
+            stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict")
+            yield from read_records(stdin, name=name)
+            return
         with path.open(encoding="utf-8", errors="strict") as file:
-            yield from read_records(file, name=str(path))
+            yield from read_records(file, name=name)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise UsageError(f"{name}: not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise UsageError(f"{path}: {exc.strerror}") from None

@@ -274,29 +274,15 @@ class Device:
         elif now >= stream.expires_at(self.config.slack.stream_idle_timeout_ms):
             self._remove(stream, "expired", now, out)
             return
-        self._refresh(stream, now, out)
+        self._refresh(stream, now, out, timer=True)
 
-    def _refresh(self, stream: Stream, now: float, out: list[Output]) -> None:
+    def _refresh(
+        self, stream: Stream, now: float, out: list[Output], *, timer: bool = False
+    ) -> None:
         """Bring a stream's underrun state and flags to `now`, and (re)arm its timer."""
         phase = stream.phase
         if phase is Phase.LIVE:
-            empties = stream.start + stream.buffered
-            risk, unsafe, due = stream.flags_at(now, self.config.slack.hysteresis_ms)
-            if risk != stream.risk or unsafe != stream.unsafe:
-                self._set_flags(stream, risk=risk, unsafe=unsafe)
-            if stream.underrun_since is None and empties > now:
-                # Expiry comes an idle timeout after the buffer empties: never first here.
-                if empties < due:
-                    due = empties
-            else:
-                if stream.underrun_since is None:
-                    stream.underrun_since = now
-                    stream.underruns += 1
-                    self.stats.underruns += 1
-                    out.append(UnderrunBegan(self.id, stream.id, now))
-                expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
-                if expiry < due:
-                    due = expiry
+            due = self._live_due(stream, now, out, timer=timer)
         elif phase is Phase.WAITING:
             due = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         else:
@@ -308,6 +294,30 @@ class Device:
             # The entry at the old instant goes stale and is skipped when it comes up.
             stream.due = due
             self._push(due, 0, stream)
+
+    def _live_due(self, stream: Stream, now: float, out: list[Output], *, timer: bool) -> float:
+        """Update a live stream's flags and underrun at `now`; return its next instant."""
+        empties = stream.start + stream.buffered
+        risk, unsafe, due = stream.flags_at(now, self.config.slack.hysteresis_ms)
+        if risk != stream.risk or unsafe != stream.unsafe:
+            self._set_flags(stream, risk=risk, unsafe=unsafe)
+        if stream.underrun_since is None and empties > now:
+            # Expiry comes an idle timeout after the buffer empties: never first here.
+            return empties if empties < due else due
+        if stream.underrun_since is None:
+            if not timer:
+                # Empty after a message: judged with this instant's timers, after every
+                # message of the instant (a later one may refill the buffer).
+                return now
+            self._begin_underrun(stream, now, out)
+        expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
+        return expiry if expiry < due else due
+
+    def _begin_underrun(self, stream: Stream, now: float, out: list[Output]) -> None:
+        stream.underrun_since = now
+        stream.underruns += 1
+        self.stats.underruns += 1
+        out.append(UnderrunBegan(self.id, stream.id, now))
 
     def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None:
         if risk != stream.risk:
@@ -477,5 +487,7 @@ class Device:
                 )
             )
         if self.live and self.sample_every_ms is not None:
-            self._sample_due = now + self.sample_every_ms
+            due = now + self.sample_every_ms
+            # A period below the float resolution at `now` must still move time on.
+            self._sample_due = due if due > now else math.nextafter(now, INF)
             self._push(self._sample_due, 1, _SAMPLE)

@@ -79,7 +79,8 @@ def parse_json(payload: bytes, *, max_bytes: int) -> Any | Problem:
     if len(payload) > max_bytes:
         return Problem("oversized", f"payload of {len(payload)} bytes > {max_bytes}")
     try:
-        return json.loads(payload)
+        # Decoded first: SPEC §1 payloads are UTF-8, and json.loads(bytes) would guess UTF-16/32.
+        return json.loads(payload.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
         # UnicodeDecodeError is a ValueError; RecursionError is deeply nested JSON.
         return Problem("invalid_json", _first_line(str(exc) or type(exc).__name__))

@@ -1,0 +1,244 @@
+"""The HTTP endpoint of SPEC §5: metrics, health, readiness and a JSON view of the streams.
+
+| path | answer |
+|---|---|
+| `/metrics` | the registry, in the Prometheus text format or OpenMetrics (by `Accept`) |
+| `/healthz` | 200 `ok` while the event loop answers |
+| `/readyz` | 200 once connected to the broker and subscribed, else 503 with the reason |
+| `/api/v1/streams` | devices and their streams at each device's current time (`streams_view`) |
+
+With `basic_auth`, every path but `/healthz` needs the credentials: a liveness probe carries
+none and learns nothing from `ok`, while readiness says whether the broker is reachable.
+
+Everything runs on the event loop thread, which owns the engine: a scrape reads the engine
+in place, between two messages, so it never sees half an update.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hmac
+import json
+import math
+import ssl
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import hdrs, web
+from prometheus_client.exposition import choose_encoder
+
+from edgemon.engine.stream import Phase
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from os import PathLike
+
+    from aiohttp.typedefs import Handler, Middleware
+    from prometheus_client import CollectorRegistry
+
+    from edgemon.adapters.state import ConnectionState
+    from edgemon.engine.device import Device
+    from edgemon.engine.stream import Stream
+    from edgemon.monitor import Monitor
+    from edgemon.settings import HttpSettings
+
+__all__ = [
+    "basic_auth_from_settings",
+    "create_app",
+    "serve",
+    "ssl_context_from_files",
+    "streams_view",
+]
+
+#: Paths answered without credentials.
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+def create_app(
+    *,
+    registry: CollectorRegistry,
+    monitor: Monitor,
+    connection: ConnectionState,
+    wall_clock: Callable[[], float],
+    basic_auth: tuple[str, str] | None = None,
+) -> web.Application:
+    """The application; `wall_clock` is edgemon's wall time in ms, `basic_auth` (user, password)."""
+    middlewares = [] if basic_auth is None else [_basic_auth(*basic_auth)]
+    app = web.Application(middlewares=middlewares)
+    views = _Views(registry, monitor, connection, wall_clock)
+    app.router.add_get("/metrics", views.metrics)
+    app.router.add_get("/healthz", views.healthz)
+    app.router.add_get("/readyz", views.readyz)
+    app.router.add_get("/api/v1/streams", views.streams)
+    return app
+
+
+class _Views:
+    __slots__ = ("_connection", "_monitor", "_registry", "_wall_clock")
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        monitor: Monitor,
+        connection: ConnectionState,
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self._registry = registry
+        self._monitor = monitor
+        self._connection = connection
+        self._wall_clock = wall_clock
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(",".join(request.headers.getall(hdrs.ACCEPT, [])))
+        response = web.Response(
+            body=encoder(self._registry), headers={hdrs.CONTENT_TYPE: content_type}
+        )
+        response.enable_compression()  # only if the client accepts an encoding
+        return response
+
+    async def healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(self, _request: web.Request) -> web.Response:
+        connection = self._connection
+        if not connection.connected:
+            return web.Response(status=503, text="not ready: not connected to the MQTT broker\n")
+        if not connection.subscribed:
+            return web.Response(status=503, text="not ready: subscriptions not acknowledged\n")
+        return web.Response(text="ready\n")
+
+    async def streams(self, _request: web.Request) -> web.Response:
+        view = streams_view(self._monitor, self._wall_clock())
+        return web.json_response(view, dumps=_dumps)
+
+
+_dumps = functools.partial(json.dumps, allow_nan=False, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------- /api/v1/streams
+def _finite(value: float) -> float | None:
+    """JSON has no infinities: an instant or amount that is not known is null."""
+    return value if math.isfinite(value) else None
+
+
+def streams_view(monitor: Monitor, wall_ms: float) -> dict[str, Any]:
+    """Every device and its streams, evaluated at each device's clock at wall time `wall_ms`.
+
+    Times are milliseconds on the device's clock. Streams are listed live first, lowest
+    headroom first, then waiting and draining ones by id. Values that a phase does not have
+    (slack before the first chunk, ETA and headroom once the final chunk is in) are null.
+    """
+    devices = sorted(monitor.engine.devices(), key=lambda device: device.id)
+    return {"wall_ms": wall_ms, "devices": [_device_view(d, d.clock.now(wall_ms)) for d in devices]}
+
+
+def _device_view(device: Device, now: float) -> dict[str, Any]:
+    streams = [_stream_view(stream, now) for stream in device.streams.values()]
+    streams.sort(key=lambda s: (s["headroom_ms"] is None, s["headroom_ms"] or 0.0, s["stream"]))
+    live = [s["headroom_ms"] for s in streams if s["headroom_ms"] is not None]
+    return {
+        "device": device.id,
+        "t_ms": _finite(now),
+        "throttle": device.throttle_on,
+        "throttle_since_ms": device.throttle_since if device.throttle_on else None,
+        "margin_ms": device.margin,
+        "clock_offset_ms": device.clock.offset_ms,
+        "last_message_wall_ms": device.last_message_wall_ms,
+        "streams_at_risk": sum(1 for s in streams if s["at_risk"]),
+        "min_headroom_ms": min(live, default=None),
+        "streams": streams,
+    }
+
+
+def _stream_view(stream: Stream, now: float) -> dict[str, Any]:
+    phase = stream.phase
+    head = stream.headroom_at(now) if phase is Phase.LIVE else None
+    return {
+        "stream": stream.id,
+        "phase": phase.value,
+        "slack_ms": None if phase is Phase.WAITING else _finite(stream.slack_at(now)),
+        "eta_ms": _finite(stream.eta_at(now)) if phase is Phase.LIVE else None,
+        "headroom_ms": None if head is None else _finite(head),
+        "at_risk": head is not None and head < stream.margin,
+        "margin_ms": stream.margin,
+        "chunks": stream.chunks,
+        "underruns": stream.underruns,
+        "in_underrun": stream.underrun_since is not None,
+    }
+
+
+# ---------------------------------------------------------------------- basic auth
+def _basic_auth(user: str, password: str) -> Middleware:
+    """A middleware that lets through requests with these credentials (and `OPEN_PATHS`)."""
+    expected_user = user.encode()
+    expected_password = password.encode()
+    challenge = {hdrs.WWW_AUTHENTICATE: 'Basic realm="edgemon", charset="UTF-8"'}
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS or _credentials_match(
+            request.headers.get(hdrs.AUTHORIZATION, ""), expected_user, expected_password
+        ):
+            return await handler(request)
+        raise web.HTTPUnauthorized(headers=challenge, text="unauthorized\n")
+
+    return middleware
+
+
+def _credentials_match(header: str, user: bytes, password: bytes) -> bool:
+    """Whether an `Authorization` header carries `user:password`, compared in constant time."""
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except ValueError:  # binascii.Error, or non-ASCII text
+        return False
+    given_user, colon, given_password = decoded.partition(b":")
+    user_ok = hmac.compare_digest(given_user, user)
+    password_ok = hmac.compare_digest(given_password, password)
+    return bool(colon) and user_ok and password_ok
+
+
+def basic_auth_from_settings(settings: HttpSettings) -> tuple[str, str] | None:
+    """`(user, password)` from `[http]`, reading the password file now; None without auth."""
+    password = settings.resolve_basic_auth_password()
+    if settings.basic_auth_user is None or password is None:
+        return None
+    return settings.basic_auth_user, password.get_secret_value()
+
+
+# ---------------------------------------------------------------------- serving
+def ssl_context_from_files(
+    cert_file: str | PathLike[str], key_file: str | PathLike[str]
+) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2 or later) with this certificate chain and key."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile=cert_file, keyfile=key_file)
+    return context
+
+
+@asynccontextmanager
+async def serve(
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    shutdown_timeout: float = 5.0,
+) -> AsyncIterator[int]:
+    """Serve `app` on `host:port` and yield the port bound (port 0 picks a free one).
+
+    On exit, stops listening, gives requests in progress `shutdown_timeout` seconds, and
+    closes every connection. No access log: scrapes every few seconds are not news.
+    """
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+        await site.start()
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,332 @@
+"""The metrics of SPEC §5, read from the engine at scrape time (no stale series).
+
+`EdgemonCollector` keeps no metric objects of its own: each scrape builds the families from
+the engine's state at the current wall clock, mapped to each device's clock, so time-dependent
+gauges (slack, headroom, at-risk) are right at the scrape instant and a stream's series
+disappears with the stream. The engine counts in milliseconds; everything here is exported in
+seconds.
+
+One caveat comes from the exposition formats: `edgemon_slack_at_arrival_seconds` has negative
+bucket bounds (slack below zero is an underrun), and a histogram whose observations can be
+negative has no `_sum` (it would not be monotonic) and so, per OpenMetrics, no `_count`
+either; prometheus_client drops both. Its `le="+Inf"` bucket is the count.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from edgemon.adapters.state import ConnectionState
+from edgemon.engine.stats import FINISH_REASONS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from prometheus_client.metrics_core import Metric
+
+    from edgemon.engine.device import Device
+    from edgemon.engine.histogram import Histogram
+    from edgemon.engine.stream import Stream
+    from edgemon.monitor import Monitor
+
+__all__ = ["ConnectionState", "EdgemonCollector", "build_registry"]
+
+_MS = 1000.0
+_INF = float("inf")
+
+#: `edgemon_messages_total{result}` series exported from the start, at 0 until counted, so
+#: alerts on `increase(...)` work from the first scrape. Other results appear when counted.
+KNOWN_RESULTS = (
+    "accepted",
+    "gap",
+    "duplicate",
+    "after_final",
+    "unknown_stream",
+    "invalid_json",
+    "invalid_event",
+    "oversized",
+    "unknown_topic",
+    "device_limit",
+    "stream_limit",
+)
+#: Every value of `edgemon_streams_finished_total{reason}` (`fold_reason` bounds them).
+FINISHED_REASONS = (*sorted(FINISH_REASONS), "other")
+
+
+class _Families:
+    """One scrape's metric families; iterating yields those with samples, in creation order."""
+
+    __slots__ = (
+        "_all",
+        "audio",
+        "chunk_gap",
+        "chunks",
+        "clock_offset",
+        "engagements",
+        "finished",
+        "headroom_min",
+        "kv_admission_ok",
+        "kv_bytes_per_token",
+        "kv_max_num_seqs",
+        "kv_max_seqs",
+        "last_event",
+        "margin",
+        "slack_at_arrival",
+        "slack_min",
+        "started",
+        "stream_headroom",
+        "stream_slack",
+        "streams_active",
+        "streams_at_risk",
+        "throttle_active",
+        "throttle_seconds",
+        "time_to_first_audio",
+        "underrun_seconds",
+        "underruns",
+    )
+
+    def __init__(self, *, per_stream: bool) -> None:
+        dev = ("device",)
+        self._all: list[Metric] = []
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = dev) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(f"edgemon_{name}", doc, labels=labels)
+            self._all.append(family)
+            return family
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = dev) -> CounterMetricFamily:
+            family = CounterMetricFamily(f"edgemon_{name}", doc, labels=labels)
+            self._all.append(family)
+            return family
+
+        def histogram(name: str, doc: str) -> HistogramMetricFamily:
+            family = HistogramMetricFamily(f"edgemon_{name}", doc, labels=dev)
+            self._all.append(family)
+            return family
+
+        self.streams_active = gauge("streams_active", "Streams tracked now.")
+        self.streams_at_risk = gauge("streams_at_risk", "Live streams with headroom < margin.")
+        self.slack_min = gauge(
+            "playback_slack_min_seconds", "Lowest playback slack among live streams."
+        )
+        self.headroom_min = gauge("headroom_min_seconds", "Lowest headroom among live streams.")
+        self.margin = gauge("margin_seconds", "The device's safety margin.")
+        self.throttle_active = gauge("throttle_active", "1 while the device is throttled.")
+        self.clock_offset = gauge(
+            "device_clock_offset_seconds", "Wall clock minus the device's clock (estimated)."
+        )
+        self.last_event = gauge(
+            "device_last_event_timestamp_seconds", "Wall time of the device's last message."
+        )
+        self.kv_bytes_per_token = gauge("kv_bytes_per_token", "KV cache bytes per token.")
+        self.kv_max_seqs = gauge(
+            "kv_max_seqs_without_preemption", "Full-length sequences the KV cache holds."
+        )
+        self.kv_max_num_seqs = gauge("kv_max_num_seqs", "The engine's max_num_seqs.")
+        self.kv_admission_ok = gauge(
+            "kv_admission_ok", "1 if max_num_seqs full-length sequences fit in the KV cache."
+        )
+        self.engagements = counter("throttle_engagements_total", "Throttle OFF→ON changes.")
+        self.throttle_seconds = counter("throttle_seconds_total", "Time spent throttled.")
+        self.underruns = counter("underruns_total", "Underruns begun.")
+        self.underrun_seconds = counter("underrun_seconds_total", "Time spent in underrun.")
+        self.chunks = counter("chunks_total", "Chunks applied.")
+        self.audio = counter("audio_seconds_total", "Audio received.")
+        self.started = counter("streams_started_total", "Streams begun.")
+        self.finished = counter(
+            "streams_finished_total", "Streams removed, by reason.", ("device", "reason")
+        )
+        self.slack_at_arrival = histogram(
+            "slack_at_arrival_seconds", "Slack just before each chunk's audio is added."
+        )
+        self.chunk_gap = histogram(
+            "chunk_gap_seconds", "Time between consecutive chunks of a stream."
+        )
+        self.time_to_first_audio = histogram(
+            "time_to_first_audio_seconds", "Start event to first chunk."
+        )
+        per = ("device", "stream")
+        self.stream_slack = (
+            gauge("stream_playback_slack_seconds", "Playback slack of a live stream.", per)
+            if per_stream
+            else None
+        )
+        self.stream_headroom = (
+            gauge("stream_headroom_seconds", "Headroom of a live stream.", per)
+            if per_stream
+            else None
+        )
+
+    def __iter__(self) -> Iterator[Metric]:
+        return (family for family in self._all if family.samples)
+
+    def declared(self) -> Iterator[Metric]:
+        """Every family, sampled or not (for `describe`)."""
+        return iter(self._all)
+
+
+def _by_headroom(device: Device, now: float) -> list[tuple[float, Stream]]:
+    """The device's live streams with their headroom at `now`, lowest first (ties by id)."""
+    ranked = [(stream.headroom_at(now), stream) for stream in device.live_streams()]
+    ranked.sort(key=lambda pair: (pair[0], pair[1].id))
+    return ranked
+
+
+def _histogram(family: HistogramMetricFamily, device: str, histogram: Histogram) -> None:
+    buckets = [
+        ("+Inf" if le == _INF else repr(le / _MS), float(n)) for le, n in histogram.cumulative()
+    ]
+    family.add_metric([device], buckets, histogram.total / _MS)
+
+
+class EdgemonCollector:
+    """A prometheus_client collector over a `Monitor`, evaluated at each scrape.
+
+    `wall_clock` returns edgemon's wall time in milliseconds (the clock the monitor is fed
+    with); `connection` is updated by the MQTT adapter; `per_stream_series` caps the opt-in
+    per-stream gauges per device (lowest headroom first; 0 turns them off).
+    """
+
+    __slots__ = ("_connection", "_high_water", "_monitor", "_per_stream", "_wall_clock")
+
+    def __init__(
+        self,
+        monitor: Monitor,
+        *,
+        wall_clock: Callable[[], float],
+        connection: ConnectionState,
+        per_stream_series: int,
+    ) -> None:
+        self._monitor = monitor
+        self._wall_clock = wall_clock
+        self._connection = connection
+        self._per_stream = max(0, per_stream_series)
+        #: Per device, the highest throttle and underrun seconds exported: counters that
+        #: include an ongoing period must not step back when the period's end is settled.
+        self._high_water: dict[str, tuple[float, float]] = {}
+
+    def describe(self) -> Iterator[Metric]:
+        """The families this collector exposes (lets the registry detect name clashes)."""
+        yield from _Families(per_stream=self._per_stream > 0).declared()
+        yield from self._global_families()
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family, computed now."""
+        wall_ms = self._wall_clock()
+        families = _Families(per_stream=self._per_stream > 0)
+        for device in self._monitor.engine.devices():
+            self._add_device(families, device, device.clock.now(wall_ms))
+        yield from families
+        messages, connected, reconnects = self._global_families()
+        results = self._monitor.results
+        for result in (*KNOWN_RESULTS, *sorted(results.keys() - set(KNOWN_RESULTS))):
+            messages.add_metric([result], results[result])
+        connection = self._connection
+        connected.add_metric([], 1.0 if connection.connected else 0.0)
+        reconnects.add_metric([], connection.reconnects)
+        yield messages
+        yield connected
+        yield reconnects
+
+    @staticmethod
+    def _global_families() -> tuple[CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+        return (
+            CounterMetricFamily(
+                "edgemon_messages_total", "Messages and events, by result.", labels=["result"]
+            ),
+            GaugeMetricFamily("edgemon_mqtt_connected", "1 while connected to the broker."),
+            CounterMetricFamily("edgemon_mqtt_reconnects_total", "Broker sessions re-established."),
+        )
+
+    def _add_device(self, f: _Families, device: Device, now: float) -> None:
+        labels = [device.id]
+        stats = device.stats
+        ranked = _by_headroom(device, now)
+        f.streams_active.add_metric(labels, len(device.streams))
+        f.streams_at_risk.add_metric(labels, sum(1 for h, s in ranked if h < s.margin))
+        if ranked:
+            f.headroom_min.add_metric(labels, ranked[0][0] / _MS)
+            f.slack_min.add_metric(labels, min(s.slack_at(now) for _, s in ranked) / _MS)
+        if f.stream_slack is not None and f.stream_headroom is not None:
+            for head, stream in ranked[: self._per_stream]:
+                f.stream_slack.add_metric([device.id, stream.id], stream.slack_at(now) / _MS)
+                f.stream_headroom.add_metric([device.id, stream.id], head / _MS)
+        f.margin.add_metric(labels, device.margin / _MS)
+        f.throttle_active.add_metric(labels, 1.0 if device.throttle_on else 0.0)
+        f.clock_offset.add_metric(labels, device.clock.offset_ms / _MS)
+        f.last_event.add_metric(labels, device.last_message_wall_ms / _MS)
+        self._add_kv(f, device)
+
+        throttle_ms = stats.throttle_ms
+        if device.throttle_on:
+            throttle_ms += max(0.0, now - device.throttle_since)
+        underrun_ms = stats.underrun_ms
+        for stream in device.streams.values():
+            if stream.underrun_since is not None:
+                underrun_ms += max(0.0, now - stream.underrun_since)
+        last_throttle, last_underrun = self._high_water.get(device.id, (0.0, 0.0))
+        throttle_s = max(last_throttle, throttle_ms / _MS)
+        underrun_s = max(last_underrun, underrun_ms / _MS)
+        self._high_water[device.id] = (throttle_s, underrun_s)
+
+        f.engagements.add_metric(labels, stats.throttle_engagements)
+        f.throttle_seconds.add_metric(labels, throttle_s)
+        f.underruns.add_metric(labels, stats.underruns)
+        f.underrun_seconds.add_metric(labels, underrun_s)
+        f.chunks.add_metric(labels, stats.chunks)
+        f.audio.add_metric(labels, stats.audio_ms / _MS)
+        f.started.add_metric(labels, stats.streams_started)
+        finished = stats.finished
+        for reason in FINISHED_REASONS:
+            f.finished.add_metric([device.id, reason], finished[reason])
+        _histogram(f.slack_at_arrival, device.id, stats.slack_at_arrival)
+        _histogram(f.chunk_gap, device.id, stats.chunk_gap)
+        _histogram(f.time_to_first_audio, device.id, stats.time_to_first_audio)
+
+    @staticmethod
+    def _add_kv(f: _Families, device: Device) -> None:
+        info = device.engine_info
+        kv = None if info is None else info.kv
+        if kv is None:
+            return
+        labels = [device.id]
+        f.kv_bytes_per_token.add_metric(labels, kv.bytes_per_token)
+        f.kv_max_seqs.add_metric(labels, kv.max_seqs_without_preemption)
+        if kv.max_num_seqs is not None:
+            f.kv_max_num_seqs.add_metric(labels, kv.max_num_seqs)
+        if kv.admission_ok is not None:
+            f.kv_admission_ok.add_metric(labels, 1.0 if kv.admission_ok else 0.0)
+
+
+def build_registry(
+    monitor: Monitor,
+    *,
+    wall_clock: Callable[[], float],
+    connection: ConnectionState,
+    per_stream_series: int,
+    version: str,
+) -> CollectorRegistry:
+    """A new registry (never the global one) with edgemon's, build and process metrics."""
+    registry = CollectorRegistry()
+    registry.register(
+        EdgemonCollector(
+            monitor,
+            wall_clock=wall_clock,
+            connection=connection,
+            per_stream_series=per_stream_series,
+        )
+    )
+    Info("edgemon_build", "edgemon's version.", registry=registry).info({"version": version})
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)  # registers nothing where the interpreter has no gc stats
+    return registry

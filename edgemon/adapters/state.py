@@ -1,0 +1,22 @@
+"""The broker connection state, written by the MQTT adapter, read by metrics and `/readyz`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class ConnectionState:
+    """What the MQTT adapter knows about its broker session (mutable, one per daemon)."""
+
+    #: A session with the broker is up.
+    connected: bool = False
+    #: The subscriptions of this session were acknowledged (edgemon is ready).
+    subscribed: bool = False
+    #: Sessions re-established after a lost one (the first connect does not count).
+    reconnects: int = 0
+
+    @property
+    def ready(self) -> bool:
+        """Connected and subscribed: messages flow."""
+        return self.connected and self.subscribed

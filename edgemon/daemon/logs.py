@@ -1,0 +1,94 @@
+"""Logging: structlog configured once from `[log]`, and a rate limiter for bad input.
+
+JSON lines when stdout is not a terminal (journald collects them), a readable console
+otherwise. Rejected messages are logged at most once per second per (device, reason), with
+the number suppressed since the last line, so a misbehaving device cannot flood the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+import structlog
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from edgemon.engine.outputs import Rejected
+    from edgemon.settings import LogSettings
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+_LEVELS["error"] = logging.ERROR
+
+
+def configure_logging(settings: LogSettings, *, stream: TextIO | None = None) -> None:
+    """Set structlog up for the daemon; `stream` defaults to stdout (read now, not at import)."""
+    out = sys.stdout if stream is None else stream
+    use_json = settings.format == "json" or (settings.format == "auto" and not out.isatty())
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[settings.level]),
+        logger_factory=structlog.PrintLoggerFactory(out),
+        cache_logger_on_first_use=False,
+    )
+
+
+class RejectionLog:
+    """Logs a rejected message at most once per `interval_ms` per (device, reason)."""
+
+    __slots__ = ("_interval_ms", "_last", "_log", "_max_keys", "_now_ms", "_suppressed")
+
+    def __init__(
+        self,
+        log: Any,
+        *,
+        now_ms: Callable[[], float],
+        interval_ms: float = 1000.0,
+        max_keys: int = 10_000,
+    ) -> None:
+        self._log = log
+        self._now_ms = now_ms
+        self._interval_ms = interval_ms
+        self._last: dict[tuple[str | None, str], float] = {}
+        self._suppressed: dict[tuple[str | None, str], int] = {}
+        self._max_keys = max_keys
+
+    def __call__(self, rejected: Rejected) -> None:
+        """Log `rejected` now, or count it as suppressed."""
+        key = (rejected.device, rejected.reason)
+        now = self._now_ms()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval_ms:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return
+        if last is None and len(self._last) >= self._max_keys:
+            self._forget(now)
+        self._last[key] = now
+        self._log.warning(
+            "message_rejected",
+            device=rejected.device,
+            reason=rejected.reason,
+            detail=rejected.detail,
+            topic=rejected.topic,
+            suppressed=self._suppressed.pop(key, 0),
+        )
+
+    def _forget(self, now: float) -> None:
+        """Drop keys idle for longer than the interval, so memory stays bounded."""
+        stale = [key for key, when in self._last.items() if now - when >= self._interval_ms]
+        for key in stale or list(self._last):
+            del self._last[key]
+            self._suppressed.pop(key, None)

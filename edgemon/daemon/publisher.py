@@ -1,0 +1,144 @@
+"""Throttle objects out (SPEC §1): retained, QoS 1, one per change, `seq` strictly increasing.
+
+`seq` is `max(last seq of the device + 1, wall-clock microseconds)`. Within one run it
+increases by construction; across restarts it increases because a restart takes longer than
+a microsecond and the daemon's clock is the system clock at start plus monotonic time. No
+state file is needed, so it also holds on a fresh or read-only state directory. It would
+only break if the system clock were stepped back across a restart by more than the downtime
+(microseconds stay below 2^53, so JSON readers in any language read them exactly).
+
+Publishing never blocks the engine: changes go into an outbox keyed by topic, where a newer
+object replaces one not yet sent (retained topics only need the latest); one task sends them
+while the broker is connected and keeps them while it is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from edgemon.daemon.clock import Clock
+    from edgemon.engine.outputs import ThrottleChanged
+
+
+class PublishError(Exception):
+    """A publish that did not reach the broker (not connected, timed out)."""
+
+
+class Sink(Protocol):
+    """Where messages go: the MQTT link."""
+
+    async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool) -> None:
+        """Publish one message; raises PublishError when it could not be sent."""
+        ...
+
+    async def wait_connected(self) -> None:
+        """Return once connected to the broker."""
+        ...
+
+
+class SeqSource:
+    """`seq` per device: `max(last + 1, wall-clock µs)`."""
+
+    __slots__ = ("_clock", "_last")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._last: dict[str, int] = {}
+
+    def next(self, device: str) -> int:
+        """The next sequence number of `device`."""
+        seq = int(self._clock.now_ms() * 1000)
+        last = self._last.get(device)
+        if last is not None and seq <= last:
+            seq = last + 1
+        self._last[device] = seq
+        return seq
+
+
+def throttle_payload(change: ThrottleChanged, seq: int) -> bytes:
+    """The throttle object of SPEC §1 for one change."""
+    return json.dumps(
+        {
+            "device": change.device,
+            "throttle": change.active,
+            "t_ms": change.t_ms,
+            "seq": seq,
+            "streams": list(change.streams),
+            "min_headroom_ms": change.min_headroom_ms,
+            "margin_ms": change.margin_ms,
+        },
+        separators=(",", ":"),
+        allow_nan=False,
+    ).encode()
+
+
+class ThrottlePublisher:
+    """Turns throttle changes into retained messages and sends them in order per device."""
+
+    __slots__ = ("_idle", "_outbox", "_retry_s", "_seq", "_sink", "_topic", "_wake", "published")
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        seq: SeqSource,
+        topic: TopicFor,
+        retry_s: float = 0.2,
+    ) -> None:
+        self._sink = sink
+        self._seq = seq
+        self._topic = topic
+        self._outbox: dict[str, bytes] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._retry_s = retry_s
+        self.published = 0
+
+    def submit(self, change: ThrottleChanged) -> None:
+        """Queue one change (never blocks); a pending older object of the device is replaced."""
+        topic = self._topic(change.device)
+        self._outbox.pop(topic, None)
+        self._outbox[topic] = throttle_payload(change, self._seq.next(change.device))
+        self._idle.clear()
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Objects not yet acknowledged by the broker."""
+        return len(self._outbox)
+
+    async def drain(self) -> None:
+        """Return once everything submitted so far has been published."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        """Send the outbox forever (the `publisher` task)."""
+        outbox = self._outbox
+        while True:
+            if not outbox:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._sink.wait_connected()
+            topic = next(iter(outbox))
+            payload = outbox.pop(topic)
+            try:
+                await self._sink.publish(topic, payload, qos=1, retain=True)
+            except PublishError:
+                outbox.setdefault(topic, payload)  # unless a newer one came meanwhile
+                await asyncio.sleep(self._retry_s)
+            else:
+                self.published += 1
+
+
+class TopicFor(Protocol):
+    """The throttle topic of a device."""
+
+    def __call__(self, device: str, /) -> str:
+        """The topic."""
+        ...

@@ -1,0 +1,87 @@
+"""The deadline timer: one task sleeps until the engine's next transition and fires it.
+
+The engine knows every future transition instant (SPEC §2.4), so nothing polls: the task
+sleeps until `monitor.next_deadline()` and calls `advance(now)`. A message that brings the
+next deadline forward calls `poke()`, which wakes the task early (only then: a message
+that leaves the deadline where it is costs no wake-up). The sleep is an `asyncio` timer at
+the deadline's loop time, so lateness is the event loop's timer granularity (about 1 ms on
+Linux's epoll) plus whatever else the loop is doing; `lateness_ms` keeps the recent values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from edgemon.daemon.clock import Clock
+    from edgemon.engine.outputs import Output
+    from edgemon.monitor import Monitor
+
+
+class Scheduler:
+    """Drives `monitor.advance` at each deadline; `handle` takes what it produced."""
+
+    __slots__ = ("_clock", "_handle", "_monitor", "_target", "_wake", "fired", "lateness_ms")
+
+    def __init__(
+        self,
+        monitor: Monitor,
+        *,
+        clock: Clock,
+        handle: Callable[[list[Output]], None],
+        keep: int = 4096,
+    ) -> None:
+        self._monitor = monitor
+        self._clock = clock
+        self._handle = handle
+        self._wake = asyncio.Event()
+        self._target = math.inf
+        self.fired = 0
+        #: How late each deadline was served (ms), most recent last.
+        self.lateness_ms: deque[float] = deque(maxlen=keep)
+
+    def poke(self) -> None:
+        """Call after anything that may have moved the next deadline (a message, a reload)."""
+        deadline = self._monitor.next_deadline()
+        if deadline is not None and deadline < self._target:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Fire deadlines forever (the `scheduler` task)."""
+        out: list[Output] = []
+        monitor = self._monitor
+        clock = self._clock
+        while True:
+            deadline = monitor.next_deadline()
+            if deadline is not None:
+                now = clock.now_ms()
+                if deadline <= now:
+                    self._target = -math.inf
+                    monitor.advance(now, out)
+                    if deadline != -math.inf:
+                        self.lateness_ms.append(now - deadline)
+                    self.fired += 1
+                    if out:
+                        self._handle(out)
+                        out.clear()
+                    await asyncio.sleep(0)  # let messages in between bursts of timers
+                    continue
+            self._target = math.inf if deadline is None else deadline
+            self._wake.clear()
+            await self._sleep_until(deadline)
+
+    async def _sleep_until(self, deadline: float | None) -> None:
+        if deadline is None:
+            await self._wake.wait()
+            return
+        delay = (deadline - self._clock.now_ms()) / 1000.0
+        try:
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
+        except TimeoutError:
+            pass

@@ -1,0 +1,149 @@
+"""Shared fixtures. Each one is self-contained and says what it provides."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+# ------------------------------------------------------------------ mosquitto_broker
+_MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+_MOSQUITTO_START_S = 5.0
+_MOSQUITTO_TRIES = 3
+
+
+def _mosquitto_free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _mosquitto_accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A fresh Mosquitto on 127.0.0.1 and a free port: `(host, port)`.
+
+    Anonymous, no persistence, so no retained message survives the test. Skips the test when
+    Mosquitto is not installed; its log is in `tmp_path / "mosquitto.log"`.
+    """
+    if not os.access(_MOSQUITTO, os.X_OK):
+        pytest.skip("mosquitto is not installed")
+    log = tmp_path / "mosquitto.log"
+    for _ in range(_MOSQUITTO_TRIES):
+        port = _mosquitto_free_port()
+        conf = tmp_path / "mosquitto.conf"
+        conf.write_text(
+            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+            "log_dest stderr\n",
+            encoding="utf-8",
+        )
+        with log.open("ab") as log_file:
+            process = subprocess.Popen(
+                [_MOSQUITTO, "-c", str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+            )
+        deadline = time.monotonic() + _MOSQUITTO_START_S
+        while process.poll() is None and time.monotonic() < deadline:
+            if _mosquitto_accepts(port):
+                break
+            time.sleep(0.02)
+        else:
+            process.kill()
+            process.wait()
+            continue  # exited (port taken meanwhile?) or never listened: try another port
+        try:
+            yield "127.0.0.1", port
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return
+    text = log.read_text(encoding="utf-8") if log.exists() else "(no log)"
+    pytest.fail(f"mosquitto did not start; its log:\n{text}")
+
+
+# ------------------------------------------------------------------ mosquitto_server
+class MosquittoServer:
+    """A Mosquitto on one fixed port that a test can stop and start again (broker loss)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.host = "127.0.0.1"
+        self.port = _mosquitto_free_port()
+        self._conf = directory / "mosquitto-restartable.conf"
+        self._conf.write_text(
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+            "log_dest stderr\n",
+            encoding="utf-8",
+        )
+        self._log = directory / "mosquitto-restartable.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """`mqtt://host:port`."""
+        return f"mqtt://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        """Start it and wait until it accepts connections."""
+        assert self._process is None, "already running"
+        with self._log.open("ab") as log_file:
+            self._process = subprocess.Popen(
+                [_MOSQUITTO, "-c", str(self._conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+            )
+        deadline = time.monotonic() + _MOSQUITTO_START_S
+        while time.monotonic() < deadline and self._process.poll() is None:
+            if _mosquitto_accepts(self.port):
+                return
+            time.sleep(0.02)
+        self.stop()
+        pytest.fail(f"mosquitto did not start; its log:\n{self._log.read_text()}")
+
+    def stop(self) -> None:
+        """Terminate it (idempotent)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def mosquitto_server(tmp_path: Path) -> Iterator[MosquittoServer]:
+    """A running Mosquitto (anonymous, no persistence) that the test may stop and restart."""
+    if not os.access(_MOSQUITTO, os.X_OK):
+        pytest.skip("mosquitto is not installed")
+    server = MosquittoServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,216 @@
+"""The daemon's small parts on their own: clock, seq, backoff, notify, log limiter, timer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import socket
+import statistics
+from typing import TYPE_CHECKING
+
+import pytest
+from structlog.testing import capture_logs
+
+from edgemon.daemon.clock import MonotonicWallClock
+from edgemon.daemon.logs import RejectionLog
+from edgemon.daemon.mqtt import Backoff, subscriptions
+from edgemon.daemon.publisher import SeqSource, throttle_payload
+from edgemon.daemon.scheduler import Scheduler
+from edgemon.daemon.systemd import Notifier
+from edgemon.engine import EngineConfig
+from edgemon.engine.outputs import Rejected, ThrottleChanged, UnderrunBegan
+from edgemon.monitor import Monitor
+from edgemon.wire.topics import Topics
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from edgemon.engine.outputs import Output
+
+
+class FakeTime:
+    """Hand-set wall and monotonic clocks (ns)."""
+
+    def __init__(self, wall_ns: int, mono_ns: int) -> None:
+        self.wall = wall_ns
+        self.mono = mono_ns
+
+    def wall_ns(self) -> int:
+        return self.wall
+
+    def monotonic_ns(self) -> int:
+        return self.mono
+
+
+def test_clock_ignores_wall_clock_steps() -> None:
+    """The daemon's clock is wall time at start plus monotonic time: a stepped system clock
+    neither moves it back nor forward."""
+    fake = FakeTime(wall_ns=10**18, mono_ns=5)
+    clock = MonotonicWallClock(wall_ns=fake.wall_ns, monotonic_ns=fake.monotonic_ns)
+    assert clock.now_ms() == 1_000_000_000_000.0
+    fake.wall -= 3_600 * 10**9  # NTP steps the system clock an hour back
+    fake.mono += 2_500_000  # 2.5 ms pass
+    assert clock.now_ms() == pytest.approx(1_000_000_000_002.5)
+    assert clock.seconds_until(1_000_000_000_012.5) == pytest.approx(0.01)
+
+
+def test_seq_strictly_increases_within_and_across_runs() -> None:
+    """`seq` is max(last + 1, wall µs): strictly increasing per device even for changes in the
+    same microsecond, and a later run (a new clock) starts above every earlier seq."""
+    fake = FakeTime(wall_ns=1_700_000_000_000_000_000, mono_ns=0)
+    first = SeqSource(MonotonicWallClock(wall_ns=fake.wall_ns, monotonic_ns=fake.monotonic_ns))
+    seqs = [first.next("a") for _ in range(5)]
+    assert seqs == sorted(set(seqs))
+    assert first.next("b") == seqs[0]  # per device
+    fake.wall += 2_000_000_000  # restarted two seconds later
+    second = SeqSource(MonotonicWallClock(wall_ns=fake.wall_ns, monotonic_ns=fake.monotonic_ns))
+    assert second.next("a") > seqs[-1]
+    assert seqs[-1] < 2**53  # exact in every JSON reader
+
+
+def test_throttle_payload_is_the_spec_object() -> None:
+    """The throttle object carries exactly SPEC §1's fields."""
+    change = ThrottleChanged("dev", 12.5, True, ("s1", "s2"), -3.0, 80.0)
+    assert json.loads(throttle_payload(change, 7)) == {
+        "device": "dev",
+        "throttle": True,
+        "t_ms": 12.5,
+        "seq": 7,
+        "streams": ["s1", "s2"],
+        "min_headroom_ms": -3.0,
+        "margin_ms": 80.0,
+    }
+
+
+def test_backoff_is_jittered_exponential_capped_at_30_s() -> None:
+    """Delays double from 0.5 s with jitter in [½, 1] of the step, never above 30 s, and start
+    over after a successful session."""
+    backoff = Backoff(rng=random.Random(1))
+    delays = [backoff.next_delay() for _ in range(12)]
+    for n, delay in enumerate(delays):
+        step = min(30.0, 0.5 * 2**n)
+        assert step / 2 <= delay <= step
+    assert max(delays) <= 30.0
+    assert len(set(delays)) == len(delays)
+    backoff.reset()
+    assert backoff.next_delay() <= 0.5
+
+
+def test_shared_group_subscriptions() -> None:
+    """With a shared-subscription group the filters are `$share/<group>/P/+/...`."""
+    topics = Topics("p/v1")
+    assert subscriptions(topics, shared_group=None) == ["p/v1/+/events", "p/v1/+/engine"]
+    assert subscriptions(topics, shared_group="g") == [
+        "$share/g/p/v1/+/events",
+        "$share/g/p/v1/+/engine",
+    ]
+
+
+@pytest.mark.parametrize("abstract", [False, True])
+def test_notifier_sends_datagrams(tmp_path: Path, abstract: bool) -> None:
+    """READY/WATCHDOG/STATUS/STOPPING reach a real unix datagram socket, abstract (`@name`)
+    or a path; the watchdog interval is half of WATCHDOG_USEC."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        if abstract:
+            name = f"edgemon-test-{random.getrandbits(48):x}"
+            server.bind(b"\0" + name.encode())
+            address = "@" + name
+        else:
+            address = str(tmp_path / "notify.sock")
+            server.bind(address)
+        server.settimeout(2)
+        notifier = Notifier({"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "2000000"})
+        assert notifier.enabled
+        assert notifier.watchdog_interval_s == 1.0
+        assert notifier.ready("1 devices")
+        assert notifier.watchdog()
+        assert notifier.stopping()
+        notifier.close()
+        received = [server.recv(4096).decode() for _ in range(3)]
+    assert received == ["READY=1\nSTATUS=1 devices", "WATCHDOG=1", "STOPPING=1"]
+
+
+def test_notifier_without_socket_is_a_no_op() -> None:
+    """Without NOTIFY_SOCKET nothing is sent and nothing fails; a watchdog meant for another
+    process is ignored."""
+    notifier = Notifier({})
+    assert not notifier.enabled
+    assert not notifier.ready()
+    assert not notifier.watchdog()
+    assert Notifier({"WATCHDOG_USEC": "100", "WATCHDOG_PID": "1"}).watchdog_interval_s is None
+
+
+def test_rejections_are_logged_once_per_second_per_device_and_reason() -> None:
+    """A flood of bad messages is one log line per second per (device, reason), the next line
+    saying how many were suppressed; another device or reason is not held back."""
+    now = [0.0]
+    with capture_logs() as logs:
+        import structlog  # noqa: PLC0415 - the logger must be made inside capture_logs
+
+        limiter = RejectionLog(structlog.get_logger(), now_ms=lambda: now[0])
+        for _ in range(100):
+            limiter(Rejected(now[0], "p/d1/events", "d1", "invalid_json", "x"))
+            now[0] += 5.0
+        limiter(Rejected(now[0], "p/d2/events", "d2", "invalid_json", "x"))
+        limiter(Rejected(now[0], "p/d1/events", "d1", "oversized", "x"))
+        now[0] += 1000.0
+        limiter(Rejected(now[0], "p/d1/events", "d1", "invalid_json", "x"))
+    lines = [(e["device"], e["reason"], e["suppressed"]) for e in logs]
+    assert lines == [
+        ("d1", "invalid_json", 0),
+        ("d2", "invalid_json", 0),
+        ("d1", "oversized", 0),
+        ("d1", "invalid_json", 99),
+    ]
+    assert all(e["event"] == "message_rejected" and e["log_level"] == "warning" for e in logs)
+
+
+def _chunk(stream: str, t: float, seq: int, audio: float, eta: float) -> bytes:
+    event = {"type": "chunk", "stream": stream, "t_ms": t, "seq": seq, "audio_ms": audio}
+    return json.dumps(event | {"eta_ms": eta}).encode()
+
+
+@pytest.mark.asyncio
+async def test_scheduler_fires_transitions_on_time_without_messages() -> None:
+    """With no message after the first chunk, the timer alone turns the throttle on when the
+    stream's headroom reaches the margin and reports the underrun when its audio runs out,
+    each within a few ms of the exact instant (the lateness is measured, not assumed)."""
+    clock = MonotonicWallClock()
+    monitor = Monitor(EngineConfig())
+    seen: list[tuple[float, Output]] = []
+    streams = 20
+    all_underran = asyncio.Event()
+
+    def handle(outputs: list[Output]) -> None:
+        seen.extend((clock.now_ms(), output) for output in outputs)
+        if sum(isinstance(o, UnderrunBegan) for _, o in seen) == streams:
+            all_underran.set()
+
+    scheduler = Scheduler(monitor, clock=clock, handle=handle)
+    task = asyncio.create_task(scheduler.run())
+    for n in range(streams):  # staggered deadlines, 10 ms apart
+        now = clock.now_ms()
+        out: list[Output] = []
+        monitor.receive(f"edgemon/v1/d{n}/events", _chunk("s", now, 0, 150 + 10 * n, 0), now, out)
+        monitor.advance(now, out)
+        handle(out)
+        scheduler.poke()
+    async with asyncio.timeout(3):
+        await all_underran.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    ons = [(at, o) for at, o in seen if isinstance(o, ThrottleChanged) and o.active]
+    underruns = [(at, o) for at, o in seen if isinstance(o, UnderrunBegan)]
+    assert len(ons) == streams
+    # Device clock = wall clock here (each device's offset is 0): handled at ≈ t_ms.
+    late = [at - o.t_ms for at, o in ons + underruns]
+    assert min(late) >= -0.5
+    lateness = sorted(scheduler.lateness_ms)
+    p50 = statistics.median(lateness)
+    p99 = lateness[math.ceil(0.99 * len(lateness)) - 1]
+    print(f"scheduler lateness ms: n={len(lateness)} p50={p50:.3f} p99={p99:.3f}")
+    assert p50 < 5.0
+    assert max(late) < 50.0  # generous: shared CI machines stall

@@ -1,0 +1,320 @@
+"""The HTTP endpoint (SPEC §5): a real server on a free port, real requests, TLS and auth."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import ssl
+import subprocess
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from edgemon.adapters.http import (
+    basic_auth_from_settings,
+    create_app,
+    serve,
+    ssl_context_from_files,
+    streams_view,
+)
+from edgemon.adapters.metrics import build_registry
+from edgemon.adapters.state import ConnectionState
+from edgemon.engine import EngineConfig
+from edgemon.monitor import Monitor
+from edgemon.settings import HttpSettings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from aiohttp import web
+
+    from edgemon.engine.outputs import Output
+
+OFFSET = 5_000.0
+D = 100_000.0
+AUTH = ("scraper", "s3cr3t:with colon")
+
+
+class Daemon:
+    """What the HTTP adapter reads: a fed Monitor, a settable wall clock, a connection state."""
+
+    def __init__(self) -> None:
+        self.wall_ms = D + OFFSET
+        self.monitor = Monitor(EngineConfig())
+        self.connection = ConnectionState()
+        self.registry = build_registry(
+            self.monitor,
+            wall_clock=self.clock,
+            connection=self.connection,
+            per_stream_series=20,
+            version="1.2.3",
+        )
+        self.out: list[Output] = []
+
+    def clock(self) -> float:
+        return self.wall_ms
+
+    def send(self, t: float, *events: dict[str, Any]) -> None:
+        """Events from device d1 at device time `t`, received at wall `t + OFFSET`."""
+        self.wall_ms = t + OFFSET
+        payload = json.dumps(list(events)).encode()
+        self.monitor.receive("edgemon/v1/d1/events", payload, self.wall_ms, self.out)
+        self.monitor.advance(self.wall_ms, self.out)
+
+    def app(self, basic_auth: tuple[str, str] | None = None) -> web.Application:
+        return create_app(
+            registry=self.registry,
+            monitor=self.monitor,
+            connection=self.connection,
+            wall_clock=self.clock,
+            basic_auth=basic_auth,
+        )
+
+
+def chunk(stream: str, t: float, seq: int, audio: float, **extra: Any) -> dict[str, Any]:
+    return {"type": "chunk", "stream": stream, "t_ms": t, "seq": seq, "audio_ms": audio} | extra
+
+
+@pytest.fixture
+def daemon() -> Daemon:
+    """d1 with a live stream s1 (B 1100 ms from D+100, next chunk due D+400), a draining
+    stream f (1000 ms from D+300) and a stream w waiting for its first chunk."""
+    daemon = Daemon()
+    daemon.send(D + 100, chunk("s1", D + 100, 0, 400, eta_ms=100))
+    daemon.send(D + 200, chunk("s1", D + 200, 1, 400, eta_ms=100))
+    daemon.send(
+        D + 300,
+        chunk("s1", D + 300, 2, 300, eta_ms=100),
+        chunk("f", D + 300, 0, 1000, final=True),
+        {"type": "start", "stream": "w", "t_ms": D + 300},
+    )
+    return daemon
+
+
+@asynccontextmanager
+async def running(
+    app: web.Application, *, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """The app served on a free port of 127.0.0.1; yields its base URL."""
+    async with serve(app, host="127.0.0.1", port=0, ssl_context=ssl_context) as port:
+        assert port > 0
+        yield f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
+
+
+@pytest.mark.asyncio
+async def test_metrics_in_both_exposition_formats(daemon: Daemon) -> None:
+    """/metrics serves the registry as Prometheus text, or OpenMetrics when the Accept asks."""
+    async with running(daemon.app()) as url, aiohttp.ClientSession() as client:
+        async with client.get(f"{url}/metrics") as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = await response.text()
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert families["edgemon_chunks"].samples[0].value == 4
+        assert families["edgemon_streams_active"].samples[0].value == 3
+
+        accept = {"Accept": "application/openmetrics-text; version=1.0.0"}
+        async with client.get(f"{url}/metrics", headers=accept) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+            text = await response.text()
+        assert text.endswith("# EOF\n")
+        names = {f.name for f in openmetrics_families(text)}  # type: ignore[no-untyped-call]
+        assert {"edgemon_chunks", "edgemon_build", "edgemon_headroom_min_seconds"} <= names
+
+
+@pytest.mark.asyncio
+async def test_healthz_and_readyz_follow_the_connection(daemon: Daemon) -> None:
+    """/healthz is 200; /readyz is 503 with a reason until connected and subscribed, then 200."""
+    async with running(daemon.app()) as url, aiohttp.ClientSession() as client:
+        async with client.get(f"{url}/healthz") as response:
+            assert (response.status, await response.text()) == (200, "ok\n")
+        async with client.get(f"{url}/readyz") as response:
+            assert response.status == 503
+            assert "not connected" in await response.text()
+        daemon.connection.connected = True
+        async with client.get(f"{url}/readyz") as response:
+            assert response.status == 503
+            assert "subscriptions" in await response.text()
+        daemon.connection.subscribed = True
+        async with client.get(f"{url}/readyz") as response:
+            assert response.status == 200
+        daemon.connection.connected = False  # broker lost: not ready again
+        async with client.get(f"{url}/readyz") as response:
+            assert response.status == 503
+
+
+@pytest.mark.asyncio
+async def test_streams_api_at_the_devices_current_time(daemon: Daemon) -> None:
+    """/api/v1/streams: per device and stream, values at the device's clock of the request."""
+    daemon.wall_ms = D + 350 + OFFSET
+    async with (
+        running(daemon.app()) as url,
+        aiohttp.ClientSession() as client,
+        client.get(f"{url}/api/v1/streams") as response,
+    ):
+        assert response.status == 200
+        assert response.content_type == "application/json"
+        body = await response.json()
+    assert body["wall_ms"] == D + 350 + OFFSET
+    [device] = body["devices"]
+    streams = device.pop("streams")
+    assert device == {
+        "device": "d1",
+        "t_ms": D + 350,
+        "throttle": False,
+        "throttle_since_ms": None,
+        "margin_ms": 80.0,
+        "clock_offset_ms": OFFSET,
+        "last_message_wall_ms": D + 300 + OFFSET,
+        "streams_at_risk": 0,
+        "min_headroom_ms": 800.0,
+    }
+    # s1: slack 1100 − 250 = 850, next chunk in 50 ms: headroom 800. Then by id.
+    assert [(s["stream"], s["phase"]) for s in streams] == [
+        ("s1", "live"),
+        ("f", "draining"),
+        ("w", "waiting"),
+    ]
+    s1, f, w = streams
+    assert s1 == {
+        "stream": "s1",
+        "phase": "live",
+        "slack_ms": 850.0,
+        "eta_ms": 50.0,
+        "headroom_ms": 800.0,
+        "at_risk": False,
+        "margin_ms": 80.0,
+        "chunks": 3,
+        "underruns": 0,
+        "in_underrun": False,
+    }
+    assert (f["slack_ms"], f["eta_ms"], f["headroom_ms"], f["at_risk"]) == (
+        950.0,
+        None,
+        None,
+        False,
+    )
+    assert (w["slack_ms"], w["eta_ms"], w["headroom_ms"], w["chunks"]) == (None, None, None, 0)
+
+
+def test_streams_view_marks_risk_as_the_clock_moves(daemon: Daemon) -> None:
+    """At D+1150 s1's headroom is 50 < 80: at risk, with no engine call in between."""
+    view = streams_view(daemon.monitor, D + 1150 + OFFSET)
+    [device] = view["devices"]
+    assert device["streams_at_risk"] == 1
+    assert device["min_headroom_ms"] == 50.0
+    assert device["streams"][0]["at_risk"] is True
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        basic("scraper", "wrong"),
+        basic("someone", AUTH[1]),
+        basic("scraper", AUTH[1] + "x"),
+        {"Authorization": "Basic !!!not-base64"},
+        {"Authorization": "Bearer " + base64.b64encode(b"scraper:s3cr3t").decode()},
+        {"Authorization": "Basic " + base64.b64encode(b"scraper").decode()},
+    ],
+    ids=["none", "wrong-password", "wrong-user", "longer", "garbage", "bearer", "no-colon"],
+)
+async def test_basic_auth_rejects_missing_or_wrong_credentials(
+    daemon: Daemon, headers: dict[str, str]
+) -> None:
+    """Without the right credentials every protected path answers 401 with a challenge."""
+    async with running(daemon.app(AUTH)) as url, aiohttp.ClientSession() as client:
+        for path in ["/metrics", "/readyz", "/api/v1/streams", "/nowhere"]:
+            async with client.get(f"{url}{path}", headers=headers) as response:
+                assert response.status == 401, path
+                assert response.headers["WWW-Authenticate"].startswith('Basic realm="edgemon"')
+
+
+@pytest.mark.asyncio
+async def test_basic_auth_accepts_the_right_credentials_and_leaves_healthz_open(
+    daemon: Daemon,
+) -> None:
+    """The right user and password (a colon in it included) pass; /healthz needs none."""
+    async with running(daemon.app(AUTH)) as url, aiohttp.ClientSession() as client:
+        for path in ["/metrics", "/api/v1/streams"]:
+            async with client.get(f"{url}{path}", headers=basic(*AUTH)) as response:
+                assert response.status == 200, path
+        async with client.get(f"{url}/healthz") as response:
+            assert response.status == 200
+
+
+@pytest.mark.asyncio
+async def test_serve_releases_the_port_on_exit(daemon: Daemon) -> None:
+    """After `serve` exits, nothing listens on the port it reported."""
+    async with running(daemon.app()) as url:
+        pass
+    async with aiohttp.ClientSession() as client:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await client.get(f"{url}/healthz")
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A throw-away self-signed certificate for 127.0.0.1 and its key, made by `openssl`."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    options = (
+        "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1"
+        " -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1,DNS:localhost"
+    )
+    command = [openssl, *options.split(), "-keyout", str(key), "-out", str(cert)]
+    subprocess.run(command, check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.mark.asyncio
+async def test_tls(daemon: Daemon, certificate: tuple[Path, Path]) -> None:
+    """With a certificate the endpoint speaks HTTPS; a client trusting it gets the metrics."""
+    cert, key = certificate
+    trust = ssl.create_default_context(cafile=str(cert))
+    async with (
+        running(daemon.app(AUTH), ssl_context=ssl_context_from_files(cert, key)) as url,
+        aiohttp.ClientSession() as client,
+    ):
+        assert url.startswith("https://")
+        async with client.get(f"{url}/metrics", headers=basic(*AUTH), ssl=trust) as response:
+            assert response.status == 200
+            assert "edgemon_chunks_total" in await response.text()
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await client.get(f"{url}/healthz")  # the system's CAs do not trust it
+
+
+def test_basic_auth_from_settings(tmp_path: Path) -> None:
+    """`[http]` gives (user, password) with the password from the environment or its file."""
+    assert basic_auth_from_settings(HttpSettings()) is None
+    given = HttpSettings(basic_auth_user="scraper", basic_auth_password="from env")
+    assert basic_auth_from_settings(given) == ("scraper", "from env")
+    secret = tmp_path / "password"
+    secret.write_text("from file\n")
+    in_file = HttpSettings(basic_auth_user="scraper", basic_auth_password_file=secret)
+    assert basic_auth_from_settings(in_file) == ("scraper", "from file")
+
+
+def test_connection_state_is_ready_only_when_connected_and_subscribed() -> None:
+    """`ready` needs both flags (what /readyz answers)."""
+    state = ConnectionState(connected=True)
+    assert not state.ready
+    state.subscribed = True
+    assert state.ready
