@@ -26,9 +26,9 @@ from edgemon.engine.config import (
 )
 
 if TYPE_CHECKING:
-    from reference import TraceEvent
-
     from edgemon.trace import TraceRecord
+
+    from reference import TraceEvent
 
 PLAYERS: tuple[PlayerModel, ...] = ("conceal", "rebuffer")
 REASONS = ("completed", "cancelled", "error")

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference import Reference, headroom_of
-from strategies import PLAYERS, Message, Scenario, scenarios
 
 from edgemon.engine.config import EngineConfig, SlackPolicy
 from edgemon.replay import replay
+
+from reference import Reference, headroom_of
+from strategies import PLAYERS, Message, Scenario, scenarios
 
 if TYPE_CHECKING:
     from edgemon.engine.config import PlayerModel
@@ -284,13 +285,21 @@ def test_lines_are_in_time_order(sc: Scenario) -> None:
 
 
 # ---------------------------------------------------------------- worked examples, end to end
-def scenario(*events: dict[str, Any], hysteresis: int = 20, min_on: int = 250) -> Scenario:
-    """Events on device ``d0``, received when they happen (trust clock), one per message."""
+def scenario(
+    *events: dict[str, Any], hysteresis: int = 20, min_on: int = 250, sample_ms: int = 50
+) -> Scenario:
+    """Events on device ``d0``, received when they happen (trust clock); events with equal
+    ``t_ms`` go in one batch."""
     policy = SlackPolicy(
         hysteresis_ms=hysteresis, min_on_ms=min_on, stream_idle_timeout_ms=1000, clock="trust"
     )
-    messages = tuple(Message(e["t_ms"], "d0", (e,), batch=False) for e in events)
-    return Scenario(EngineConfig(slack=policy), messages, sample_ms=50, in_order=True)
+    messages: list[Message] = []
+    for e in events:
+        if messages and messages[-1].recv_ms == e["t_ms"]:
+            messages[-1] = Message(e["t_ms"], "d0", (*messages[-1].events, e), batch=True)
+        else:
+            messages.append(Message(e["t_ms"], "d0", (e,), batch=False))
+    return Scenario(EngineConfig(slack=policy), tuple(messages), sample_ms, in_order=True)
 
 
 def chunk(t: int, seq: int, audio: int, **extra: Any) -> dict[str, Any]:
@@ -342,3 +351,25 @@ def test_worked_example_duplicate_and_gap() -> None:
     out = run(sc, samples=True)
     assert [(line["recv_ms"], line["reason"]) for line in out["rejected"]] == [(50, "duplicate")]
     assert {line["t_ms"]: line["slack_ms"] for line in out["sample"]}[100] == 400
+
+
+def test_sample_at_a_falling_crossing_uses_the_strict_formula() -> None:
+    """A sample is the formula at its instant (SPEC §2.4: headroom < margin, strict), while a
+    transition reports the state just after its instant (docs/semantics.md). Headroom reaches
+    margin 80 at 220 and falls: the sample at 220 is not at risk, the throttle line at 220
+    already lists the stream, and the sample at 240 is at risk."""
+    out = run(scenario(chunk(0, 0, 300, eta_ms=100), sample_ms=20), samples=True)
+    sample = {line["t_ms"]: line for line in out["sample"]}
+    assert (sample[200]["headroom_ms"], sample[200]["at_risk"]) == (100, False)
+    assert (sample[220]["headroom_ms"], sample[220]["at_risk"]) == (80, False)
+    assert (sample[240]["headroom_ms"], sample[240]["at_risk"]) == (60, True)
+    assert (out["throttle"][0]["t_ms"], out["throttle"][0]["streams"]) == (220, ["s0"])
+
+
+def test_underrun_is_judged_after_all_messages_of_an_instant() -> None:
+    """Messages at one instant all apply before the underrun check ("a chunk with t_i = t
+    counts at t"): a first chunk that alone would leave start + B = t, followed at the same
+    instant by another chunk, begins no underrun then; the underrun begins at 150."""
+    first = chunk(50, 0, 50, play_start_ms=0)
+    out = run(scenario(first, chunk(50, 1, 100)))
+    assert [line["t_ms"] for line in out["underrun"]] == [150]

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from reference import Reference, Underrun, UnsupportedTraceError
-from strategies import Scenario, scenarios
 
 from edgemon.engine.config import ClockMode, EngineConfig, PlayerModel, SlackPolicy
+
+from reference import Reference, Underrun, UnsupportedTraceError
+from strategies import Scenario, scenarios
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
