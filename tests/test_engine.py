@@ -168,6 +168,18 @@ def test_eta_falls_back_from_stream_to_device_to_default() -> None:
     assert device.streams["b"].expected == 250  # 150 + the device's EWMA (100)
 
 
+def test_gap_ewma_seeds_with_the_first_gap_then_smooths() -> None:
+    """The first gap seeds the stream's EWMA; later gaps move it by α = 0.3."""
+    rig = Rig()
+    rig.send(0, chunk("a", 0, 0, 10_000))
+    rig.send(200, chunk("a", 200, 1, 100))
+    rig.send(300, chunk("a", 300, 2, 100))
+    device = rig.engine.device("d")
+    assert device is not None
+    assert device.streams["a"].gap_ewma == 0.3 * 100 + 0.7 * 200
+    assert device.streams["a"].expected == 300 + 0.3 * 100 + 0.7 * 200
+
+
 def test_margin_order_config_then_start_then_engine_then_default() -> None:
     """SPEC §2.4: the device's config margin beats the start event's, which beats the engine's."""
     config = EngineConfig(devices={"pinned": DeviceOverride(margin_ms=300)})
@@ -245,3 +257,20 @@ def test_limits_hold_without_touching_existing_state() -> None:
     assert device is not None
     assert list(device.streams) == ["s"]
     assert engine.device("b") is None
+
+
+def test_timer_heaps_stay_bounded_by_the_streams_they_serve() -> None:
+    """Superseded timer entries are compacted away: a device's heap never exceeds about twice
+    its live entries, however many chunks its healthy (ever-growing buffer) streams get."""
+    rig = Rig()
+    for seq in range(2_000):
+        t = seq * 100.0
+        healthy = (chunk(f"s{i}", t, seq, 150.0, eta_ms=100.0) for i in range(19))
+        # A struggling stream keeps a near-term timer on top of the heap, so superseded
+        # entries of the healthy streams are never at the top to be dropped there.
+        rig.send(t, chunk("slow", t, seq, 90.0, eta_ms=100.0), *healthy)
+        rig.out.clear()
+    device = rig.engine.device("d")
+    assert device is not None
+    assert len(device.streams) == 20
+    assert len(device.timers) <= 2 * 20 + 64 + 1

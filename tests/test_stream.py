@@ -58,12 +58,3 @@ def test_a_stream_without_audio_is_never_flagged() -> None:
     stream = _live_stream(buffered=0, start=0, expected=10_000, margin=80, rebuffer=False)
     stream.phase = Phase.WAITING
     assert stream.flags_at(500, 20) == (False, False, float("inf"))
-
-
-def test_gap_ewma_seeds_with_the_first_gap_then_smooths() -> None:
-    """The first gap seeds the EWMA; later gaps move it by α = 0.3."""
-    stream = _live_stream(buffered=1, start=0, expected=0, margin=80, rebuffer=False)
-    stream.take_gap(200)
-    assert stream.gap_ewma == 200
-    stream.take_gap(100)
-    assert stream.gap_ewma == 0.3 * 100 + 0.7 * 200

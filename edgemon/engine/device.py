@@ -10,7 +10,7 @@ decided from the two counts once per instant, after every change at that instant
 from __future__ import annotations
 
 import math
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Final
 
 from edgemon.engine.clock import DeviceClock
@@ -46,6 +46,7 @@ class Device:
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = (
+        "_compact_above",
         "_next_timer_id",
         "_risk_count",
         "_sample_due",
@@ -84,6 +85,7 @@ class Device:
         #: Recently removed stream ids and when: late redeliveries must not resurrect them.
         self.tombstones: dict[str, float] = {}
         self.timers: list[Timer] = []
+        self._compact_above = 64
         self._next_timer_id = 0
         self.live = 0
         self._risk_count = 0
@@ -120,8 +122,19 @@ class Device:
         return [s for s in self.streams.values() if s.phase is Phase.LIVE]
 
     def next_timer(self) -> float:
-        """The device-clock instant of the earliest pending timer (INF if none)."""
-        return self.timers[0][0] if self.timers else INF
+        """The device-clock instant of the earliest pending timer (INF if none).
+
+        Stale stream entries (superseded by a later push, or of a removed stream) are dropped
+        from the top first, so the engine never schedules a wake-up that has nothing to do.
+        """
+        timers = self.timers
+        while timers:
+            due, _, _, what = timers[0]
+            if type(what) is Stream and what.due != due:  # NaN once removed: never equal
+                heappop(timers)
+                continue
+            return due
+        return INF
 
     # ------------------------------------------------------------------ events
     def apply(self, event: Event, at: float, out: list[Output]) -> str:
@@ -222,12 +235,15 @@ class Device:
         if stream.rebuffer and before < 0.0:
             before = 0.0
             stream.start = t - stream.buffered  # the stalled player resumes now
-        stream.note_slack_before_chunk(before)
+        lowest = stream.min_slack
+        if lowest is None or before < lowest:
+            stream.min_slack = before
         stats.slack_at_arrival.observe(before)
         gap = t - stream.t_last_chunk
         if gap < 0.0:
             gap = 0.0
-        stream.take_gap(gap)
+        ewma = stream.gap_ewma
+        stream.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
         ewma = self.gap_ewma
         self.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
         stats.chunk_gap.observe(gap)
@@ -246,7 +262,7 @@ class Device:
         while timers and timers[0][0] == instant and timers[0][1] == 0:
             what = heappop(timers)[3]
             if type(what) is Stream:
-                if what.due == instant and self.streams.get(what.id) is what:
+                if what.due == instant:  # else superseded, or removed (due is NaN)
                     self._wake(what, instant, out)
             else:
                 self.dirty = True
@@ -331,7 +347,22 @@ class Device:
 
     def _push(self, due: float, priority: int, what: Stream | str) -> None:
         self._next_timer_id += 1
-        heappush(self.timers, (due, priority, self._next_timer_id, what))
+        timers = self.timers
+        heappush(timers, (due, priority, self._next_timer_id, what))
+        if len(timers) > self._compact_above:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop superseded entries buried in the heap (in place: `fire` may hold the list).
+
+        A healthy stream's next crossing lies far ahead and moves later with every chunk, so
+        superseded entries would otherwise pile up until their instants came. Rebuilding
+        when the heap doubles keeps it within twice its live entries, O(1) amortised.
+        """
+        timers = self.timers
+        timers[:] = [e for e in timers if type(e[3]) is not Stream or e[3].due == e[0]]
+        heapify(timers)
+        self._compact_above = 2 * len(timers) + 64
 
     # ------------------------------------------------------------------ throttle
     def _decide_throttle(self, now: float, out: list[Output]) -> None:
@@ -409,6 +440,7 @@ class Device:
         if stream.phase is Phase.LIVE:
             self.live -= 1
         self.dirty = True
+        stream.due = math.nan  # its timer entries are stale from now on
         del self.streams[stream.id]
         self._bury(stream.id, now)
         self.stats.finished[fold_reason(reason)] += 1

@@ -74,7 +74,7 @@ class Engine:
         Returns each event's `result` label. The events take effect at one device instant:
         the device's clock at receipt, after every timer due strictly before it.
         """
-        device = self._device_for(device_id)
+        device = self._devices.get(device_id) or self._device_for(device_id)
         if device is None:
             return ["device_limit"] * len(events)
         device.last_message_wall_ms = recv_ms
@@ -90,8 +90,13 @@ class Engine:
         if device.timers and device.timers[0][0] < at:
             device.catch_up(at, out)
         clock.reach(at, recv_ms)
-        results = [device.apply(event, at, out) for event in events]
-        self._settle_later(device)
+        if len(events) == 1:
+            results = [device.apply(events[0], at, out)]
+        else:
+            results = [device.apply(event, at, out) for event in events]
+        if device.dirty and not device.decision_pending:
+            device.decision_pending = True
+            self._pending.append(device)
         self._schedule(device)
         return results
 
@@ -137,8 +142,9 @@ class Engine:
             if due != device.wall_due:
                 continue  # superseded by an earlier entry
             device.wall_due = INF
-            if device.timers:
-                top = device.clock.to_wall(device.timers[0][0])
+            instant = device.next_timer()
+            if instant != INF:
+                top = device.clock.to_wall(instant)
                 if top <= wall_ms if inclusive else top < wall_ms:
                     device.fire(out)
             self._schedule(device)
@@ -171,9 +177,10 @@ class Engine:
         return queue[0][0] if queue else None
 
     def _schedule(self, device: Device) -> None:
-        if not device.timers:
+        instant = device.next_timer()
+        if instant == INF:
             return
-        due = device.clock.to_wall(device.timers[0][0])
+        due = device.clock.to_wall(instant)
         if due < device.wall_due:
             device.wall_due = due
             heappush(self._queue, (due, next(self._tiebreak), device))

@@ -8,19 +8,22 @@ from bisect import bisect_left
 class Histogram:
     """Observations counted into fixed upper bounds (`le`, inclusive), plus their sum."""
 
-    __slots__ = ("bounds", "count", "counts", "total")
+    __slots__ = ("bounds", "counts", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # last slot: above every bound (+Inf)
-        self.count = 0
         self.total = 0.0
 
     def observe(self, value: float) -> None:
         """Count one observation."""
         self.counts[bisect_left(self.bounds, value)] += 1
-        self.count += 1
         self.total += value
+
+    @property
+    def count(self) -> int:
+        """How many observations."""
+        return sum(self.counts)
 
     def cumulative(self) -> list[tuple[float, int]]:
         """`(le, count ≤ le)` pairs ending with `(inf, count)`, as Prometheus exposes them."""

@@ -143,14 +143,3 @@ class Stream:
         else:
             unsafe, other = True, INF
         return risk, unsafe, change if change < other else other
-
-    # ------------------------------------------------------------------ updates
-    def take_gap(self, gap: float) -> None:
-        """Fold one inter-arrival gap into the stream's EWMA."""
-        ewma = self.gap_ewma
-        self.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
-
-    def note_slack_before_chunk(self, value: float) -> None:
-        """Remember the lowest slack seen just before a chunk's audio was added."""
-        if self.min_slack is None or value < self.min_slack:
-            self.min_slack = value
