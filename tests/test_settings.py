@@ -159,7 +159,7 @@ def test_environment_beats_the_file(tmp_path: Path) -> None:
     assert settings.slack.player == "rebuffer"
     assert settings.mqtt.broker == Broker("10.0.0.5", 1883)
     assert settings.mqtt.persistent_session is False
-    assert settings.devices["spk1"].margin_ms == 7  # environment names are case-insensitive
+    assert settings.devices["SPK1"].margin_ms == 7  # device ids keep their case
 
 
 def test_overrides_beat_environment_and_file(tmp_path: Path) -> None:
@@ -534,3 +534,19 @@ def test_no_default_file_when_asked(tmp_path: Path) -> None:
         load_settings(None, environ={}, default_path=None, overrides={"slack": {"min_on_ms": -1}})
     assert info.value.source == "the settings (no config file)"
     assert info.value.problems == ("slack.min_on_ms: must be ≥ 0 (got -1)",)
+
+
+def test_device_ids_from_the_environment_keep_their_case(tmp_path: Path) -> None:
+    """`EDGEMON_DEVICES__Cam1__MARGIN_MS` configures device `Cam1`, not `cam1`: device ids are
+    case-sensitive topic levels, and the environment merges with the file's devices."""
+    path = tmp_path / "edgemon.toml"
+    path.write_text("[devices.Kiosk-2]\nmargin_ms = 90\n")
+    environ = {
+        "EDGEMON_DEVICES__Cam1__MARGIN_MS": "120",
+        "EDGEMON_DEVICES__Cam1__PLAYER": "rebuffer",
+    }
+    settings = load_settings(path, environ=environ, default_path=NO_FILE)
+    devices = settings.engine_config().devices
+    assert set(devices) == {"Cam1", "Kiosk-2"}
+    assert (devices["Cam1"].margin_ms, devices["Cam1"].player) == (120, "rebuffer")
+    assert devices["Kiosk-2"].margin_ms == 90

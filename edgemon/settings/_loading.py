@@ -160,13 +160,23 @@ def _environment_data(environ: Mapping[str, str], problems: list[str]) -> dict[s
         section, nested, _ = name[len(ENV_PREFIX) :].partition("__")
         if nested and section.lower() not in Settings.model_fields:
             problems.append(f"{name}: no such section [{section.lower()}]")
+    # Device ids are case-sensitive topic levels: read them here, as written, instead of
+    # through pydantic-settings, which folds every variable name to lower case.
+    devices: dict[str, dict[str, str]] = {}
+    for name in [name for name in ours if name.count("__") == 2]:
+        section, device, key = name[len(ENV_PREFIX) :].split("__")
+        if section.lower() == "devices":
+            devices.setdefault(device, {})[key.lower()] = ours.pop(name)
     source = EnvSettingsSource(Settings)
     source.env_vars = {name.lower(): value for name, value in ours.items()}
     try:
-        return source()
+        data: dict[str, Any] = source()
     except SettingsError as exc:
         problems.append(f"environment: {exc}")
         return {}
+    if devices:
+        data["devices"] = _merge(data.get("devices", {}), devices)
+    return data
 
 
 def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
