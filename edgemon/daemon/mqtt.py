@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from edgemon.daemon.publisher import PublishError
 
@@ -172,8 +174,8 @@ class MqttLink:
             identifier=settings.client_id,
             username=settings.username,
             password=None if password is None else password.get_secret_value(),
-            clean_session=not settings.persistent_session,
             keepalive=settings.keepalive_s,
+            **session_options(settings),
             will=aiomqtt.Will(
                 self._status_topic, self._status_payload("offline"), qos=1, retain=True
             ),
@@ -301,3 +303,22 @@ class MqttLink:
         self._lost.set()
         self.connection.connected = False
         self.connection.subscribed = False
+
+
+def session_options(settings: MqttSettings) -> dict[str, Any]:
+    """How the broker keeps our session: clean session off on 3.1.1; on MQTT 5, no clean
+    start and a session expiry (0 when the session is not meant to persist)."""
+    if settings.protocol == "5":
+        properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        properties.SessionExpiryInterval = (
+            settings.session_expiry_s if settings.persistent_session else 0
+        )
+        return {
+            "protocol": aiomqtt.ProtocolVersion.V5,
+            "clean_start": not settings.persistent_session,
+            "properties": properties,
+        }
+    return {
+        "protocol": aiomqtt.ProtocolVersion.V311,
+        "clean_session": not settings.persistent_session,
+    }

@@ -125,6 +125,10 @@ class MqttSettings(_Section):
     #: Subscribe as `$share/<group>/...` so several instances split the devices.
     shared_group: Annotated[str, Field(pattern=DEVICE_ID_PATTERN)] | None = None
     keepalive_s: Annotated[int, Field(ge=1, le=65535)] = 30
+    #: MQTT protocol version; "5" keeps the persistent session with a session expiry.
+    protocol: Literal["3.1.1", "5"] = "3.1.1"
+    #: MQTT 5: how long the broker keeps the session (and queues QoS 1 messages) while away.
+    session_expiry_s: Annotated[int, Field(ge=0, le=2**32 - 1)] = 86_400
 
     @field_validator("url")
     @classmethod
@@ -159,6 +163,8 @@ class MqttSettings(_Section):
         has_password = self.password is not None or self.password_file is not None
         if has_password and self.username is None:
             problems.append(("username", "must be set when a password is"))
+        if self.protocol == "5" and self.broker.embedded:
+            problems.append(("protocol", "the embedded broker speaks MQTT 3.1.1 only"))
         if problems:
             raise CrossFieldError(problems)
         return self
