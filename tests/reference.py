@@ -176,14 +176,17 @@ def eta_of(v: View, s: float) -> float:
 
 
 def headroom_of(v: View, s: float) -> float:
-    """SPEC §2.4: slack minus eta."""
-    return slack_of(v, s) - eta_of(v, s)
+    """SPEC §2.4, slack minus eta, where slack counts the wait before the player starts
+    (docs/semantics.md): how long the buffer lasts from ``s`` minus the wait for the next chunk.
+    From the player's start on this is exactly the spec's ``slack − eta``."""
+    lasts = slack_of(v, s) + max(0.0, v.start - s)
+    return lasts - eta_of(v, s)
 
 
 def falls_after(v: View, s: float) -> bool:
     """Whether headroom falls (slope -1) just after ``s``: slack drains while eta is zero."""
-    slack_drains = s >= v.start and (v.player == "conceal" or s < v.start + v.buffered)
-    return slack_drains and s >= v.expected_next
+    lasts_less = v.player == "conceal" or s < v.start + v.buffered
+    return lasts_less and s >= v.expected_next
 
 
 def at_risk_after(v: View, s: float) -> bool:

@@ -34,11 +34,19 @@ def test_below_reports_the_falling_crossing_instant() -> None:
     assert below(320, 80, 400, 0, 250, rebuffer=False) == (True, INF)
 
 
-def test_below_reports_the_rising_crossing_when_the_player_has_not_started() -> None:
-    """Before the player starts, headroom rises as the next chunk nears; it leaves the band."""
-    # B=100, S=1000 (player starts late), E=200: headroom(t) = 100 − (200 − t) for t < 200.
-    assert below(0, 50, 100, 1000, 200, rebuffer=False) == (True, 150)
-    assert below(150, 50, 100, 1000, 200, rebuffer=False) == (False, 1050)
+def test_a_player_that_has_not_started_consumes_nothing() -> None:
+    """Before the player starts, the buffer lasts until start + B: a prebuffering stream whose
+    next chunk comes before that is safe (the spec's bare slack − eta would say −100 here)."""
+    # B=100, S=1000 (player starts late), E=200: the buffer lasts until 1100, next chunk at 200.
+    assert headroom(0, 100, 1000, 200, rebuffer=False) == 900
+    assert below(0, 80, 100, 1000, 200, rebuffer=False) == (False, 1020)
+
+
+def test_headroom_equals_the_spec_formula_once_the_player_has_started() -> None:
+    """From the player's start on, headroom is exactly the spec's slack − eta."""
+    for t in (1000, 1050, 1100, 1300):
+        spec = slack(t, 100, 1000, rebuffer=False) - max(0, 1200 - t)
+        assert headroom(t, 100, 1000, 1200, rebuffer=False) == spec
 
 
 def _right_limit_below(

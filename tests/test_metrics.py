@@ -202,20 +202,21 @@ def test_throttle_seconds_never_step_back_when_the_engine_settles_late() -> None
     """A scrape between the OFF instant and the timer that applies it shows a longer ON period;
     the counter keeps that value rather than going down (a decrease reads as a reset).
 
-    One chunk of 300 ms at D with ETA 500 and the player starting at D+500: headroom is
-    −200 at D (ON), rising 1 ms per ms to the plateau of 300; it reaches margin + hysteresis
-    (100) at D+300, after min-on: OFF at D+300.
+    A chunk of 100 ms at D with ETA 100 leaves headroom 0: ON at D. A chunk of 2 s at D+50
+    makes it safe, but the 250 ms minimum on-time holds the throttle: OFF at D+250, applied
+    by a timer the daemon has not run yet when the scrape at D+300 comes.
     """
     rig = Rig()
-    rig.send(D, chunk("s1", D, 0, 300, eta_ms=500, play_start_ms=D + 500))
-    rig.at(D + 400)  # the daemon's timer has not run yet
+    rig.send(D, chunk("s1", D, 0, 100, eta_ms=100))
+    rig.send(D + 50, chunk("s1", D + 50, 1, 2000, eta_ms=100))
+    rig.at(D + 300)  # the daemon's timer has not run yet
     m = rig.scrape()
-    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.4)
-    rig.advance(D + 400)
+    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.3)
+    rig.advance(D + 300)
     m = rig.scrape()
     assert m.get("edgemon_throttle_active", device="d1") == 0
-    assert rig.monitor.engine.device("d1").stats.throttle_ms == 300  # type: ignore[union-attr]
-    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.4)
+    assert rig.monitor.engine.device("d1").stats.throttle_ms == 250  # type: ignore[union-attr]
+    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.3)
 
 
 def test_per_stream_series_are_capped_lowest_headroom_first_and_vanish_with_the_stream() -> None:

@@ -133,14 +133,19 @@ def test_eta_headroom_and_risk_at_the_crossing_instant() -> None:
     assert r.at_risk(D, S, 221)
 
 
-def test_headroom_rising_through_margin_is_not_at_risk() -> None:
-    """Before the player starts headroom rises; at the instant it reaches margin it is safe."""
+def test_a_player_that_has_not_started_is_safe_while_its_buffer_lasts() -> None:
+    """Before the player starts it consumes nothing: 100 ms buffered, player at 1000, next
+    chunk at 200 — the buffer lasts until 1100, so headroom is 900 until the chunk is due,
+    then falls, reaching the 80 ms margin at 1020 (docs/semantics.md)."""
     start = {"type": "start", "stream": S, "t_ms": 0, "play_start_ms": 1000}
     r = ref(trace(start, chunk(0, 0, 100, eta_ms=200)))
-    assert r.headroom(D, S, 179) == 79
-    assert r.at_risk(D, S, 179)
-    assert r.headroom(D, S, 180) == 80
-    assert not r.at_risk(D, S, 180)
+    assert r.slack(D, S, 100) == 100
+    assert r.headroom(D, S, 100) == 900
+    assert not r.at_risk(D, S, 100)
+    assert not r.at_risk(D, S, 1019)
+    assert r.headroom(D, S, 1020) == 80
+    assert r.at_risk(D, S, 1020)  # at risk just after the crossing instant
+    assert r.headroom(D, S, 1021) == 79
 
 
 def test_eta_zero_is_at_risk_as_soon_as_slack_is_under_margin() -> None:

@@ -4,11 +4,16 @@ Between events a live stream is fixed by three numbers: `buffered` (B, audio app
 `start` (S, player start) and `expected` (E, when the next chunk is due). Then
 
     slack(t)    = B − max(0, t − S)                 (rebuffer: never below 0)
-    headroom(t) = slack(t) − max(0, E − t)
-                = min(t + B − E,  B − max(0, E − S),  B + S − t)   (conceal)
+    lasts(t)    = slack(t) + max(0, S − t) = S + B − t   (how long the buffer lasts from t)
+    headroom(t) = lasts(t) − max(0, E − t)
+                = min(S + B − E,  S + B − t)            (conceal)
 
-a concave function that rises, stays flat, then falls 1 ms per ms. So every threshold
-crossing is known in advance and costs a few arithmetic operations.
+constant until the next chunk is due, then falling 1 ms per ms. So every threshold crossing
+is known in advance and costs a few arithmetic operations.
+
+From the player's start on, `lasts = slack` and headroom is exactly the spec's `slack − eta`.
+Before it, the spec's formula would ignore that a player that has not started consumes
+nothing, and call every prebuffering stream at risk (docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ def slack(t: float, buffered: float, start: float, *, rebuffer: bool) -> float:
 
 
 def headroom(t: float, buffered: float, start: float, expected: float, *, rebuffer: bool) -> float:
-    """Slack at `t` minus the wait for the next chunk."""
-    return slack(t, buffered, start, rebuffer=rebuffer) - max(0.0, expected - t)
+    """How long the buffer lasts from `t`, minus the wait for the next chunk."""
+    lasts = start + buffered - t
+    if rebuffer and lasts < 0.0:
+        lasts = 0.0
+    return lasts - max(0.0, expected - t)
 
 
 def below(
@@ -38,13 +46,9 @@ def below(
     """
     if rebuffer and threshold <= 0.0:
         return _below_rebuffer_at_zero(now, buffered, start, expected)
-    plateau = buffered - max(0.0, expected - start)
-    rises_above = expected + threshold - buffered
-    falls_below = buffered + start - threshold
-    if plateau < threshold or rises_above >= falls_below:
-        return True, INF  # never at or above the threshold for a whole instant
-    if now < rises_above:
-        return True, rises_above
+    falls_below = start + buffered - threshold
+    if falls_below < expected:  # the plateau S + B − E is already below the threshold
+        return True, INF
     if now < falls_below:
         return False, falls_below
     return True, INF

@@ -120,26 +120,20 @@ class Stream:
                 now, margin + hysteresis_ms, buffered, start, expected, rebuffer=True
             )
             return risk, unsafe, risk_change if risk_change < unsafe_change else unsafe_change
-        wait = expected - start
-        plateau = buffered - wait if wait > 0.0 else buffered
-        # Thresholds: margin (risk) ≤ margin + hysteresis (unsafe).
-        high = margin + hysteresis_ms
-        rises = expected - buffered  # + threshold
-        falls = buffered + start  # − threshold
-        if plateau < margin or rises + margin >= falls - margin:
+        lasts = start + buffered  # the buffer lasts until then
+        high = margin + hysteresis_ms  # thresholds: margin (risk) ≤ margin + hysteresis
+        falls = lasts - margin
+        if falls < expected:  # the plateau S + B − E is below the margin
             return True, True, INF
-        if now < rises + margin:
-            risk, change = True, rises + margin
-        elif now < falls - margin:
-            risk, change = False, falls - margin
+        if now < falls:
+            risk, change = False, falls
         else:
             risk, change = True, INF
-        if plateau < high or rises + high >= falls - high:
+        other = lasts - high
+        if other < expected:
             return risk, True, change
-        if now < rises + high:
-            unsafe, other = True, rises + high
-        elif now < falls - high:
-            unsafe, other = False, falls - high
+        if now < other:
+            unsafe = False
         else:
             unsafe, other = True, INF
         return risk, unsafe, change if change < other else other
