@@ -24,6 +24,11 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+# The showcase: broker, simulated devices, the daemon and a live view in one process
+# (the dev extra includes the embedded broker). `make demo DEMO_ARGS="--duration 60"`.
+demo: $(STAMP)
+	$(BIN)/edgemon demo $(DEMO_ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
 

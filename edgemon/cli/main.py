@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from edgemon import __version__
-from edgemon.cli import check_config, kv_budget, replay, run, simulate
+from edgemon.cli import check_config, demo, kv_budget, replay, run, simulate, top
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="edgemon", description=__doc__)
     parser.add_argument("--version", action="version", version=f"edgemon {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in (run, replay, kv_budget, check_config, simulate):
+    for module in (run, demo, replay, kv_budget, check_config, simulate, top):
         module.register(commands)
     return parser
 
