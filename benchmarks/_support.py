@@ -1,0 +1,246 @@
+"""Helpers for benchmarks that run real processes: Mosquitto, edgemon, /proc, /metrics.
+
+Linux only: CPU time and RSS come from /proc (utime + stime, VmRSS), the way `top` and
+`ps` read them, so no dependency is needed and the figures mean what operators see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_START_S = 5.0
+_TRIES = 3
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def accepts(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:`port`."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def mosquitto(directory: Path, *, options: str = "") -> Iterator[int]:
+    """A fresh Mosquitto on 127.0.0.1 and a free port, anonymous, no persistence: its port.
+
+    `options` are added to its config (e.g. queue limits); its log is `directory/mosquitto.log`.
+    """
+    log = directory / "mosquitto.log"
+    for _ in range(_TRIES):
+        port = free_port()
+        conf = directory / "mosquitto.conf"
+        conf.write_text(
+            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+            f"log_dest stderr\n{options}",
+            encoding="utf-8",
+        )
+        with log.open("ab") as log_file:
+            process = subprocess.Popen(
+                [MOSQUITTO, "-c", str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+            )
+        deadline = time.monotonic() + _START_S
+        while process.poll() is None and time.monotonic() < deadline:
+            if accepts(port):
+                break
+            time.sleep(0.02)
+        else:
+            stop(process)
+            continue  # exited (port taken meanwhile?) or never listened: try another port
+        try:
+            yield port
+        finally:
+            stop(process)
+        return
+    raise RuntimeError(f"mosquitto did not start; see {log}")
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
+    """Terminate `process` (SIGTERM, then SIGKILL after `timeout`); its exit code."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) `pid` has used so far, all its threads, in seconds."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:  # noqa: PTH123
+        fields = stat.read().rpartition(")")[2].split()
+    # After the command name: state is field 3 of proc(5), utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of `pid` now (VmRSS), in bytes."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:  # noqa: PTH123
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    """GET `url`: (status, body); status 0 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    """The samples of metric `name` in a Prometheus text page, by label set (`""` if none)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        rest = line[len(name) :]
+        if rest.startswith("{"):
+            labels, _, value = rest[1:].partition("} ")
+        elif rest.startswith(" "):
+            labels, value = "", rest[1:]
+        else:
+            continue  # another metric whose name starts with `name`
+        found[labels] = float(value.split()[0])
+    return found
+
+
+class Edgemon:
+    """`python -m edgemon run` as a subprocess, its CPU time, memory and message counts."""
+
+    def __init__(
+        self, directory: Path, broker_port: int, *, config: str = "", profile: Path | None = None
+    ) -> None:
+        """Start it on the broker at 127.0.0.1:`broker_port`, HTTP on a free port, logging
+        warnings only; `config` adds TOML sections; `profile` runs it under cProfile."""
+        self.http_port = free_port()
+        config_path = directory / "edgemon.toml"
+        config_path.write_text(
+            f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "edgemon-bench"\n'
+            f'[http]\nlisten = "127.0.0.1:{self.http_port}"\n'
+            '[log]\nlevel = "warning"\nformat = "json"\n'
+            f'[state]\ndir = "{directory}"\n{config}',
+            encoding="utf-8",
+        )
+        self._log = (directory / "edgemon.log").open("wb")
+        profiler = [] if profile is None else ["-m", "cProfile", "-o", str(profile)]
+        self.process = subprocess.Popen(
+            [sys.executable, *profiler, "-m", "edgemon", "run", "--config", str(config_path)],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+        )
+        self.pid = self.process.pid
+        self.log_path = directory / "edgemon.log"
+
+    def ready(self, timeout: float = 30) -> None:
+        """Wait until it is subscribed (`/readyz` 200)."""
+        deadline = time.monotonic() + timeout
+        while http_get(f"http://127.0.0.1:{self.http_port}/readyz", 1)[0] != 200:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"edgemon did not become ready; see {self.log_path}")
+            time.sleep(0.05)
+
+    def cpu(self) -> float:
+        """CPU seconds used so far."""
+        return cpu_seconds(self.pid)
+
+    def results(self) -> dict[str, float]:
+        """`edgemon_messages_total` by `result` label."""
+        status, text = http_get(f"http://127.0.0.1:{self.http_port}/metrics")
+        if status != 200:
+            raise RuntimeError(f"/metrics answered {status}")
+        return samples(text, "edgemon_messages_total")
+
+    def close(self) -> int:
+        """SIGTERM, as systemd stops it; the exit code."""
+        code = stop(self.process)
+        self._log.close()
+        return code
+
+
+@dataclass(slots=True)
+class Window:
+    """CPU used by edgemon for a known number of processed messages (or events)."""
+
+    edgemon: Edgemon
+    scrape_cpu: float
+    cpu0: float = 0.0
+    total0: float = 0.0
+    accepted0: float = 0.0
+
+    def open(self) -> None:
+        """Start: the counts, then (once the scrape is over) the CPU time."""
+        results = self.edgemon.results()
+        self.total0 = sum(results.values())
+        self.accepted0 = results.get('result="accepted"', 0.0)
+        time.sleep(0.05)
+        self.cpu0 = self.edgemon.cpu()
+
+    def close(self, expected: int, timeout: float = 60) -> tuple[float, float]:
+        """Wait until `expected` more are counted and edgemon idles: (CPU s, accepted).
+
+        CPU is read when no tick was used in 100 ms (idle), before the scrape that confirms
+        the count; a scrape that found the count short is subtracted at its measured cost.
+        """
+        early = 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            before = self.edgemon.cpu()
+            time.sleep(0.1)
+            after = self.edgemon.cpu()
+            if after != before:
+                continue
+            results = self.edgemon.results()
+            if sum(results.values()) - self.total0 >= expected:
+                accepted = results.get('result="accepted"', 0.0) - self.accepted0
+                return after - self.cpu0 - early * self.scrape_cpu, accepted
+            early += 1
+        raise RuntimeError(f"edgemon did not process {expected} messages in time")
+
+
+def scrape_cost(edgemon: Edgemon, scrapes: int = 20) -> float:
+    """CPU seconds edgemon spends on one /metrics scrape (idle otherwise)."""
+    time.sleep(0.1)
+    cpu0 = edgemon.cpu()
+    for _ in range(scrapes):
+        edgemon.results()
+    time.sleep(0.1)
+    return (edgemon.cpu() - cpu0) / scrapes
