@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check edgemon tests benchmarks
-	$(BIN)/ruff format --check edgemon tests benchmarks
+	$(BIN)/ruff check edgemon tests benchmarks dashboards
+	$(BIN)/ruff format --check edgemon tests benchmarks dashboards
+	$(BIN)/python dashboards/generate.py --check
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
