@@ -7,10 +7,11 @@ of every message or event by `result` (SPEC §5 `edgemon_messages_total{result}`
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgemon.engine.engine import Engine
 from edgemon.engine.outputs import Rejected
+from edgemon.engine.snapshot import SnapshotError
 from edgemon.wire.decode import Problem, decode_engine, decode_events, parse_json
 from edgemon.wire.topics import Topics
 
@@ -79,6 +80,27 @@ class Monitor:
                 if result in APPLIED:
                     self.events += 1
                 self._count(result, recv_ms, topic, device, out, event)
+
+    def snapshot(self, wall_ms: float) -> dict[str, Any]:
+        """Everything needed to continue after a restart: the engine and the counts."""
+        return {
+            "engine": self.engine.snapshot(wall_ms),
+            "results": dict(self.results),
+            "messages": self.messages,
+            "events": self.events,
+        }
+
+    def restore(self, data: dict[str, Any], wall_ms: float) -> None:
+        """Continue from `snapshot`'s output (SnapshotError if it cannot be used)."""
+        try:
+            engine = Engine.restore(data["engine"], self.engine.config, wall_ms)
+            results = Counter({str(k): int(v) for k, v in data["results"].items()})
+            messages, events = int(data["messages"]), int(data["events"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, SnapshotError):
+                raise
+            raise SnapshotError(f"snapshot is incomplete or malformed ({exc!r})") from None
+        self.engine, self.results, self.messages, self.events = engine, results, messages, events
 
     def advance(self, wall_ms: float, out: list[Output]) -> None:
         """Fire every timer due by wall time `wall_ms`."""

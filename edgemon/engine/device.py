@@ -471,6 +471,23 @@ class Device:
                 break
             del tombstones[oldest]
 
+    # ------------------------------------------------------------------ restore
+    def adopt(self, stream: Stream) -> None:
+        """Take a restored stream; its margin follows the configuration in force now."""
+        stream.margin = self._margin_for(stream.margin_from_start)
+        self.streams[stream.id] = stream
+        if stream.phase is Phase.LIVE:
+            self.live += 1
+
+    def restore_timers(self, at: float) -> None:
+        """Recompute flags, counts and timers of adopted streams from instant `at` on."""
+        for stream in list(self.streams.values()):
+            self._refresh(stream, at, [])
+        min_on_until = self.throttle_since + self.config.slack.min_on_ms
+        if self.throttle_on and min_on_until > at:
+            self._push(min_on_until, 0, _MIN_ON)
+        self.dirty = True
+
     # ------------------------------------------------------------------ engine object
     def set_engine_info(self, info: TtsEngineInfo, at: float) -> None:
         """Take a new engine object: margins of streams without their own may change."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 from itertools import count
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from edgemon.engine import snapshot
 from edgemon.engine.device import Device
 from edgemon.engine.headroom import INF
 
@@ -126,6 +127,21 @@ class Engine:
             device.reconfigure(config, at)
             self._settle_later(device)
             self._schedule(device)
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self, wall_ms: float) -> dict[str, Any]:
+        """The state at wall time `wall_ms` as JSON values (see `edgemon.engine.snapshot`)."""
+        return snapshot.take(self, wall_ms)
+
+    @classmethod
+    def restore(cls, data: dict[str, Any], config: EngineConfig, wall_ms: float) -> Engine:
+        """An engine continuing from a snapshot, at wall time `wall_ms` (SnapshotError if bad)."""
+        engine = cls(config)
+        for device in snapshot.restore_devices(data, config, wall_ms):
+            engine._devices[device.id] = device
+            engine._settle_later(device)
+            engine._schedule(device)
+        return engine
 
     # ------------------------------------------------------------------ time
     def advance(self, wall_ms: float, out: list[Output], *, inclusive: bool = True) -> None:
