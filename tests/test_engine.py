@@ -274,3 +274,15 @@ def test_timer_heaps_stay_bounded_by_the_streams_they_serve() -> None:
     assert device is not None
     assert len(device.streams) == 20
     assert len(device.timers) <= 2 * 20 + 64 + 1
+
+
+def test_release_all_turns_every_throttle_off_and_accounts_the_time() -> None:
+    """A clean stop releases each throttled device at its current instant; the time ON is
+    counted and the engine's state says released (what the final snapshot records)."""
+    rig = Rig(min_on_ms=250)
+    rig.send(0, chunk("s", 0, 0, 100, eta_ms=100))  # headroom 0: ON at 0
+    rig.engine.release_all(40, rig.out)
+    device = rig.engine.device("d")
+    assert device is not None
+    assert [(c.t_ms, c.active) for c in rig.of(ThrottleChanged)] == [(0, True), (40, False)]
+    assert (device.throttle_on, device.stats.throttle_ms) == (False, 40)

@@ -217,7 +217,7 @@ async def _demo(plan: Plan, console: Console) -> Outcome:
             http=HttpSettings(listen=plan.listen),
             log=LogSettings(format="json", level="info"),
         )
-        daemon = Daemon(settings, environ={}, install_signal_handlers=False)
+        daemon = Daemon(settings, environ={}, install_signal_handlers=False, snapshots=False)
         daemon_task = asyncio.create_task(daemon.run(), name="daemon")
         daemon_task.add_done_callback(lambda _: stop.set())  # a failed daemon ends the demo
         started = time.monotonic()

@@ -33,6 +33,7 @@ from edgemon.daemon.logs import RejectionLog
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
 from edgemon.daemon.scheduler import Scheduler
+from edgemon.daemon.state import StateStore
 from edgemon.daemon.systemd import Notifier
 from edgemon.engine.outputs import Rejected, StreamEnded, ThrottleChanged, UnderrunBegan
 from edgemon.monitor import Monitor
@@ -52,7 +53,7 @@ STATUS_EVERY_S = 5.0
 class Daemon:
     """One edgemon daemon. `run()` until `request_stop()` (or a signal); returns the exit code."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only dependencies, each injectable
         self,
         settings: Settings,
         *,
@@ -63,6 +64,7 @@ class Daemon:
         log: Any = None,
         shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
         install_signal_handlers: bool = True,
+        snapshots: bool = True,
     ) -> None:
         self.settings = settings
         self.clock = clock or MonotonicWallClock()
@@ -72,6 +74,9 @@ class Daemon:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._install_signals = install_signal_handlers
         self.monitor = Monitor(settings.engine_config())
+        #: Snapshots go to the state directory when it exists (systemd's StateDirectory=).
+        state_dir = settings.state.dir
+        self.state = StateStore(state_dir) if snapshots and state_dir.is_dir() else None
         self.connection = ConnectionState()
         self.notifier = Notifier(environ)
         self.registry = build_registry(
@@ -131,6 +136,7 @@ class Daemon:
 
     async def _run(self) -> int:
         failed = False
+        self._restore()
         try:
             async with asyncio.TaskGroup() as group:
                 http = group.create_task(self._serve_http(), name="http")
@@ -146,6 +152,7 @@ class Daemon:
                     group.create_task(self.publisher.run(), name="publisher"),
                     group.create_task(self._watchdog(), name="watchdog"),
                     group.create_task(self._reloader(), name="reloader"),
+                    group.create_task(self._snapshots(), name="snapshots"),
                 ]
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
@@ -154,6 +161,7 @@ class Daemon:
                 await self._finish(ingest)
                 for task in rest:
                     task.cancel()
+                await self._snapshot()  # after the releases: what a restart continues from
         except* Exception as group_error:
             failed = True
             for error in group_error.exceptions:
@@ -244,6 +252,45 @@ class Daemon:
             await self._reload.wait()
             self._reload.clear()
             self.reload()
+
+    # ------------------------------------------------------------------ state
+    def _restore(self) -> None:
+        """Continue from the last snapshot, if any (a bad one is set aside, with a log)."""
+        if self.state is None:
+            self.log.warning("state_disabled", reason="no state directory", dir=str(
+                self.settings.state.dir))  # fmt: skip
+            return
+        try:
+            data = self.state.load()
+            if data is not None:
+                self.monitor.restore(data, self.clock.now_ms())
+        except (OSError, ValueError) as exc:  # SnapshotError is a ValueError
+            self.log.error("state_restore_failed", path=str(self.state.path), error=str(exc))  # noqa: TRY400
+            return
+        if data is not None:
+            devices = list(self.monitor.engine.devices())
+            self.log.info(
+                "state_restored",
+                devices=len(devices),
+                streams=sum(len(device.streams) for device in devices),
+            )
+
+    async def _snapshots(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.state.snapshot_interval_s)
+            await self._snapshot()
+
+    async def _snapshot(self) -> None:
+        """Take the state on the loop (it owns the engine); write it in a thread."""
+        if self.state is None:
+            return
+        data = self.monitor.snapshot(self.clock.now_ms())
+        try:
+            size = await asyncio.to_thread(self.state.save, data)
+        except OSError as exc:
+            self.log.error("snapshot_failed", path=str(self.state.path), error=str(exc))  # noqa: TRY400
+            return
+        self.log.debug("snapshot_written", bytes=size)
 
     def reload(self) -> bool:
         """Adopt the config file again, keeping every stream; False (and a log) if invalid."""
@@ -337,24 +384,12 @@ class Daemon:
 
     async def _farewell(self) -> None:
         """Release every throttled device, then announce `offline` (still connected)."""
-        wall = self.clock.now_ms()
-        released = 0
-        for device in self.monitor.engine.devices():
-            if not device.throttle_on:
-                continue
-            now = device.clock.now(wall)
-            heads = [stream.headroom_at(now) for stream in device.live_streams()]
-            self.publisher.submit(
-                ThrottleChanged(
-                    device=device.id,
-                    t_ms=now,
-                    active=False,
-                    streams=(),
-                    min_headroom_ms=min(heads, default=None),
-                    margin_ms=device.margin,
-                )
-            )
-            released += 1
+        releases: list[Output] = []
+        self.monitor.engine.release_all(self.clock.now_ms(), releases)
+        for release in releases:
+            assert isinstance(release, ThrottleChanged)
+            self.publisher.submit(release)
+        released = len(releases)
         await self.publisher.drain()
         topic = self.monitor.topics.status(self.settings.mqtt.client_id)
         with contextlib.suppress(PublishError):

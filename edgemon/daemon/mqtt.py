@@ -159,7 +159,7 @@ class MqttLink:
         self._queue: asyncio.Queue[aiomqtt.Message] | None = None
         self._queue_type = _bounded_queue(
             self._adopt_queue,
-            lambda message: on_drop(message.topic.value),
+            lambda message: self._shed(message, on_drop),
             self._queue_messages,
             queue_bytes,
         )
@@ -169,7 +169,7 @@ class MqttLink:
         settings = self._settings
         broker = settings.broker
         password = settings.resolve_password()
-        return aiomqtt.Client(
+        client = aiomqtt.Client(
             broker.host,
             broker.port,
             identifier=settings.client_id,
@@ -189,6 +189,11 @@ class MqttLink:
             max_queued_incoming_messages=self._queue_messages + 1,
             timeout=10,
         )
+        # Acknowledge each message only once the engine has applied it (before any message
+        # can arrive: a persistent session's queue comes right after CONNACK). A crash before
+        # that leaves it unacknowledged, and the broker delivers it again to the next session.
+        client._client.manual_ack_set(on=True)  # noqa: SLF001 - paho's API; aiomqtt 2 has none
+        return client
 
     # ------------------------------------------------------------------ out
     async def wait_connected(self) -> None:
@@ -285,8 +290,19 @@ class MqttLink:
 
     async def _pump(self, client: aiomqtt.Client) -> None:
         deliver = self._deliver
+        ack = client._client.ack  # noqa: SLF001 - paho's manual acknowledgement
         async for message in client.messages:
             deliver(message)
+            if message.qos:
+                ack(message.mid, message.qos)
+
+    def _shed(self, message: aiomqtt.Message, on_drop: Callable[[str], None]) -> None:
+        """A message the full queue cannot take: reported, and acknowledged all the same —
+        shed on purpose, it must not hold one of the broker's in-flight slots forever."""
+        on_drop(message.topic.value)
+        client = self._client
+        if client is not None and message.qos:
+            client._client.ack(message.mid, message.qos)  # noqa: SLF001
 
     def _deliver(self, message: aiomqtt.Message) -> None:
         payload = message.payload

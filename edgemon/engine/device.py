@@ -382,6 +382,13 @@ class Device:
             self.stats.throttle_ms += now - self.throttle_since
             out.append(self._throttle_change(now))
 
+    def release(self, now: float, out: list[Output]) -> None:
+        """Turn the throttle off at `now` whatever the streams say (edgemon is stopping)."""
+        if self.throttle_on:
+            self.throttle_on = False
+            self.stats.throttle_ms += now - self.throttle_since
+            out.append(self._throttle_change(now))
+
     def _throttle_change(self, now: float) -> ThrottleChanged:
         ranked = sorted((s.headroom_at(now), s.id) for s in self.live_streams())
         at_risk = [sid for _, sid in ranked if self.streams[sid].risk] if self.throttle_on else []

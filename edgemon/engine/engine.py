@@ -128,6 +128,11 @@ class Engine:
             self._settle_later(device)
             self._schedule(device)
 
+    def release_all(self, wall_ms: float, out: list[Output]) -> None:
+        """Turn every device's throttle off now (a clean stop must leave no engine held back)."""
+        for device in self._devices.values():
+            device.release(device.clock.now(wall_ms), out)
+
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, wall_ms: float) -> dict[str, Any]:
         """The state at wall time `wall_ms` as JSON values (see `edgemon.engine.snapshot`)."""

@@ -100,7 +100,7 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
             "finished": dict(stats.finished),
             **{name: _histogram(getattr(stats, name)) for name in _HISTOGRAMS},
         },
-        "tombstones": device.tombstones,
+        "tombstones": dict(device.tombstones),  # a copy: serialised off the event loop
         "streams": [_stream(stream) for stream in device.streams.values()],
     }
 

@@ -1,0 +1,50 @@
+"""The snapshot file: atomic writes, a bad file set aside, nothing left half-written."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+from edgemon.daemon.state import SNAPSHOT_NAME, StateStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_a_saved_snapshot_loads_back(tmp_path: Path) -> None:
+    """What is saved is what loads; no temporary file is left behind."""
+    store = StateStore(tmp_path)
+    assert store.load() is None
+    written = store.save({"format": 1, "devices": [{"id": "d"}]})
+    assert store.load() == {"format": 1, "devices": [{"id": "d"}]}
+    assert written == (tmp_path / SNAPSHOT_NAME).stat().st_size
+    assert [p.name for p in tmp_path.iterdir()] == [SNAPSHOT_NAME]
+
+
+def test_a_new_snapshot_replaces_the_old_one_whole(tmp_path: Path) -> None:
+    """The rename is atomic: the file is always one complete snapshot, never a mix."""
+    store = StateStore(tmp_path)
+    store.save({"n": 1, "pad": "x" * 100_000})
+    store.save({"n": 2})
+    assert json.loads((tmp_path / SNAPSHOT_NAME).read_text()) == {"n": 2}
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]"])
+def test_a_bad_snapshot_is_set_aside(tmp_path: Path, content: str) -> None:
+    """A file that is not a JSON object raises ValueError and is renamed `.bad`, so the next
+    start begins clean and the file stays for inspection."""
+    (tmp_path / SNAPSHOT_NAME).write_text(content)
+    store = StateStore(tmp_path)
+    with pytest.raises(ValueError, match=r".+"):
+        store.load()
+    assert (tmp_path / (SNAPSHOT_NAME + ".bad")).read_text() == content
+    assert store.load() is None
+
+
+def test_a_snapshot_that_cannot_be_written_raises_os_error(tmp_path: Path) -> None:
+    """A missing directory is an OSError for the daemon to log, not a crash elsewhere."""
+    store = StateStore(tmp_path / "gone")
+    with pytest.raises(OSError, match=r".+"):
+        store.save({"n": 1})
