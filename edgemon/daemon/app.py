@@ -77,6 +77,7 @@ class Daemon:
         #: Snapshots go to the state directory when it exists (systemd's StateDirectory=).
         state_dir = settings.state.dir
         self.state = StateStore(state_dir) if snapshots and state_dir.is_dir() else None
+        self._restored = False
         self.connection = ConnectionState()
         self.notifier = Notifier(environ)
         self.registry = build_registry(
@@ -136,7 +137,6 @@ class Daemon:
 
     async def _run(self) -> int:
         failed = False
-        self._restore()
         try:
             async with asyncio.TaskGroup() as group:
                 http = group.create_task(self._serve_http(), name="http")
@@ -256,6 +256,7 @@ class Daemon:
     # ------------------------------------------------------------------ state
     def _restore(self) -> None:
         """Continue from the last snapshot, if any (a bad one is set aside, with a log)."""
+        self._restored = True
         if self.state is None:
             self.log.warning("state_disabled", reason="no state directory", dir=str(
                 self.settings.state.dir))  # fmt: skip
@@ -281,8 +282,9 @@ class Daemon:
             await self._snapshot()
 
     async def _snapshot(self) -> None:
-        """Take the state on the loop (it owns the engine); write it in a thread."""
-        if self.state is None:
+        """Take the state on the loop (it owns the engine); write it in a thread. Never before
+        the last snapshot was restored: an empty state must not overwrite it."""
+        if self.state is None or not self._restored:
             return
         data = self.monitor.snapshot(self.clock.now_ms())
         try:
@@ -379,6 +381,10 @@ class Daemon:
     # ------------------------------------------------------------------ edges
     def _on_subscribed(self) -> None:
         if not self.ready.is_set():
+            # Restored now, not at process start: the devices' clocks resume when their
+            # queued messages can flow (a broker still down at start costs no buffer), and
+            # before the first of them is applied (the message pump starts after this).
+            self._restore()
             self.ready.set()
             self.notifier.ready(self.status_line())
 

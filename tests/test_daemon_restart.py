@@ -1,0 +1,468 @@
+"""Restart and crash with live streams on a real Mosquitto (SPEC §7, docs/reliability.md).
+
+A publisher keeps three healthy streams going on two devices (QoS 1, one 300 ms chunk per
+stream every 200 ms, `eta_ms` and `audio_total_ms` on each, `t_ms` = wall ms) while edgemon is
+stopped cleanly (in-process, `request_stop()` as SIGTERM does) or killed (a real process,
+SIGKILL), and started again with the same state directory and client id (persistent session:
+the broker queues what arrives meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import aiomqtt
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from edgemon.daemon import Daemon
+from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+P = "edgemon/v1"
+PERIOD_S = 0.2
+AUDIO_MS = 300.0
+ETA_MS = 200.0
+STREAMS = (("d0", "s0"), ("d0", "s1"), ("d1", "s2"))
+#: Delivery jitter allowed between the slack edgemon shows and the one the chunks imply.
+SLACK_TOLERANCE_MS = 25.0
+#: A chunk published this recently may still be on its way to edgemon.
+IN_FLIGHT_MS = 60.0
+
+Key = tuple[str, str]
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
+
+
+class Publisher:
+    """One QoS 1 chunk per stream every PERIOD_S until `finish()`, then a `final` chunk each.
+
+    `sent[key]` holds the `t_ms` of each chunk of the stream (index = seq), appended once the
+    broker has acknowledged it (PUBACK): what the broker accepted.
+    """
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sent: dict[Key, list[float]] = {key: [] for key in STREAMS}
+        self._finish = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def finish(self) -> None:
+        self._finish.set()
+
+    @property
+    def count(self) -> int:
+        return sum(len(times) for times in self.sent.values())
+
+    def implied_slack(self, key: Key, wall_ms: float) -> tuple[float, float | None]:
+        """The slack at `wall_ms` that the stream's published chunks imply, and the same if its
+        last chunk is still in flight (None when none can be)."""
+        times = [t for t in self.sent[key] if t <= wall_ms]
+        slack = AUDIO_MS * len(times) - (wall_ms - self.sent[key][0])
+        in_flight = wall_ms - times[-1] < IN_FLIGHT_MS
+        return slack, slack - AUDIO_MS if in_flight else None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        identifier = f"pub-{time.monotonic_ns()}"
+        async with aiomqtt.Client("127.0.0.1", self.port, identifier=identifier) as client:
+            tick = loop.time()
+            while True:
+                final = self._finish.is_set()
+                for device, stream in STREAMS:
+                    times = self.sent[device, stream]
+                    seq, t = len(times), now_ms()
+                    chunk = {
+                        "type": "chunk",
+                        "stream": stream,
+                        "t_ms": t,
+                        "seq": seq,
+                        "audio_ms": AUDIO_MS,
+                        "eta_ms": ETA_MS,
+                        "audio_total_ms": AUDIO_MS * (seq + 1),
+                        "final": final,
+                    }
+                    await client.publish(f"{P}/{device}/events", json.dumps(chunk), qos=1)
+                    times.append(t)
+                if final:
+                    return
+                tick += PERIOD_S
+                await asyncio.sleep(max(0.0, tick - loop.time()))
+
+
+@contextlib.asynccontextmanager
+async def publishing(port: int) -> AsyncIterator[Publisher]:
+    publisher = Publisher(port)
+    publisher.task = task = asyncio.create_task(publisher.run(), name="publisher")
+    try:
+        yield publisher
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def finish(publisher: Publisher) -> None:
+    """Send the final chunks and wait until the broker has acknowledged them."""
+    publisher.finish()
+    assert publisher.task is not None
+    async with asyncio.timeout(5):
+        await asyncio.shield(publisher.task)
+
+
+class Log:
+    """A logger that keeps `(event, fields)` of every call, whatever the level."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, _level: str) -> Any:
+        def record(event: str, *_args: Any, **fields: Any) -> None:
+            self.events.append((event, fields))
+
+        return record
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [fields for name, fields in self.events if name == event]
+
+
+async def get(port: int, path: str) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, await response.text()
+
+
+def total(text: str, name: str, **labels: str) -> float:
+    """The sum of `name` over every series whose labels include `labels`."""
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+async def streams(http_port: int) -> tuple[float, dict[Key, dict[str, Any]]]:
+    """`/api/v1/streams`: edgemon's wall time, and each stream by (device, stream)."""
+    status, body = await get(http_port, "/api/v1/streams")
+    assert status == 200
+    view = json.loads(body)
+    found = {
+        (device["device"], stream["stream"]): stream
+        for device in view["devices"]
+        for stream in device["streams"]
+    }
+    return view["wall_ms"], found
+
+
+async def watch_streams(
+    http_port: int, publisher: Publisher, seconds: float, *, check_slack_after_s: float
+) -> int:
+    """Poll the streams for `seconds`: every stream is there at every poll, and from
+    `check_slack_after_s` on its slack is what its published chunks imply. Polls made."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    polls = 0
+    while loop.time() - began < seconds:
+        wall, found = await streams(http_port)
+        assert set(found) == set(STREAMS), f"poll {polls}: streams {sorted(found)}"
+        if loop.time() - began >= check_slack_after_s:
+            for key in STREAMS:
+                stream = found[key]
+                assert stream["phase"] == "live"
+                assert stream["underruns"] == 0
+                slack, if_in_flight = publisher.implied_slack(key, wall)
+                shown = stream["slack_ms"]
+                assert abs(shown - slack) <= SLACK_TOLERANCE_MS or (
+                    if_in_flight is not None and abs(shown - if_in_flight) <= SLACK_TOLERANCE_MS
+                ), f"{key}: slack {shown} ms shown, {slack} ms implied by the chunks"
+        polls += 1
+        await asyncio.sleep(0.05)
+    return polls
+
+
+async def until_completed(http_port: int, within_s: float = 8.0) -> None:
+    """Wait until every stream has played out its final chunk and been removed."""
+    async with asyncio.timeout(within_s):
+        while (await streams(http_port))[1]:  # noqa: ASYNC110 - polling HTTP
+            await asyncio.sleep(0.05)
+
+
+# ---------------------------------------------------------------------- clean restart
+def restart_settings(port: int, state_dir: Path) -> Settings:
+    return Settings(
+        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id="edgemon-restart"),
+        http=HttpSettings(listen="127.0.0.1:0"),
+        # Only the snapshot written on stop can carry the state across.
+        state=StateSettings(dir=state_dir, snapshot_interval_s=3600),
+    )
+
+
+async def start(daemon: Daemon) -> asyncio.Task[int]:
+    """Run the daemon as a task; return once it is subscribed."""
+    task = asyncio.create_task(daemon.run(), name="daemon")
+    async with asyncio.timeout(5):
+        ready = asyncio.ensure_future(daemon.ready.wait())
+        await asyncio.wait((ready, task), return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+    assert not task.done(), "the daemon ended before it was ready"
+    return task
+
+
+async def stop(daemon: Daemon, task: asyncio.Task[int]) -> None:
+    """Stop it as SIGTERM does; exit code 0 within 5 s."""
+    daemon.request_stop()
+    async with asyncio.timeout(5):
+        assert await task == 0
+
+
+async def test_clean_restart_continues_every_stream_with_exact_totals(
+    mosquitto_broker: tuple[str, int], tmp_path: Path
+) -> None:
+    """SIGTERM's stop mid-stream, 1 s down while chunks keep coming, start again with the same
+    state directory and client id: every stream is present at every poll after the restart
+    with the slack its published chunks imply (±25 ms), then completes; no underrun, no extra
+    stream start, no throttle, and chunks and audio totals equal what the broker accepted."""
+    _, port = mosquitto_broker
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    settings = restart_settings(port, state_dir)
+    first, second = Log(), Log()
+    daemon = Daemon(settings, environ={}, log=first, install_signal_handlers=False)
+    task = await start(daemon)
+    try:
+        async with publishing(port) as publisher:
+            assert daemon.http_port is not None
+            await asyncio.sleep(0.1)  # the first chunks on their way
+            await watch_streams(daemon.http_port, publisher, 1.0, check_slack_after_s=0.3)
+            await stop(daemon, task)
+            assert (state_dir / "snapshot.json").is_file()
+            at_stop = publisher.count
+            await asyncio.sleep(1.0)  # down: the broker queues for edgemon's session
+            queued = publisher.count - at_stop
+            daemon = Daemon(settings, environ={}, log=second, install_signal_handlers=False)
+            task = await start(daemon)
+            http = daemon.http_port
+            assert http is not None
+            polls = await watch_streams(http, publisher, 1.2, check_slack_after_s=0.3)
+            await finish(publisher)
+            await until_completed(http)
+            _, metrics = await get(http, "/metrics")
+    finally:
+        if not task.done():
+            await stop(daemon, task)
+    published = publisher.count
+    assert queued >= 3 * len(STREAMS)
+    assert polls >= 10
+    assert second.named("state_restored") == [{"devices": 2, "streams": 3}]
+    assert not second.named("state_restore_failed")
+    assert not first.named("snapshot_failed")
+    assert not second.named("snapshot_failed")
+    assert total(metrics, "edgemon_chunks_total") == published
+    assert total(metrics, "edgemon_audio_seconds_total") == pytest.approx(
+        published * AUDIO_MS / 1000, abs=1e-9
+    )
+    assert total(metrics, "edgemon_streams_started_total") == len(STREAMS)
+    assert total(metrics, "edgemon_underruns_total") == 0
+    assert total(metrics, "edgemon_throttle_engagements_total") == 0
+    assert total(metrics, "edgemon_streams_finished_total", reason="completed") == len(STREAMS)
+    assert total(metrics, "edgemon_streams_finished_total") == len(STREAMS)
+    assert total(metrics, "edgemon_messages_total", result="gap") == 0
+
+
+# ---------------------------------------------------------------------- crash
+class Process:
+    """`python -m edgemon run --config … --record …`, its JSON log in a file."""
+
+    def __init__(self, config: Path, record: Path, log: Path) -> None:
+        self.config, self.record, self.log = config, record, log
+        self.process: asyncio.subprocess.Process | None = None
+        self.http_port: int | None = None
+
+    async def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "edgemon", "run",
+                "--config", str(self.config), "--record", str(self.record),
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+            )  # fmt: skip
+        async with asyncio.timeout(20):
+            while (port := self._logged_port()) is None:
+                assert self.process.returncode is None, self.log.read_text()
+                await asyncio.sleep(0.05)
+            self.http_port = port
+            while True:
+                with contextlib.suppress(aiohttp.ClientError):
+                    if (await get(port, "/readyz"))[0] == 200:
+                        return
+                await asyncio.sleep(0.05)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.log.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and entry.get("event") == name:
+                    found.append(entry)
+        return found
+
+    def _logged_port(self) -> int | None:
+        listening = self.events("http_listening") if self.log.exists() else []
+        return int(listening[-1]["port"]) if listening else None
+
+    async def signal(self, number: int) -> int:
+        assert self.process is not None
+        self.process.send_signal(number)
+        async with asyncio.timeout(6):
+            return await self.process.wait()
+
+    async def kill_if_running(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+
+
+def received(trace: Path) -> list[tuple[float, Key, int]]:
+    """(recv_ms, (device, stream), seq) of every chunk message a `--record` file holds."""
+    chunks = []
+    for line in trace.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        device = record["topic"].split("/")[-2]
+        event = json.loads(record["payload"])
+        chunks.append((record["recv_ms"], (device, event["stream"]), event["seq"]))
+    return chunks
+
+
+async def test_crash_loses_only_acknowledged_chunks_since_the_last_snapshot(
+    mosquitto_broker: tuple[str, int], tmp_path: Path
+) -> None:
+    """SIGKILL mid-stream (snapshots every 0.5 s), chunks keep coming, start again. What the
+    broker accepted is either in the last snapshot, or delivered to the new process (queued or
+    redelivered because unacknowledged), or was applied and acknowledged by the killed process
+    after its last snapshot — only these are lost, at most what arrived in one snapshot
+    interval plus the write, and each stream's next chunk resynchronises it from
+    `audio_total_ms` (one `gap` per stream that lost any), so its slack is right again. Every
+    stream of the snapshot survives; no underrun and no extra stream start are counted."""
+    _, port = mosquitto_broker
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    interval_s = 0.5
+    config = tmp_path / "edgemon.toml"
+    config.write_text(
+        f'[mqtt]\nurl = "mqtt://127.0.0.1:{port}"\nclient_id = "edgemon-crash"\n'
+        '[http]\nlisten = "127.0.0.1:0"\n[log]\nformat = "json"\n'
+        f'[state]\ndir = "{state_dir}"\nsnapshot_interval_s = {interval_s}\n',
+        encoding="utf-8",
+    )
+    first = Process(config, tmp_path / "first.jsonl", tmp_path / "first.log")
+    second = Process(config, tmp_path / "second.jsonl", tmp_path / "second.log")
+    try:
+        await first.start()
+        async with publishing(port) as publisher:
+            await asyncio.sleep(1.0 + interval_s * 0.37)  # snapshots taken; kill between two
+            assert await first.signal(signal.SIGKILL) == -signal.SIGKILL
+            killed_ms = now_ms()
+            snapshot = json.loads((state_dir / "snapshot.json").read_text(encoding="utf-8"))
+            await asyncio.sleep(0.5)  # the publisher goes on; the broker queues
+            await second.start()
+            http = second.http_port
+            assert http is not None
+            polls = await watch_streams(http, publisher, 1.0, check_slack_after_s=0.3)
+            await finish(publisher)
+            await until_completed(http)
+            _, metrics = await get(http, "/metrics")
+        assert await second.signal(signal.SIGTERM) == 0
+    finally:
+        await first.kill_if_running()
+        await second.kill_if_running()
+    assert polls >= 10
+    snap_wall = snapshot["engine"]["wall_ms"]
+    assert killed_ms - snap_wall <= interval_s * 1000 + 250
+    snap_seq = {
+        (device["id"], stream["id"]): stream["last_seq"]
+        for device in snapshot["engine"]["devices"]
+        for stream in device["streams"]
+    }
+    snap_chunks = sum(device["stats"]["chunks"] for device in snapshot["engine"]["devices"])
+    assert set(snap_seq) == set(STREAMS)  # (b) every stream was in the last snapshot ...
+    assert second.events("state_restored")[0]["streams"] == len(STREAMS)  # ... and restored
+    assert not first.events("snapshot_failed")
+    assert not second.events("state_restore_failed")
+    assert snap_chunks == sum(seq + 1 for seq in snap_seq.values())
+
+    # (a) every accepted chunk after the snapshot reached the second process, or is lost:
+    # applied (and acknowledged) by the first one after its last snapshot, then killed.
+    by_first = received(first.record)
+    by_second = {(key, seq) for _, key, seq in received(second.record)}
+    published = {(key, seq) for key in STREAMS for seq in range(len(publisher.sent[key]))}
+    after_snapshot = {(key, seq) for key, seq in published if seq > snap_seq[key]}
+    lost = after_snapshot - by_second
+    first_after = {(key, seq): recv for recv, key, seq in by_first if seq > snap_seq[key]}
+    assert lost <= set(first_after), "a chunk the broker accepted vanished"
+    assert all(first_after[item] > snap_wall for item in lost)
+    redelivered = set(first_after) & by_second
+    per_stream = {key: sorted(seq for k, seq in lost if k == key) for key in STREAMS}
+    for key, seqs in per_stream.items():  # a run right after the snapshot, then all arrive
+        assert seqs == list(range(snap_seq[key] + 1, snap_seq[key] + 1 + len(seqs)))
+        assert len(seqs) <= interval_s / PERIOD_S + 2
+    gaps = sum(1 for seqs in per_stream.values() if seqs)
+    assert total(metrics, "edgemon_messages_total", result="gap") == gaps
+    assert total(metrics, "edgemon_chunks_total") == len(published) - len(lost)
+    assert total(metrics, "edgemon_audio_seconds_total") == pytest.approx(
+        (len(published) - len(lost)) * AUDIO_MS / 1000, abs=1e-9
+    )
+    # (c) no underrun and no new stream from the downtime; every stream completes.
+    assert total(metrics, "edgemon_underruns_total") == 0
+    assert total(metrics, "edgemon_streams_started_total") == len(STREAMS)
+    assert total(metrics, "edgemon_streams_finished_total", reason="completed") == len(STREAMS)
+    print(  # the measured losses, for the report (pytest -s)
+        f"crash: published {len(published)}, in snapshot {snap_chunks} "
+        f"(taken {killed_ms - snap_wall:.0f} ms before the kill), lost {len(lost)} "
+        f"{ {k[1]: len(v) for k, v in per_stream.items()} }, redelivered {len(redelivered)}, "
+        f"gaps {gaps}"
+    )
+
+
+# ---------------------------------------------------------------------- broker down at start
+async def test_a_broker_down_at_start_keeps_the_snapshot_and_the_streams_clocks(
+    tmp_path: Path,
+) -> None:
+    """With the broker unreachable, nothing is restored yet (the devices' clocks have not
+    resumed, so the wait costs no buffer) and periodic snapshots do not overwrite the last
+    one with an empty state; stopping leaves it as it was."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    snapshot = {
+        "engine": {"format": 1, "wall_ms": 0.0, "devices": []},
+        "results": {"accepted": 7},
+        "messages": 7,
+        "events": 7,
+    }
+    (state_dir / "snapshot.json").write_text(json.dumps(snapshot))
+    settings = Settings(
+        mqtt=MqttSettings(url="mqtt://127.0.0.1:9", client_id="edgemon-down"),  # nothing there
+        http=HttpSettings(listen="127.0.0.1:0"),
+        state=StateSettings(dir=state_dir, snapshot_interval_s=0.1),
+    )
+    daemon = Daemon(settings, environ={}, install_signal_handlers=False)
+    task = asyncio.create_task(daemon.run(), name="daemon")
+    await asyncio.sleep(0.6)  # several snapshot intervals
+    assert daemon.monitor.messages == 0  # not restored: not subscribed yet
+    await stop(daemon, task)
+    assert json.loads((state_dir / "snapshot.json").read_text()) == snapshot
