@@ -8,8 +8,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+import structlog
+
 from edgemon.cli.errors import UsageError
-from edgemon.settings import ConfigError, load_settings
+from edgemon.settings import (
+    ConfigError,
+    load_settings,
+    permission_warnings,
+    resolve_config_path,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -68,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     from edgemon.daemon.logs import configure_logging  # noqa: PLC0415 - only the daemon needs it
 
     configure_logging(settings.log)
+    log = structlog.get_logger("edgemon")
+    for warning in permission_warnings(settings, resolve_config_path(args.config)):
+        log.warning("insecure_permissions", problem=warning)
     with contextlib.ExitStack() as stack:
         record = None
         if args.record is not None:

@@ -24,6 +24,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from edgemon.daemon.publisher import PublishError
+from edgemon.settings import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -233,10 +234,14 @@ class MqttLink:
             # A fresh client per session: aiomqtt 2.5 does not reset its connection future
             # after an unexpected disconnect, so a reused client can report "connected"
             # before the broker's CONNACK. The password file is read again on each attempt.
-            self._client = client = self._new_client()
             try:
+                self._client = client = self._new_client()
                 async with client:
                     await self._session(client, stop, farewell)
+            except ConfigError as exc:
+                # A password file missing or empty right now (being rotated, say): a failed
+                # attempt like any other, tried again after the backoff.
+                self._log.warning("mqtt_credentials_unreadable", problems=list(exc.problems))
             except aiomqtt.MqttError as exc:
                 self._log.warning(
                     "mqtt_disconnected" if self._sessions else "mqtt_connect_failed",

@@ -1,0 +1,285 @@
+"""Broker outage (SPEC §7): the test stops and restarts its real Mosquitto (persistence on)
+while a device publishes chunks at QoS 1 to a persistent-session edgemon, and counts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import aiomqtt
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from edgemon.daemon import Daemon
+from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from edgemon.adapters.state import ConnectionState
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+P = "edgemon/v1"
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+DEVICES = ("out1", "out2")
+CHUNKS_PER_DEVICE = 150
+#: Between two publishes of the device (each waits for its PUBACK first).
+PUBLISH_EVERY_S = 0.008
+#: The device gives up on a PUBACK after this long and publishes the same chunk again.
+PUBACK_TIMEOUT_S = 0.5
+
+
+class PersistentMosquitto:
+    """A Mosquitto on a fixed port with persistence to `directory`, so sessions (edgemon's,
+    with what is queued for it) survive a stop and start; the test stops and starts it."""
+
+    def __init__(self, directory: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port: int = probe.getsockname()[1]
+        self.conf = directory / "mosquitto-persistent.conf"
+        self.conf.write_text(
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
+            f"persistence true\npersistence_location {directory}/\n"
+            "persistence_file mosquitto.db\nlog_dest stderr\n"
+            # As root Mosquitto would drop to user `mosquitto`, who cannot write tmp_path.
+            + ("user root\n" if os.geteuid() == 0 else ""),
+            encoding="utf-8",
+        )
+        self.db = directory / "mosquitto.db"
+        self.log = directory / "mosquitto-persistent.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        assert self._process is None
+        with self.log.open("ab") as log:
+            self._process = subprocess.Popen(
+                [MOSQUITTO, "-c", str(self.conf)], stdin=subprocess.DEVNULL, stdout=log, stderr=log
+            )
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and self._process.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.01)
+        self.stop()
+        pytest.fail(f"mosquitto did not start; its log:\n{self.log.read_text()}")
+
+    def stop(self) -> None:
+        """SIGTERM: Mosquitto writes its persistence file and exits."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def persistent_mosquitto(tmp_path: Path) -> Iterator[PersistentMosquitto]:
+    """A running Mosquitto with persistence in `tmp_path`, restartable by the test."""
+    if not os.access(MOSQUITTO, os.X_OK):
+        pytest.skip("mosquitto is not installed")
+    server = PersistentMosquitto(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class RecordingLog:
+    """A hand-written structlog stand-in keeping (monotonic time, event, fields)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[float, str, dict[str, Any]]] = []
+
+    def __getattr__(self, level: str) -> Callable[..., None]:
+        if level not in {"debug", "info", "warning", "error", "exception", "critical"}:
+            raise AttributeError(level)
+
+        def log(event: str, **fields: Any) -> None:
+            self.lines.append((time.monotonic(), event, fields))
+
+        return log
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [fields for _, event, fields in self.lines if event == name]
+
+
+class Device:
+    """Publishes its chunks in order at QoS 1, each until the broker acknowledges it: a failed
+    or unacknowledged publish is sent again, same seq, same bytes, on a new connection."""
+
+    def __init__(self, port: int, messages: list[tuple[str, bytes]]) -> None:
+        self._port = port
+        self._messages = messages
+        self.acked = 0
+        #: Acknowledged while edgemon had no session: queued for it by the broker.
+        self.acked_while_edgemon_away = 0
+        self.retries = 0
+        self.progress = asyncio.Event()
+
+    async def run(self, edgemon: ConnectionState) -> None:
+        messages = self._messages
+        while self.acked < len(messages):
+            try:
+                async with aiomqtt.Client("127.0.0.1", self._port, timeout=1) as client:
+                    while self.acked < len(messages):
+                        topic, payload = messages[self.acked]
+                        await client.publish(topic, payload, qos=1, timeout=PUBACK_TIMEOUT_S)
+                        self.acked += 1
+                        self.acked_while_edgemon_away += not edgemon.connected
+                        self.progress.set()
+                        await asyncio.sleep(PUBLISH_EVERY_S)
+            except aiomqtt.MqttError:
+                self.retries += 1
+                await asyncio.sleep(0.05)
+
+    async def until_acked(self, count: int) -> None:
+        while self.acked < count:
+            self.progress.clear()
+            await self.progress.wait()
+
+
+def chunks() -> list[tuple[str, bytes]]:
+    """Both devices' streams interleaved: a start, then chunks of 200 ms audio, seq 0, 1, …"""
+    messages = []
+    t0 = time.time() * 1000.0
+    for device in DEVICES:
+        start = {"type": "start", "stream": "s", "t_ms": t0}
+        messages.append((f"{P}/{device}/events", json.dumps(start).encode()))
+    for seq in range(CHUNKS_PER_DEVICE):
+        for device in DEVICES:
+            chunk = {
+                "type": "chunk", "stream": "s", "t_ms": t0 + seq * 10, "seq": seq,
+                "audio_ms": 200, "eta_ms": 5000,
+            }  # fmt: skip
+            messages.append((f"{P}/{device}/events", json.dumps(chunk).encode()))
+    return messages
+
+
+async def scrape(port: int, path: str) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, await response.text()
+
+
+def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(s.labels.items())): float(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    }
+
+
+async def chunks_counted(http_port: int) -> float:
+    return sum(samples((await scrape(http_port, "/metrics"))[1], "edgemon_chunks_total").values())
+
+
+async def test_broker_outage_loses_and_doubles_nothing(
+    persistent_mosquitto: PersistentMosquitto, tmp_path: Path
+) -> None:
+    """While a device publishes 300 chunks at QoS 1, its Mosquitto (persistence on) is stopped
+    and started again. During the outage `/readyz` is 503 and `edgemon_mqtt_connected` 0, and
+    edgemon retries with growing jittered delays; the broker is restarted while edgemon waits
+    out a delay, so chunks the device publishes then are queued for edgemon's persistent
+    session. Afterwards `/readyz` is 200, one reconnect is counted, both streams are the ones
+    started before (no new stream, no underrun), and `edgemon_chunks_total` summed over the
+    devices equals exactly the number of chunks the device got PUBACKs for: the ones it
+    published twice (no PUBACK in time) are counted as `duplicate`, not as chunks."""
+    broker = persistent_mosquitto
+    log = RecordingLog()
+    settings = Settings(
+        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{broker.port}", client_id="edgemon-outage"),
+        http=HttpSettings(listen="127.0.0.1:0"),
+        state=StateSettings(dir=tmp_path / "no-state"),
+    )
+    assert settings.mqtt.persistent_session
+    assert settings.mqtt.qos == 1
+    daemon = Daemon(settings, environ={}, log=log, install_signal_handlers=False)
+    messages = chunks()
+    chunk_count = len(DEVICES) * CHUNKS_PER_DEVICE
+    daemon_task = asyncio.create_task(daemon.run(), name="daemon")
+    device_task: asyncio.Task[None] | None = None
+    try:
+        async with asyncio.timeout(20):
+            await daemon.ready.wait()
+            http = daemon.http_port
+            assert http is not None
+            device = Device(broker.port, messages)
+            device_task = asyncio.create_task(device.run(daemon.connection), name="device")
+            await device.until_acked(100)
+
+            broker.stop()  # ------------------------------------------------ outage
+            stopped_at = time.monotonic()
+            while (await scrape(http, "/readyz"))[0] != 503:  # noqa: ASYNC110 - polling HTTP
+                await asyncio.sleep(0.01)
+            metrics = (await scrape(http, "/metrics"))[1]
+            assert samples(metrics, "edgemon_mqtt_connected") == {(): 0.0}
+            # Restart while edgemon waits out a delay of at least 1 s (its third or later
+            # retry), so the device's next chunks reach the broker before edgemon does.
+            while not any(d["delay_s"] >= 1.0 for d in log.events("mqtt_reconnect_scheduled")):
+                assert (await scrape(http, "/readyz"))[0] == 503
+                assert (await scrape(http, "/healthz"))[0] == 200
+                await asyncio.sleep(0.02)
+            acked_during_outage = device.acked
+            broker.start()  # ------------------------------------------------ back
+            outage_s = time.monotonic() - stopped_at
+            while (await scrape(http, "/readyz"))[0] != 200:  # noqa: ASYNC110 - polling HTTP
+                await asyncio.sleep(0.02)
+
+            await device_task
+            while await chunks_counted(http) < chunk_count:  # noqa: ASYNC110 - polling HTTP
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # a late duplicate would be counted by now
+            metrics = (await scrape(http, "/metrics"))[1]
+    finally:
+        if device_task is not None:
+            device_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await device_task
+        daemon.request_stop()
+        async with asyncio.timeout(6):
+            assert await daemon_task == 0
+
+    chunks_total = samples(metrics, "edgemon_chunks_total")
+    results = {dict(k)["result"]: v for k, v in samples(metrics, "edgemon_messages_total").items()}
+    print(  # the numbers behind the claim, shown with -s
+        f"outage {outage_s:.2f} s; acked before {acked_during_outage}, while edgemon away "
+        f"{device.acked_while_edgemon_away}; device retries {device.retries}; results {results}"
+    )
+    assert device.acked == len(messages)  # every start and chunk, each acknowledged once
+    assert sum(chunks_total.values()) == chunk_count
+    assert chunks_total == {(("device", d),): float(CHUNKS_PER_DEVICE) for d in DEVICES}
+    assert results.get("gap", 0.0) == 0.0
+    assert results["accepted"] == len(messages)
+    assert device.acked_while_edgemon_away > 0, "nothing was queued for edgemon's session"
+    assert samples(metrics, "edgemon_mqtt_connected") == {(): 1.0}
+    assert samples(metrics, "edgemon_mqtt_reconnects_total") == {(): 1.0}
+    assert samples(metrics, "edgemon_streams_started_total") == {
+        (("device", d),): 1.0 for d in DEVICES
+    }
+    assert samples(metrics, "edgemon_streams_active") == {(("device", d),): 1.0 for d in DEVICES}
+    assert set(samples(metrics, "edgemon_underruns_total").values()) == {0.0}
+    delays = [fields["delay_s"] for fields in log.events("mqtt_reconnect_scheduled")]
+    assert len(delays) >= 2
+    for attempt, delay in enumerate(delays):  # Backoff: 0.5 s × 2ⁿ × uniform(0.5, 1)
+        assert 0.25 * 2**attempt - 1e-3 <= delay <= 0.5 * 2**attempt + 1e-3, delays
