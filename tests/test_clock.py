@@ -51,3 +51,43 @@ def test_to_wall_inverts_now_and_reports_reached_instants_at_their_wall_time() -
     assert clock.to_wall(1_200) == 1_250
     assert clock.to_wall(1_000) == 1_050
     assert clock.to_wall(900) == 1_050
+
+
+def test_an_event_far_ahead_of_the_clock_is_refused() -> None:
+    """An event claiming to be more than 10 minutes ahead of the device's estimated clock is
+    refused; events within that are taken."""
+    clock = DeviceClock(trust=False, window_ms=60_000)
+    assert clock.admits(1_000, 1_000)
+    clock.observe(1_000, 1_000)
+    assert clock.admits(2_000, 2_000 + 600_000)
+    assert not clock.admits(2_000, 2_000 + 3 * 365 * 86_400_000)
+
+
+def test_a_clock_step_reported_for_a_whole_window_is_believed() -> None:
+    """A device that keeps reporting a time far ahead for a whole window has stepped its
+    clock: from then on its events are taken and the estimate starts afresh."""
+    clock = DeviceClock(trust=False, window_ms=60_000)
+    clock.observe(0, 0)
+    step = 3_600_000.0
+    assert not clock.admits(1_000, 1_000 + step)
+    assert not clock.admits(30_000, 30_000 + step)
+    assert clock.admits(61_000, 61_000 + step)
+    clock.observe(61_000, 61_000 + step)
+    assert clock.offset_ms == -step
+
+
+def test_a_sane_event_ends_a_run_of_far_ahead_ones() -> None:
+    """A single far-ahead event among sane ones never accumulates into a clock step."""
+    clock = DeviceClock(trust=False, window_ms=60_000)
+    clock.observe(0, 0)
+    far = 10**12
+    assert not clock.admits(1_000, far)
+    assert clock.admits(50_000, 50_000)
+    assert not clock.admits(70_000, far)
+
+
+def test_trust_mode_refuses_times_far_ahead_of_edgemon() -> None:
+    """With a trusted clock, "ahead" is measured against edgemon's own time."""
+    clock = DeviceClock(trust=True, window_ms=60_000)
+    assert clock.admits(1_000, 1_000 + 600_000)
+    assert not clock.admits(1_000, 1_000 + 600_001)

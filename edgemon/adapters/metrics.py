@@ -57,6 +57,7 @@ KNOWN_RESULTS = (
     "unknown_topic",
     "device_limit",
     "stream_limit",
+    "clock_jump",
 )
 #: Every value of `edgemon_streams_finished_total{reason}` (`fold_reason` bounds them).
 FINISHED_REASONS = (*sorted(FINISH_REASONS), "other")

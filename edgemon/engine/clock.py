@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections import deque
 
+#: How far ahead of a device's estimated clock an event may claim to be (10 minutes).
+MAX_JUMP_MS = 600_000.0
+
 
 class DeviceClock:
     """`offset = min(recv − t)` over the last window of events; device time never runs back.
@@ -11,7 +14,15 @@ class DeviceClock:
     The minimum over a sliding window is kept in a monotonic deque, O(1) amortised per event.
     """
 
-    __slots__ = ("_minima", "_trust", "_window_ms", "floor_ms", "floor_wall_ms", "offset_ms")
+    __slots__ = (
+        "_ahead_since",
+        "_minima",
+        "_trust",
+        "_window_ms",
+        "floor_ms",
+        "floor_wall_ms",
+        "offset_ms",
+    )
 
     def __init__(self, *, trust: bool, window_ms: float) -> None:
         self._trust = trust
@@ -21,6 +32,31 @@ class DeviceClock:
         #: The device time edgemon has reached (it never decreases), and the wall time then.
         self.floor_ms = float("-inf")
         self.floor_wall_ms = float("-inf")
+        #: Wall time of the first event of a run of events far ahead of this clock.
+        self._ahead_since: float | None = None
+
+    def admits(self, recv_ms: float, t_ms: float) -> bool:
+        """Whether an event's `t_ms` fits this clock: not more than `MAX_JUMP_MS` ahead of it.
+
+        One event from years ahead would otherwise drag the device's clock there for good and
+        expire every other stream of the device. A device that keeps reporting the new time
+        for a whole window has really stepped its clock: then it is believed (the estimate
+        starts afresh).
+        """
+        if not self._minima and not self._trust:
+            return True  # nothing known yet: the first event sets the clock
+        ahead = t_ms - (recv_ms - self.offset_ms)
+        if ahead <= MAX_JUMP_MS:
+            self._ahead_since = None
+            return True
+        if self._ahead_since is None:
+            self._ahead_since = recv_ms
+            return False
+        if recv_ms - self._ahead_since < self._window_ms:
+            return False
+        self._ahead_since = None
+        self._minima.clear()
+        return True
 
     def observe(self, recv_ms: float, t_ms: float) -> None:
         """Take one event's receipt time and device time into the offset estimate."""

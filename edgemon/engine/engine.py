@@ -80,6 +80,8 @@ class Engine:
             return ["device_limit"] * len(events)
         device.last_message_wall_ms = recv_ms
         clock = device.clock
+        if not all(clock.admits(recv_ms, event.t_ms) for event in events):
+            return self._apply_admitted(device, events, recv_ms, out)
         at = clock.floor_ms
         for event in events:
             clock.observe(recv_ms, event.t_ms)
@@ -100,6 +102,15 @@ class Engine:
             self._pending.append(device)
         self._schedule(device)
         return results
+
+    def _apply_admitted(
+        self, device: Device, events: Sequence[Event], recv_ms: float, out: list[Output]
+    ) -> list[str]:
+        """The rare path: some events claim a time far ahead of the device's clock."""
+        admitted = [e for e in events if device.clock.admits(recv_ms, e.t_ms)]
+        results = iter(self.apply(device.id, admitted, recv_ms, out) if admitted else [])
+        kept = {id(e) for e in admitted}
+        return [next(results) if id(e) in kept else "clock_jump" for e in events]
 
     def apply_engine_info(
         self, device_id: str, info: TtsEngineInfo, recv_ms: float, out: list[Output]

@@ -38,12 +38,19 @@ class KVConfigError(ValueError):
     """A KV geometry, size or dtype is missing or invalid; the message names the field."""
 
 
+#: Largest accepted input: exact as a float, and small enough that every product of the
+#: formulas stays far inside the float range the metrics export (2**53 ** 4 < 1e308).
+MAX_INPUT = 2**53
+
+
 def _positive_int(value: object, name: str) -> int:
-    """`value` if it is an int > 0 (not a bool, not a float), else an error naming `name`."""
+    """`value` if it is an int in 1..2**53 (not a bool, not a float), else an error naming it."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise KVConfigError(f"{name} must be an integer, got {value!r}")
     if value <= 0:
         raise KVConfigError(f"{name} must be positive, got {value}")
+    if value > MAX_INPUT:
+        raise KVConfigError(f"{name} is absurdly large (> 2**53)")
     return value
 
 

@@ -1,0 +1,249 @@
+"""Overload through the real broker (SPEC §7, issue 5 "Overload"): publisher processes flood
+the daemon with large batches faster than it can apply them. The incoming queue between the
+network and the engine is bounded (`QUEUE_MESSAGES`, `QUEUE_BYTES`); beyond it a message is
+dropped, counted `overloaded` and logged (rate-limited) instead of growing memory, and the
+throttle objects of another device keep flowing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from test_daemon_app import device, now_ms, running, sample, scrape, settings_for, watching
+from test_hostile_input import RecordingLog
+
+from edgemon.daemon import Daemon
+from edgemon.daemon.mqtt import QUEUE_BYTES, QUEUE_MESSAGES
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from test_daemon_app import Watcher
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio, pytest.mark.slow]
+
+P = "edgemon/v1"
+FLOOD_S = 4.0
+#: RSS growth allowed during the flood: the queue's 16 MB of payloads, their message objects,
+#: the flooders' streams (bounded by the limits) and allocator slack. Measured: see the docs.
+RSS_BOUND_MB = 100.0
+
+#: One flooder process: batches of 1000 valid chunks over 200 streams of its own device (the
+#: costliest input: every event is applied), published as fast as paho allows at `qos`.
+FLOODER = """
+import json, sys, time
+import paho.mqtt.client as mqtt
+port, name, qos, seconds = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name)
+client.max_inflight_messages_set(200)
+client.connect("127.0.0.1", port)
+client.loop_start()
+topic = f"edgemon/v1/{name}/events"
+seq = 0
+sent = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    t = time.time() * 1000.0
+    batch = [
+        {"type": "chunk", "stream": f"s{i % 200}", "t_ms": t, "seq": seq + i // 200,
+         "audio_ms": 40, "eta_ms": 40}
+        for i in range(1000)
+    ]
+    seq += 5
+    info = client.publish(topic, json.dumps(batch), qos=qos)
+    sent += 1
+    if qos and sent % 50 == 0:
+        info.wait_for_publish(timeout=5)
+client.loop_stop()
+client.disconnect()
+print(sent)
+"""
+
+
+def rss_mb() -> float:
+    """This process's resident set size (VmRSS), in MB."""
+    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS in /proc/self/status")  # pragma: no cover
+
+
+class HighWater:
+    """The largest incoming queue seen, in messages and payload bytes, at every put."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.bytes = 0
+
+
+def legit_latency(daemon: Daemon) -> list[float]:
+    """Delivery delays (ms, publish `t_ms` → the engine takes it) of the legit device's
+    messages, recorded by wrapping the link's message hook."""
+    delays: list[float] = []
+    deliver = daemon.link._on_message
+
+    def on_message(topic: str, payload: bytes) -> None:
+        if topic == f"{P}/legit/events":
+            value = json.loads(payload)
+            first = value[0] if isinstance(value, list) else value
+            delays.append(now_ms() - first["t_ms"])
+        deliver(topic, payload)
+
+    daemon.link._on_message = on_message
+    return delays
+
+
+def watch_queue(daemon: Daemon) -> HighWater:
+    """Record the incoming queue's high-water marks (wrapping the link's bounded queue)."""
+    high = HighWater()
+    base: Any = daemon.link._queue_type
+
+    class Watched(base):  # type: ignore[misc]
+        def put_nowait(self, item: Any) -> None:
+            super().put_nowait(item)
+            high.messages = max(high.messages, self.qsize())
+            high.bytes = max(high.bytes, self.payload_bytes)
+
+    daemon.link._queue_type = Watched
+    return high
+
+
+async def legit_cycle(client: Any, watcher: Watcher, k: int) -> tuple[float, float]:
+    """One throttle ON/OFF cycle of the legit device: chunk 0 with 300 ms of audio (ON by the
+    timer, or at once if it is applied late), then 2 s refills, each a new chunk with a fresh
+    `t_ms` every 0.5 s, as a real device would send them, until OFF. Under overload any of
+    them may be shed (QoS 1 delivery ends at the daemon's full queue), hence the resends.
+    Returns the ON and OFF `t_ms`."""
+    stream = f"c{k}"
+    ons = len([o for o in watcher.throttles("legit") if o["throttle"]])
+    offs = len(watcher.throttles("legit")) - ons
+    t0 = now_ms()
+    first = [
+        {"type": "start", "stream": stream, "t_ms": t0},
+        {"type": "chunk", "stream": stream, "t_ms": t0, "seq": 0, "audio_ms": 300, "eta_ms": 50},
+    ]
+    on = await resend_until(client, lambda _: first, lambda: nth(watcher, active=True, n=ons))
+
+    def refill(n: int) -> list[dict[str, Any]]:
+        t = now_ms()
+        return [{"type": "chunk", "stream": stream, "t_ms": t, "seq": n + 1, "audio_ms": 2_000}]
+
+    off = await resend_until(client, refill, lambda: nth(watcher, active=False, n=offs))
+    end = {"type": "end", "stream": stream, "t_ms": now_ms()}
+    await client.publish(f"{P}/legit/events", json.dumps(end), qos=1)
+    return on["t_ms"], off["t_ms"]
+
+
+def nth(watcher: Watcher, *, active: bool, n: int) -> dict[str, Any] | None:
+    """The legit device's `n`-th throttle object with `throttle == active`, once it came."""
+    objs = [o for o in watcher.throttles("legit") if o["throttle"] is active]
+    return objs[n] if len(objs) > n else None
+
+
+async def resend_until(
+    client: Any, batch: Callable[[int], list[dict[str, Any]]], found: Any
+) -> dict[str, Any]:
+    """Publish `batch(n)` (n = 0, 1, …) every 0.5 s until `found()` gives a throttle object."""
+    async with asyncio.timeout(15):
+        for n in itertools.count():
+            await client.publish(f"{P}/legit/events", json.dumps(batch(n)), qos=1)
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                obj = found()
+                if obj is not None:
+                    return obj  # type: ignore[no-any-return]
+                await asyncio.sleep(0.01)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.asynccontextmanager
+async def flooders(port: int, count: int) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    """`count` flooder processes (the first at QoS 1, the others at QoS 0) for `FLOOD_S`."""
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", FLOODER, str(port), f"flood{i}", str(int(i == 0)), str(FLOOD_S),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for i in range(count)
+    ]  # fmt: skip
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.communicate()
+
+
+async def batches_sent(proc: asyncio.subprocess.Process) -> int:
+    """What a flooder printed: how many batches it published (0 if it failed)."""
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return int(out or 0)
+
+
+async def test_a_flood_is_shed_visibly_with_bounded_memory(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """Three publisher processes (one at QoS 1, two at QoS 0) send ~90 kB batches of 1000
+    chunks for 4 s, more than the daemon can apply: the incoming queue never holds more than
+    `QUEUE_MESSAGES` messages or `QUEUE_BYTES` payload bytes, RSS grows by less than
+    `RSS_BOUND_MB`, `edgemon_messages_total{result="overloaded"}` is positive and the drops are
+    logged at most once a second (with the suppressed count), the daemon stays up, and a
+    legit device's throttle ON/OFF objects keep arriving during the flood."""
+    _, port = mosquitto_broker
+    log = RecordingLog()
+    daemon = Daemon(settings_for(port), environ={}, log=log, install_signal_handlers=False)
+    high = watch_queue(daemon)
+    latency = legit_latency(daemon)
+    async with watching(port) as watcher, running(daemon) as task, device(port) as legit:
+        await legit_cycle(legit, watcher, 0)  # warm: the legit device exists before the flood
+        rss_before = rss_mb()
+        peak = rss_before
+        cycles: list[tuple[float, float, float, bool]] = []
+        started = time.monotonic()
+        async with flooders(port, 3) as procs:
+            while time.monotonic() - started < FLOOD_S and len(cycles) < 20:
+                shed = daemon.monitor.results["overloaded"]
+                began = time.monotonic()
+                on, off = await legit_cycle(legit, watcher, len(cycles) + 1)
+                peak = max(peak, rss_mb())
+                during = shed < daemon.monitor.results["overloaded"]  # shedding meanwhile
+                cycles.append((on, off, time.monotonic() - began, during))
+            sent = await asyncio.gather(*(batches_sent(p) for p in procs))
+            await asyncio.sleep(0.5)  # the queue drains
+            peak = max(peak, rss_mb())
+        assert not task.done()
+        assert daemon.http_port is not None
+        _, text = await scrape(daemon.http_port, "/metrics")
+    overloaded = sample(text, "edgemon_messages_total", {"result": "overloaded"})
+    drops = log.rejections(None, "overloaded")
+    print(
+        f"\noverload: sent {sent} batches, overloaded={overloaded}, "
+        f"queue high water {high.messages} msgs / {high.bytes / 2**20:.1f} MB, "
+        f"RSS +{peak - rss_before:.1f} MB peak, legit cycles (s, while shedding) "
+        f"{[(round(c[2], 2), c[3]) for c in cycles]}, "
+        f"{len(drops)} drop log lines, legit delivery delay max {max(latency):.0f} ms"
+    )
+    assert overloaded is not None
+    assert overloaded > 0
+    assert 0 < high.messages <= QUEUE_MESSAGES
+    assert high.bytes <= QUEUE_BYTES
+    assert peak - rss_before < RSS_BOUND_MB
+    assert drops
+    assert sum(fields["suppressed"] for _, fields in drops) + len(drops) <= overloaded
+    times = [t for t, _ in drops]
+    assert all(b - a >= 0.99 for a, b in itertools.pairwise(times))
+    assert sum(sent) > 0
+    assert [c for c in cycles if c[3]], "no legit ON/OFF cycle completed while shedding"
+    for on, off, _, _ in cycles:
+        assert off >= on + 250  # min-on holds even when the refill came late
