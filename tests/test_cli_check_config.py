@@ -44,7 +44,9 @@ def good_config(directory: Path) -> Path:
 
 def test_good_file_prints_effective_settings(tmp_path: Path) -> None:
     """A valid file exits 0 and prints its settings as TOML, the password file never read out."""
-    result = check_config(str(good_config(tmp_path)))
+    path = good_config(tmp_path)
+    path.chmod(0o640)  # readable by others would (rightly) be warned about
+    result = check_config(str(path))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert 'url = "mqtt://broker.lan"' in result.stdout

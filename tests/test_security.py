@@ -697,7 +697,7 @@ def test_check_config_warns_about_loose_permissions(tmp_path: Path) -> None:
     result = check_config(str(config))
     assert result.returncode == 0, result.stderr
     warnings = result.stderr.splitlines()
-    assert len(warnings) == 3, warnings
+    assert len(warnings) == 4, warnings  # two secret files; the config: writable, readable
     assert "mqtt.password_file" in warnings[0]
     assert "readable by group or others (mode 0644)" in warnings[0]
     assert "http.basic_auth_password_file" in warnings[1]

@@ -452,19 +452,21 @@ def test_masked_dump_hides_secrets(tmp_path: Path) -> None:
 
 
 def test_permission_warnings(tmp_path: Path) -> None:
-    """Secret files readable by group/others and a config writable by them are warned about."""
+    """Secret files readable by group/others, and a config readable by others or writable by
+    group/others, are warned about; 0600 secrets and a 0640 config are not."""
     write_secrets(tmp_path)
     path = write(tmp_path, FULL)
-    path.chmod(0o644)
+    path.chmod(0o640)
     settings = load_settings(path, environ={})
     assert permission_warnings(settings, path) == []
     (tmp_path / "mqtt-password").chmod(0o640)
     path.chmod(0o664)
     warnings = permission_warnings(settings, path)
-    assert len(warnings) == 2
+    assert len(warnings) == 3
     assert warnings[0].startswith(f"mqtt.password_file: {tmp_path / 'mqtt-password'} is readable")
     assert "0640" in warnings[0]
     assert warnings[1].startswith(f"{path} is writable by group or others (mode 0664)")
+    assert warnings[2].startswith(f"{path} is readable by others (mode 0664)")
 
 
 def test_example_config_is_valid() -> None:

@@ -35,11 +35,9 @@ def masked_dump(settings: Settings) -> dict[str, Any]:
 
 
 def permission_warnings(settings: Settings, config_path: Path | None = None) -> list[str]:
-    """Warnings for secret files readable by group or others, and a config others can change.
-
-    The config file holds no secrets (they are refused there), so only who can *write* it
-    matters: anyone who can could point the daemon at another broker.
-    """
+    """Warnings for secret files readable by group or others, and for a config file others
+    can read (it maps the deployment: broker, credential files, devices) or that group or
+    others can change (anyone who can could point the daemon at another broker)."""
     warnings: list[str] = []
     secret_files = {
         "mqtt.password_file": settings.mqtt.password_file,
@@ -59,6 +57,11 @@ def permission_warnings(settings: Settings, config_path: Path | None = None) -> 
         warnings.append(
             f"{config_path} is writable by group or others (mode {mode:04o}); "
             "anyone who can write it can redirect the daemon"
+        )
+    if mode is not None and mode & stat.S_IROTH:
+        warnings.append(
+            f"{config_path} is readable by others (mode {mode:04o}); it names the broker, the "
+            "credentials' files and the devices: make it 0640, group of the daemon's user"
         )
     return warnings
 
