@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from typing import TYPE_CHECKING
 
 import pytest
+from ports import accepts, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -19,21 +19,6 @@ if TYPE_CHECKING:
 _MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 _MOSQUITTO_START_S = 5.0
 _MOSQUITTO_TRIES = 3
-
-
-def _mosquitto_free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _mosquitto_accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -47,7 +32,7 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
         pytest.skip("mosquitto is not installed")
     log = tmp_path / "mosquitto.log"
     for _ in range(_MOSQUITTO_TRIES):
-        port = _mosquitto_free_port()
+        port = free_port()
         conf = tmp_path / "mosquitto.conf"
         conf.write_text(
             f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
@@ -63,7 +48,7 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
             )
         deadline = time.monotonic() + _MOSQUITTO_START_S
         while process.poll() is None and time.monotonic() < deadline:
-            if _mosquitto_accepts(port):
+            if accepts(port):
                 break
             time.sleep(0.02)
         else:
@@ -90,7 +75,7 @@ class MosquittoServer:
 
     def __init__(self, directory: Path) -> None:
         self.host = "127.0.0.1"
-        self.port = _mosquitto_free_port()
+        self.port = free_port()
         self._conf = directory / "mosquitto-restartable.conf"
         self._conf.write_text(
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
@@ -117,7 +102,7 @@ class MosquittoServer:
             )
         deadline = time.monotonic() + _MOSQUITTO_START_S
         while time.monotonic() < deadline and self._process.poll() is None:
-            if _mosquitto_accepts(self.port):
+            if accepts(self.port):
                 return
             time.sleep(0.02)
         self.stop()

@@ -6,13 +6,13 @@ import asyncio
 import base64
 import os
 import signal
-import socket
 import sys
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
+from ports import free_port
 
 from edgemon.adapters.http import serve
 from edgemon.cli.errors import UsageError
@@ -123,13 +123,6 @@ async def top(*args: str) -> tuple[int, str, str]:
     out, err = await asyncio.wait_for(process.communicate(), TIMEOUT_S)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.mark.asyncio

@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import aiomqtt
 import pytest
+from ports import accepts, free_port
 
 from edgemon.settings import LimitsSettings
 
@@ -72,21 +72,6 @@ def _adapt(text: str, *, port: int, directory: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[int]:
     """The shipped config on a free port, users dev1, dev2 and edgemon: the port."""
@@ -102,7 +87,7 @@ def broker(tmp_path: Path) -> Iterator[int]:
         )
     log = tmp_path / "mosquitto.log"
     for _ in range(3):
-        port = _free_port()
+        port = free_port()
         conf = tmp_path / "mosquitto.conf"
         conf.write_text(_adapt(CONF.read_text(), port=port, directory=tmp_path))
         with log.open("ab") as sink:
@@ -110,9 +95,9 @@ def broker(tmp_path: Path) -> Iterator[int]:
                 [MOSQUITTO, "-c", str(conf)], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink
             )
         deadline = time.monotonic() + 5
-        while process.poll() is None and time.monotonic() < deadline and not _accepts(port):
+        while process.poll() is None and time.monotonic() < deadline and not accepts(port):
             time.sleep(0.02)
-        if process.poll() is None and _accepts(port):
+        if process.poll() is None and accepts(port):
             break
         process.kill()
         process.wait()

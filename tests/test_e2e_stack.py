@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,13 +47,6 @@ DEADLINE_S = 90.0
 #: Run the scenario at least this long, so the healthy device has had streams enough to show
 #: that it does not underrun (and its alert stays silent) rather than that it was not asked.
 MIN_SCENARIO_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def get_json(url: str, **params: str) -> Any:

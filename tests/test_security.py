@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import aiomqtt
 import pytest
+from ports import accepts, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.daemon import Daemon
@@ -116,19 +116,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 # ---------------------------------------------------------------------- a configurable Mosquitto
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -146,7 +133,7 @@ def mosquitto(directory: Path, edgemon_listener: str) -> Iterator[Ports]:
     clients, and one for edgemon configured by `edgemon_listener` (Mosquitto config lines)."""
     if not os.access(MOSQUITTO, os.X_OK):
         pytest.skip("mosquitto is not installed")
-    ports = Ports(_free_port(), _free_port())
+    ports = Ports(free_port(), free_port())
     conf = directory / "mosquitto-security.conf"
     conf.write_text(
         "per_listener_settings true\npersistence false\nlog_dest stderr\n"
@@ -163,7 +150,7 @@ def mosquitto(directory: Path, edgemon_listener: str) -> Iterator[Ports]:
         )
     try:
         deadline = time.monotonic() + 5
-        while not (_accepts(ports.devices) and _accepts(ports.edgemon)):
+        while not (accepts(ports.devices) and accepts(ports.edgemon)):
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"mosquitto did not start; its log:\n{log.read_text()}")
             time.sleep(0.02)
