@@ -18,7 +18,6 @@ import json
 import logging
 import math
 import random
-import signal
 import socket
 import sys
 import tempfile
@@ -32,13 +31,14 @@ from rich.live import Live
 
 from edgemon.broker import EmbeddedBrokerError, embedded_broker
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from edgemon.cli.signals import on_stop_signals
 from edgemon.monitor import APPLIED
 from edgemon.settings import HttpSettings, LogSettings, MqttSettings, Settings, parse_listen
 from edgemon.view import DeviceTotals, render_view, status_line
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from edgemon.daemon import Daemon
     from edgemon.monitor import Monitor
@@ -222,7 +222,15 @@ async def _demo(plan: Plan, console: Console) -> Outcome:
         daemon_task.add_done_callback(lambda _: stop.set())  # a failed daemon ends the demo
         started = time.monotonic()
         metrics_url = ""
-        with _signals(stop, force=daemon.request_stop):
+
+        def on_signal() -> None:
+            """The first signal ends the demo cleanly; a second one forces the daemon down."""
+            if stop.is_set():
+                daemon.request_stop()
+                daemon.request_stop()
+            stop.set()
+
+        with on_stop_signals(on_signal):
             try:
                 await _until_ready(daemon, daemon_task)
                 metrics_url = _metrics_url(plan.listen, daemon.http_port)
@@ -273,29 +281,6 @@ async def _drain(monitor: Monitor, daemon_task: asyncio.Task[int]) -> None:
         if not any(device.live_streams() for device in monitor.engine.devices()):
             return
         await asyncio.sleep(0.02)
-
-
-@contextlib.contextmanager
-def _signals(stop: asyncio.Event, *, force: Callable[[], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM end the demo cleanly; a second one forces the daemon down."""
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        if stop.is_set():
-            force()
-            force()
-        stop.set()
-
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, on_signal)
-            installed.append(sig)
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
 
 
 def _metrics_url(listen: str, port: int | None) -> str:

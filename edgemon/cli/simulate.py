@@ -11,7 +11,6 @@ import contextlib
 import json
 import math
 import random
-import signal
 import sys
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -20,6 +19,7 @@ import aiomqtt
 
 from edgemon.broker import EmbeddedBrokerError, embedded_broker
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from edgemon.cli.signals import on_stop_signals
 from edgemon.simulate.model import Simulation
 from edgemon.simulate.publisher import publish_simulation, wall_ms
 from edgemon.wire.topics import valid_device_id
@@ -144,25 +144,26 @@ async def _main(
     args: argparse.Namespace, address: tuple[str, int] | None, rtf: float | list[float], seed: int
 ) -> PublishReport:
     stop = asyncio.Event()
-    async with _broker(address) as (host, port), _signals(stop):
-        simulation = Simulation(
-            devices=args.devices,
-            streams=args.streams,
-            rtf=rtf,
-            stall_rate=args.stall_rate,
-            seed=seed,
-            start_ms=wall_ms(),
-            device_prefix=args.device_prefix,
-        )
-        return await publish_simulation(
-            simulation,
-            hostname=host,
-            port=port,
-            duration_s=args.duration,
-            stop=stop,
-            topic_prefix=args.topic_prefix,
-            batch=args.batch,
-        )
+    async with _broker(address) as (host, port):
+        with on_stop_signals(stop.set):
+            simulation = Simulation(
+                devices=args.devices,
+                streams=args.streams,
+                rtf=rtf,
+                stall_rate=args.stall_rate,
+                seed=seed,
+                start_ms=wall_ms(),
+                device_prefix=args.device_prefix,
+            )
+            return await publish_simulation(
+                simulation,
+                hostname=host,
+                port=port,
+                duration_s=args.duration,
+                stop=stop,
+                topic_prefix=args.topic_prefix,
+                batch=args.batch,
+            )
 
 
 @contextlib.asynccontextmanager
@@ -173,19 +174,3 @@ async def _broker(address: tuple[str, int] | None) -> AsyncIterator[tuple[str, i
     async with embedded_broker(*EMBEDDED_ADDRESS) as bound:
         print(f"edgemon simulate: embedded broker on {bound[0]}:{bound[1]}", file=sys.stderr)
         yield bound
-
-
-@contextlib.asynccontextmanager
-async def _signals(stop: asyncio.Event) -> AsyncIterator[None]:
-    """SIGINT and SIGTERM set `stop` (a clean end) instead of killing the run."""
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)

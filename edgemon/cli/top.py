@@ -14,7 +14,6 @@ import contextlib
 import json
 import math
 import os
-import signal
 import socket
 import time
 from pathlib import Path
@@ -28,11 +27,12 @@ from rich.live import Live
 from rich.text import Text
 
 from edgemon.cli.errors import EXIT_OK, UsageError
+from edgemon.cli.signals import on_stop_signals
 from edgemon.view import DeviceTotals, ViewError, render_view, status_line
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator
 
     from rich.console import RenderableType
 
@@ -233,7 +233,7 @@ async def _watch(
     view: dict[str, Any] | None = None
     totals: dict[str, DeviceTotals] | None = None
     async with _session(auth) as session:
-        with _signals(stop), contextlib.ExitStack() as stack:
+        with on_stop_signals(stop.set), contextlib.ExitStack() as stack:
             live = None
             if console.is_terminal:
                 live = stack.enter_context(Live(console=console, refresh_per_second=4))
@@ -272,19 +272,3 @@ async def _session(auth: aiohttp.BasicAuth | None) -> AsyncIterator[aiohttp.Clie
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
     async with aiohttp.ClientSession(auth=auth, timeout=timeout) as session:
         yield session
-
-
-@contextlib.contextmanager
-def _signals(stop: asyncio.Event) -> Iterator[None]:
-    """SIGINT/SIGTERM end the watch with exit 0 instead of a traceback."""
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
