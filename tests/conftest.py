@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+
 from ports import accepts, free_port
 
 if TYPE_CHECKING:
@@ -71,15 +72,25 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
 
 # ------------------------------------------------------------------ mosquitto_server
 class MosquittoServer:
-    """A Mosquitto on one fixed port that a test can stop and start again (broker loss)."""
+    """A Mosquitto on one fixed port that a test can stop and start again (broker loss).
 
-    def __init__(self, directory: Path) -> None:
+    With `persistence`, its database lives in `directory`, so sessions (edgemon's, with what
+    is queued for it) survive a stop and start, as on a real edge box.
+    """
+
+    def __init__(self, directory: Path, *, persistence: bool = False) -> None:
         self.host = "127.0.0.1"
         self.port = free_port()
         self._conf = directory / "mosquitto-restartable.conf"
+        stored = (
+            f"persistence true\npersistence_location {directory}/\n"
+            "persistence_file mosquitto.db\n" + ("user root\n" if os.geteuid() == 0 else "")
+            # As root Mosquitto would drop to user `mosquitto`, who cannot write tmp_path.
+            if persistence
+            else "persistence false\n"
+        )
         self._conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-            "log_dest stderr\n",
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{stored}log_dest stderr\n",
             encoding="utf-8",
         )
         self._log = directory / "mosquitto-restartable.log"
@@ -109,7 +120,7 @@ class MosquittoServer:
         pytest.fail(f"mosquitto did not start; its log:\n{self._log.read_text()}")
 
     def stop(self) -> None:
-        """Terminate it (idempotent)."""
+        """Terminate it (idempotent); with persistence it writes its database first."""
         process, self._process = self._process, None
         if process is None:
             return

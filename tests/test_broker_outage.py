@@ -8,8 +8,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
+
+from conftest import MosquittoServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -39,62 +39,12 @@ PUBLISH_EVERY_S = 0.008
 PUBACK_TIMEOUT_S = 0.5
 
 
-class PersistentMosquitto:
-    """A Mosquitto on a fixed port with persistence to `directory`, so sessions (edgemon's,
-    with what is queued for it) survive a stop and start; the test stops and starts it."""
-
-    def __init__(self, directory: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port: int = probe.getsockname()[1]
-        self.conf = directory / "mosquitto-persistent.conf"
-        self.conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n"
-            f"persistence true\npersistence_location {directory}/\n"
-            "persistence_file mosquitto.db\nlog_dest stderr\n"
-            # As root Mosquitto would drop to user `mosquitto`, who cannot write tmp_path.
-            + ("user root\n" if os.geteuid() == 0 else ""),
-            encoding="utf-8",
-        )
-        self.db = directory / "mosquitto.db"
-        self.log = directory / "mosquitto-persistent.log"
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        assert self._process is None
-        with self.log.open("ab") as log:
-            self._process = subprocess.Popen(
-                [MOSQUITTO, "-c", str(self.conf)], stdin=subprocess.DEVNULL, stdout=log, stderr=log
-            )
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and self._process.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.01)
-        self.stop()
-        pytest.fail(f"mosquitto did not start; its log:\n{self.log.read_text()}")
-
-    def stop(self) -> None:
-        """SIGTERM: Mosquitto writes its persistence file and exits."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @pytest.fixture
-def persistent_mosquitto(tmp_path: Path) -> Iterator[PersistentMosquitto]:
+def persistent_mosquitto(tmp_path: Path) -> Iterator[MosquittoServer]:
     """A running Mosquitto with persistence in `tmp_path`, restartable by the test."""
     if not os.access(MOSQUITTO, os.X_OK):
         pytest.skip("mosquitto is not installed")
-    server = PersistentMosquitto(tmp_path)
+    server = MosquittoServer(tmp_path, persistence=True)
     server.start()
     try:
         yield server
@@ -195,7 +145,7 @@ async def chunks_counted(http_port: int) -> float:
 
 
 async def test_broker_outage_loses_and_doubles_nothing(
-    persistent_mosquitto: PersistentMosquitto, tmp_path: Path
+    persistent_mosquitto: MosquittoServer, tmp_path: Path
 ) -> None:
     """While a device publishes 300 chunks at QoS 1, its Mosquitto (persistence on) is stopped
     and started again. During the outage `/readyz` is 503 and `edgemon_mqtt_connected` 0, and

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
-from ports import free_port
 
 from edgemon.adapters.http import serve
 from edgemon.cli.errors import UsageError
 from edgemon.cli.top import base_url, totals_from_metrics
 from edgemon.view import DeviceTotals
+
+from ports import free_port
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 
 import aiomqtt
 import pytest
-from ports import accepts, free_port
 
 from edgemon.settings import LimitsSettings
+
+from ports import accepts, free_port
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

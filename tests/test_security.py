@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import aiomqtt
 import pytest
-from ports import accepts, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
+
+from ports import accepts, free_port
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
