@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ports import accepts, free_port
+from ports import accepts, end_process, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,12 +59,7 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
         try:
             yield "127.0.0.1", port
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            end_process(process)
         return
     text = log.read_text(encoding="utf-8") if log.exists() else "(no log)"
     pytest.fail(f"mosquitto did not start; its log:\n{text}")
@@ -124,12 +119,7 @@ class MosquittoServer:
         process, self._process = self._process, None
         if process is None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        end_process(process)
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
-"""Loopback ports for the servers tests start: a free one, and whether one accepts yet."""
+"""The servers tests start: a free loopback port, whether it accepts yet, and a clean end."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 
 
 def free_port() -> int:
@@ -20,3 +21,13 @@ def accepts(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def end_process(process: subprocess.Popen[bytes]) -> None:
+    """Terminate a server the test started; kill it if it does not exit within 5 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

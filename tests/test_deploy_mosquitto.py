@@ -24,7 +24,7 @@ import pytest
 
 from edgemon.settings import LimitsSettings
 
-from ports import accepts, free_port
+from ports import accepts, end_process, free_port
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -107,12 +107,7 @@ def broker(tmp_path: Path) -> Iterator[int]:
     try:
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        end_process(process)
 
 
 @contextlib.asynccontextmanager

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
-from ports import accepts, free_port
+from ports import accepts, end_process, free_port
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -157,12 +157,7 @@ def mosquitto(directory: Path, edgemon_listener: str) -> Iterator[Ports]:
             time.sleep(0.02)
         yield ports
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        end_process(process)
 
 
 def tls_listener(pki: Pki, *extra: str) -> str:
