@@ -312,10 +312,12 @@ class ThrottleGate:
             seq = value.get("seq") if isinstance(value, dict) else None
             if type(throttle) is not bool or type(seq) is not int:
                 self._unreadable += 1
+                self._cond.notify_all()
                 return
             assert isinstance(value, dict)
             if not self._reset_seq and state.seq is not None and seq <= state.seq:
                 self._stale += 1
+                self._cond.notify_all()
                 return
             self._reset_seq = False
             t_ms = value.get("t_ms")
@@ -345,6 +347,7 @@ class ThrottleGate:
                 status = value.get("state") if isinstance(value, dict) else None
                 if status not in {"online", "offline"}:
                     self._unreadable += 1
+                    self._cond.notify_all()
                     return
                 assert isinstance(status, str)
                 instances[instance] = status
