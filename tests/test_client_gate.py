@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from conftest import MosquittoServer
 from edgemon.client import GateState, ThrottleGate
+
+from conftest import MosquittoServer
 from mqtt_probe import probe
 
 if TYPE_CHECKING:

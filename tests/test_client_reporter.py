@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from conftest import MosquittoServer
 from edgemon.client import AudioFormat, Reporter
+
+from conftest import MosquittoServer
 from mqtt_probe import Probe, probe
 
 if TYPE_CHECKING:
