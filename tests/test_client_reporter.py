@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import threading
+import time
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,15 @@ def counting_clock(start: float = 1_700_000_000_000.0) -> Any:
     """A device clock that advances 1 ms per reading."""
     ticks = itertools.count()
     return lambda: start + next(ticks)
+
+
+def poll(check: Any, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def batches(watcher: Probe, topic: str = TOPIC) -> list[list[dict[str, Any]]]:
@@ -95,7 +105,8 @@ def test_offline_buffer_is_bounded_and_delivered_after_the_broker_starts(
 ) -> None:
     """Reported while the broker is down: the newest `max_buffered_events` wait (the oldest are
     dropped and counted) and arrive once the broker is up; the survivors keep their `seq` and
-    their exact `audio_total_ms`, so edgemon resynchronises across the gap."""
+    their exact `audio_total_ms`, so edgemon resynchronises across the gap. A later outage of a
+    connected Reporter is bridged the same way after it reconnects."""
     server = MosquittoServer(tmp_path, persistence=True)
     server.start()
     try:
@@ -111,12 +122,25 @@ def test_offline_buffer_is_bounded_and_delivered_after_the_broker_starts(
                 server.start()
                 assert reporter.flush(30)
                 assert reporter.stats.sent == 5
-            assert watcher.wait_for(lambda seen: len(seen) >= 1, 30)
+                server.stop()  # and once more, now that it was connected
+                assert poll(lambda: not reporter.stats.connected)
+                reporter.end("s", "error")
+                server.start()
+                assert reporter.flush(30)
+                stats = reporter.stats
+            assert watcher.wait_for(lambda seen: len(seen) >= 2, 30)
     finally:
         server.stop()
+    assert (stats.sent, stats.dropped, stats.connects) == (6, 7, 2)
     events = [event for batch in batches(watcher) for event in batch]
-    assert [e["seq"] for e in events] == [7, 8, 9, 10, 11]
-    assert [e["audio_total_ms"] for e in events] == [320.0, 360.0, 400.0, 440.0, 480.0]
+    assert [e.get("seq") for e in events] == [7, 8, 9, 10, 11, None]
+    assert [e.get("audio_total_ms") for e in events] == [320.0, 360.0, 400.0, 440.0, 480.0, None]
+    assert events[-1] == {
+        "type": "end",
+        "stream": "s",
+        "t_ms": events[-1]["t_ms"],
+        "reason": "error",
+    }
 
 
 def test_close_flushes_what_is_waiting(mosquitto_broker: tuple[str, int]) -> None:
