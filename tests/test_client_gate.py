@@ -200,3 +200,34 @@ def test_from_environ() -> None:
         env = {"EDGEMON_GATE_DEVICE": "box-1", f"EDGEMON_GATE_{name}": value}
         with pytest.raises(ValueError, match=f"^EDGEMON_GATE_{name}: "):
             ThrottleGate.from_environ(env)
+
+
+@pytest.mark.integration
+def test_a_throttle_that_ends_between_calls_ends_the_hold(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """The throttle goes off and on again while the scheduler makes no call (an idle engine):
+    the next call begins a new hold with a full `max_hold_ms`, and the old hold counts only
+    up to when the gate saw the throttle go off."""
+    host, port = mosquitto_broker
+    clock = FakeClock()
+    with (
+        probe(host, port) as edgemon,
+        ThrottleGate(f"mqtt://{host}:{port}", "dev1", max_hold_ms=2000, clock=clock) as gate,
+    ):
+        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(THROTTLE, throttle(True, 1))
+        assert gate.wait_until(active, T)
+        assert gate.should_throttle_prefills()  # hold 1 from 100.0
+        clock.now = 100.5
+        edgemon.publish(THROTTLE, throttle(False, 2))
+        assert gate.wait_until(inactive, T)
+        clock.now = 101.0
+        edgemon.publish(THROTTLE, throttle(True, 3))
+        assert gate.wait_until(active, T)
+        clock.now = 101.5
+        assert gate.should_throttle_prefills()  # hold 2 from 101.5
+        clock.now = 103.0
+        assert gate.should_throttle_prefills()  # 1.5 s into hold 2: still held
+        stats = gate.stats
+        assert (stats.holds, stats.held_s, stats.max_hold_releases) == (2, 2.0, 0)

@@ -26,6 +26,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self
 
 from edgemon.client import _mqtt
@@ -56,7 +57,7 @@ class GateState:
     streams: tuple[str, ...] = ()
     min_headroom_ms: float | None = None
     #: Each known instance's latest status (`online` / `offline`).
-    instances: Mapping[str, str] = field(default_factory=dict)
+    instances: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: The gate's clock when this state began.
     changed_at: float = 0.0
 
@@ -85,6 +86,7 @@ class ThrottleGate:
     """Holds back prefills while edgemon says the device's streams are at risk."""
 
     __slots__ = (
+        "_activations",
         "_active",
         "_broker",
         "_client",
@@ -92,6 +94,7 @@ class ThrottleGate:
         "_clock",
         "_cond",
         "_held_s",
+        "_hold_of",
         "_hold_start",
         "_holds",
         "_inactive_at",
@@ -137,11 +140,13 @@ class ThrottleGate:
         self._cond = threading.Condition(threading.Lock())
         self._state = GateState(changed_at=self._clock())
         self._active = False  # the one attribute the hot path reads
-        self._inactive_at = 0.0
+        self._inactive_at = 0.0  # when the gate last went inactive
+        self._activations = 0  # how often it went active
         self._reset_seq = True
         self._client: mqtt.Client | None = None
         # Written by the caller of should_throttle_prefills() only.
         self._hold_start: float | None = None
+        self._hold_of = 0  # the activation the current hold belongs to
         self._holds = 0
         self._held_s = 0.0
         self._max_hold_releases = 0
@@ -223,13 +228,16 @@ class ThrottleGate:
         """Whether this scheduler step should admit no new prefill (see the module doc)."""
         start = self._hold_start
         if not self._active:
-            if start is not None:  # the hold ended when the gate went inactive
-                self._held_s += max(0.0, self._inactive_at - start)
-                self._hold_start = None
+            if start is not None:
+                self._end_hold(start)
             return False
         now = self._clock()
+        if start is not None and self._hold_of != self._activations:
+            self._end_hold(start)  # the gate went inactive and active again since the last call
+            start = None
         if start is None:
             self._hold_start = now
+            self._hold_of = self._activations
             self._holds += 1
             return True
         if now - start >= self._max_hold_s:
@@ -238,6 +246,11 @@ class ThrottleGate:
             self._max_hold_releases += 1
             return False
         return True
+
+    def _end_hold(self, start: float) -> None:
+        """The hold ended when the gate last went inactive (as the network thread saw it)."""
+        self._held_s += max(0.0, self._inactive_at - start)
+        self._hold_start = None
 
     # ------------------------------------------------------------------ views
     @property
@@ -251,7 +264,8 @@ class ThrottleGate:
         held = self._held_s
         start = self._hold_start
         if start is not None:
-            end = self._clock() if self._active else self._inactive_at
+            current = self._active and self._hold_of == self._activations
+            end = self._clock() if current else self._inactive_at
             held += max(0.0, end - start)
         return GateStats(
             holds=self._holds,
@@ -270,10 +284,13 @@ class ThrottleGate:
     def _set(self, state: GateState) -> None:
         """Publish a new state (under the lock) and wake waiters."""
         was_active = self._active
-        self._state = state
-        self._active = state.active
+        # The hot path reads these without the lock: the bookkeeping goes first, the flag last.
         if was_active and not state.active:
             self._inactive_at = state.changed_at
+        elif state.active and not was_active:
+            self._activations += 1
+        self._state = state
+        self._active = state.active
         self._cond.notify_all()
 
     def _on_connect(
@@ -357,7 +374,7 @@ class ThrottleGate:
             self._set(
                 replace(
                     self._state,
-                    instances=instances,
+                    instances=MappingProxyType(instances),
                     edgemon_online=online,
                     changed_at=self._clock(),
                 )
