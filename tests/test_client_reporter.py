@@ -11,6 +11,7 @@ import time
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+import paho.mqtt.client as mqtt
 import pytest
 
 from edgemon.client import AudioFormat, Reporter
@@ -222,3 +223,40 @@ def test_many_threads_at_once(mosquitto_broker: tuple[str, int]) -> None:
         frames = given // fmt.frame_bytes
         assert mine[-1]["audio_total_ms"] == float(Fraction(frames * 1000, fmt.rate))
     assert json.loads(watcher.seen[0].payload)  # every message is a JSON array of events
+
+
+def test_a_failed_publish_is_retried_in_order(mosquitto_broker: tuple[str, int]) -> None:
+    """A publish that raises or is refused by the library (a fault a real broker does not
+    produce on demand, so it is injected) loses nothing: the events go back ahead of newer
+    ones and reach the broker once, in order."""
+    host, port = mosquitto_broker
+    with probe(host, port, TOPIC) as watcher:
+        with Reporter(
+            f"mqtt://{host}:{port}", "dev1", client_id="r7", max_batch_events=4
+        ) as reporter:
+            client = reporter._client
+            assert client is not None
+            real = client.publish
+            faults: list[str] = ["raise", "refuse"]
+
+            def flaky(*args: Any, **kwargs: Any) -> Any:
+                if faults and faults[0] == "raise":
+                    faults.pop(0)
+                    raise OSError("injected")
+                if faults:  # as paho refuses a message when its queue is full
+                    faults.pop(0)
+                    refused = mqtt.MQTTMessageInfo(0)
+                    refused.rc = mqtt.MQTT_ERR_QUEUE_SIZE
+                    return refused
+                return real(*args, **kwargs)
+
+            client.publish = flaky  # type: ignore[method-assign]
+            for _ in range(10):
+                reporter.chunk("s", audio_ms=20)
+            assert reporter.flush(15)
+            stats = reporter.stats
+        assert watcher.wait_for(lambda seen: sum(len(m.json()) for m in seen) >= 10)
+    assert not faults
+    assert stats.sent == 10
+    events = [event for batch in batches(watcher) for event in batch]
+    assert [e["seq"] for e in events] == list(range(10))

@@ -362,14 +362,19 @@ class Reporter:
                 return
             payloads = self._encode(taken)
             for number, (first, count, payload) in enumerate(payloads, 1):
-                info = client.publish(self._topic, payload, qos=1)
+                try:
+                    info = client.publish(self._topic, payload, qos=1)
+                    rc, mid = info.rc, info.mid
+                except Exception:  # noqa: BLE001 - the flusher must outlive any library surprise
+                    _mqtt.log.exception("edgemon reporter: publish raised")
+                    rc, mid = mqtt.MQTT_ERR_UNKNOWN, 0
                 with self._cond:
-                    if info.rc not in _SENT:  # not expected (queue, size bounded): retry later
-                        _mqtt.log.warning("edgemon reporter: publish failed (%s)", info.rc)
+                    if rc not in _SENT:  # not expected (queue and size are bounded): retry
+                        _mqtt.log.warning("edgemon reporter: publish failed (%s); retrying", rc)
                         self._requeue(taken, first)
                         self._cond.wait(_RETRY_S)
                         break
-                    self._register(info.mid, first, count)
+                    self._register(mid, first, count)
                     self._in_hand = payloads[number][0] if number < len(payloads) else None
                     self._cond.notify_all()
 
