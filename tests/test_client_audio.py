@@ -216,3 +216,45 @@ def test_client_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]"
+
+
+_OP = st.one_of(
+    st.tuples(st.sampled_from(FORMATS), st.integers(min_value=1, max_value=20_000)),
+    st.floats(min_value=0.001, max_value=5_000, allow_nan=False),
+)
+
+
+@given(ops=st.lists(_OP, min_size=1, max_size=30))
+def test_mixed_formats_and_audio_ms_totals_are_exact(ops: list[Any]) -> None:
+    """A stream whose chunks switch formats and mix `audio_ms` with PCM bytes still reports
+    the exact total (of the whole frames and the given milliseconds, rounded once); a switch
+    of format while a partial frame is carried is refused and changes nothing."""
+    streams = Streams(max_streams=1)
+    total = Fraction(0)
+    carry, carry_format = 0, None
+    for op in ops:
+        common: dict[str, Any] = {"eta_ms": None, "final": False}
+        if isinstance(op, float):
+            event = streams.chunk(
+                "s", 1.0, audio_ms=op, pcm_bytes=None, audio_format="s16le:24000:1", **common
+            )
+            total += Fraction(op)
+        else:
+            fmt, size = op
+            if carry and fmt != carry_format:
+                with pytest.raises(ValueError, match="partial"):
+                    streams.chunk(
+                        "s", 1.0, audio_ms=None, pcm_bytes=size, audio_format=fmt, **common
+                    )
+                continue
+            event = streams.chunk(
+                "s", 1.0, audio_ms=None, pcm_bytes=size, audio_format=fmt, **common
+            )
+            frames, carry = divmod(size + carry, fmt.frame_bytes)
+            carry_format = fmt if carry else None
+            total += Fraction(frames * 1000, fmt.rate)
+            if not frames:
+                assert event is None
+                continue
+        assert event is not None
+        assert event["audio_total_ms"] == float(total)

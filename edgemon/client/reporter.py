@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 MAX_BATCH_EVENTS = 1_000
 MAX_PAYLOAD_BYTES = 262_144
 _RETRY_S = 0.1
+#: Built once: `json.dumps` with arguments builds an encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _SENT = frozenset({mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN})  # NO_CONN: paho resends
 
 
@@ -385,7 +387,7 @@ class Reporter:
         first = taken[0][0]
         size = 2
         for idx, event in taken:
-            text = json.dumps(event, separators=(",", ":"), allow_nan=False)
+            text = _ENCODER.encode(event)
             if parts and size + len(text) + 1 > self._max_payload_bytes:
                 out.append((first, len(parts), f"[{','.join(parts)}]".encode()))
                 parts, first, size = [], idx, 2
