@@ -18,6 +18,7 @@ from edgemon.client import AudioFormat, Reporter
 
 from conftest import MosquittoServer
 from mqtt_probe import Probe, probe
+from ports import free_port
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -260,3 +261,22 @@ def test_a_failed_publish_is_retried_in_order(mosquitto_broker: tuple[str, int])
     assert stats.sent == 10
     events = [event for batch in batches(watcher) for event in batch]
     assert [e["seq"] for e in events] == list(range(10))
+
+
+def test_close_without_a_broker_keeps_its_timeout() -> None:
+    """With no broker to reach, `close(1)` gives up on flushing after about a second and says
+    what was left unsent; the calls never waited for the network."""
+    dead = f"mqtt://127.0.0.1:{free_port()}"
+    reporter = Reporter(dead, "dev1", client_id="r8").open()
+    started = time.monotonic()
+    for _ in range(50):
+        reporter.chunk("s", audio_ms=20)
+    calls_s = time.monotonic() - started
+    assert not reporter.flush(0.2)
+    started = time.monotonic()
+    reporter.close(1.0)
+    closed_s = time.monotonic() - started
+    stats = reporter.stats
+    assert (stats.events, stats.sent, stats.buffered, stats.connected) == (50, 0, 50, False)
+    assert closed_s < 10  # generous: about 1 s
+    assert calls_s < 10

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import socket
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -141,8 +142,14 @@ def start(client: mqtt.Client, broker: Broker) -> None:
     client.loop_start()
 
 
-def stop(client: mqtt.Client) -> None:
-    """Disconnect and end the network thread (a connect attempt under way may take up to
-    `CONNECT_TIMEOUT_S` to give up)."""
-    client.disconnect()
-    client.loop_stop()
+def stop(client: mqtt.Client, timeout: float) -> None:
+    """Disconnect and end the network thread, waiting at most `timeout` s (a connect attempt
+    under way can take up to `CONNECT_TIMEOUT_S` to give up; the thread is a daemon)."""
+
+    def end() -> None:
+        client.disconnect()
+        client.loop_stop()
+
+    stopper = threading.Thread(target=end, name="edgemon-client-stop", daemon=True)
+    stopper.start()
+    stopper.join(max(0.0, timeout))

@@ -204,13 +204,13 @@ class ThrottleGate:
         return self
 
     def close(self, timeout: float = 5.0) -> None:
-        """Disconnect and stop the network thread; the gate answers False from then on."""
-        del timeout  # paho's thread ends at once after disconnect (or a connect attempt)
+        """Disconnect and stop the network thread (waiting at most `timeout` s); the gate
+        answers False from then on."""
         with self._cond:
             client, self._client = self._client, None
             self._set(replace(self._state, connected=False))
         if client is not None:
-            _mqtt.stop(client)
+            _mqtt.stop(client, timeout)
 
     def __enter__(self) -> Self:
         return self.open()
@@ -296,6 +296,8 @@ class ThrottleGate:
     def _on_connect(
         self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
     ) -> None:
+        if client is not self._client:  # closed meanwhile
+            return
         if reason_code.is_failure:
             _mqtt.log.warning("edgemon gate: broker refused the connection: %s", reason_code)
             return

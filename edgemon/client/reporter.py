@@ -212,14 +212,14 @@ class Reporter:
                 return
             self._closed = True
         if self._client is not None:
-            self.flush(timeout)
+            self.flush(timeout)  # the flusher and paho get what is left of the timeout
         with self._cond:
             self._stop = True
             self._cond.notify_all()
         if self._flusher is not None:
             self._flusher.join(max(0.0, deadline - time.monotonic()))
         if self._client is not None:
-            _mqtt.stop(self._client)
+            _mqtt.stop(self._client, deadline - time.monotonic())
 
     def __enter__(self) -> Self:
         return self.open()
