@@ -258,3 +258,17 @@ def test_mixed_formats_and_audio_ms_totals_are_exact(ops: list[Any]) -> None:
                 continue
         assert event is not None
         assert event["audio_total_ms"] == float(total)
+
+
+def test_defaults_match_the_daemons_limits() -> None:
+    """The Reporter's batch limits and stream bound are edgemon's `[limits]` defaults, so its
+    batches are never `oversized` and its streams never over `stream_limit` by default."""
+    from edgemon.client import reporter as module  # noqa: PLC0415 - next to the daemon's
+    from edgemon.settings import LimitsSettings  # noqa: PLC0415 - what the client must not import
+
+    limits = LimitsSettings()
+    assert limits.max_batch_events == module.MAX_BATCH_EVENTS
+    assert limits.max_payload_bytes == module.MAX_PAYLOAD_BYTES
+    assert Reporter("mqtt://127.0.0.1:1", "d")._streams.max_streams == (
+        limits.max_streams_per_device
+    )
