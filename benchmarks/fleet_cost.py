@@ -44,6 +44,7 @@ import threading
 import time
 import urllib.request
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from _support import ROOT, Edgemon, free_port, http_get, mosquitto, rss_bytes, samples, stop
@@ -212,6 +213,106 @@ def synthetic(store: Store, pages: list[str], boxes: int, rounds: int) -> None:
         urllib.request.urlopen(request, timeout=120).read()
 
 
+@dataclass(slots=True)
+class BoxRun:
+    """One real box of the run: its edgemon, its two agents' web ports, what was seen."""
+
+    streams: int
+    directory: Path
+    edgemon: Edgemon
+    agents: dict[str, int] = field(default_factory=dict)
+    series_all: int = 0  # sample lines of /metrics, the most seen
+    series_kept: int = 0  # of them, without edgemon_stream_*
+    series_device: int = 0  # of those kept, with a `device` label
+
+
+def start_box(stack: ExitStack, root: Path, streams: int, store: Store, sink: Sink) -> BoxRun:
+    """Mosquitto, edgemon, the simulator and the two agents of one box, ended by `stack`."""
+    box = root / f"s{streams}"
+    box.mkdir()
+    port = stack.enter_context(mosquitto(box))
+    edgemon = Edgemon(box, port)
+    stack.callback(edgemon.close)
+    edgemon.ready()
+    simulate = start(
+        [sys.executable, "-m", "edgemon", "simulate", "--broker", f"mqtt://127.0.0.1:{port}",
+         "--devices", "1", "--streams", str(streams), "--rtf", "0.1", "--seed", "1"],
+        box / "simulate.log",
+    )  # fmt: skip
+    stack.callback(stop, simulate)
+    run = BoxRun(streams, box, edgemon)
+    for kind, url, drop in (
+        ("shipped", f"{store.url}/api/v1/write", True),
+        ("per-stream", f"http://127.0.0.1:{sink.server_address[1]}/api/v1/write", False),
+    ):
+        config = box / f"agent-{kind}.yml"
+        config.write_text(agent_config(edgemon.http_port, url, drop_streams=drop), "utf-8")
+        web = free_port()
+        flags = {
+            "--config.file": str(config),
+            "--storage.agent.path": str(box / f"wal-{kind}"),
+            "--web.listen-address": f"127.0.0.1:{web}",
+        }
+        argv = ["prometheus", *shipped_args("box/prometheus.default", flags), "--log.level=warn"]
+        agent = start(argv, box / f"agent-{kind}.log", env={"EDGEMON_BOX": f"s{streams}"})
+        stack.callback(stop, agent)
+        wait_ok(f"http://127.0.0.1:{web}/-/ready", agent, f"agent {kind}")
+        run.agents[kind] = web
+    return run
+
+
+def observe(boxes: list[BoxRun], seconds: float) -> list[str]:
+    """Scrape each edgemon once a second for `seconds`, keeping the largest series counts;
+    the typical box's pages without per-stream series, one a second."""
+    pages = []
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        for run in boxes:
+            total, kept, per_device, page = exposition_counts(run.edgemon)
+            if total >= run.series_all:
+                run.series_all, run.series_kept, run.series_device = total, kept, per_device
+            if run.streams == TYPICAL:
+                pages.append(page)
+        time.sleep(1)
+    return pages
+
+
+def report_boxes(boxes: list[BoxRun], seconds: float) -> dict[int, tuple[int, float]]:
+    """Print series, remote-write and WAL bytes per box; (series sent, wire bytes per sample)
+    of each box as shipped."""
+    print(f"1. series per box and remote-write bytes (one device; {seconds:.0f} s at 1 s "
+          "scrapes; bytes at the shipped 15 s interval)")  # fmt: skip
+    print(f"{'streams':>8} {'series':>7} {'B/sample':>9} {'B/s':>7} | {'series':>7} "
+          f"{'B/sample':>9} {'B/s':>7}   "
+          "(shipped: per-stream dropped | with per-stream)")  # fmt: skip
+    shipped: dict[int, tuple[int, float]] = {}
+    wal: dict[int, float] = {}
+    for run in boxes:
+        figures = []
+        for kind, series in (("shipped", run.series_kept), ("per-stream", run.series_all)):
+            _, text = http_get(f"http://127.0.0.1:{run.agents[kind]}/metrics")
+            sent = metric_sum(text, "prometheus_remote_storage_samples_total")
+            wire = metric_sum(text, "prometheus_remote_storage_bytes_total")
+            n = series + SCRAPE_SERIES
+            per_sample = wire / sent if sent else float("nan")
+            figures.append((n, per_sample, n * per_sample / SHIPPED_INTERVAL_S))
+            if kind == "shipped":
+                files = (run.directory / "wal-shipped").rglob("*")
+                wal[run.streams] = sum(f.stat().st_size for f in files if f.is_file()) / sent
+        shipped[run.streams] = figures[0][:2]
+        print(
+            f"{run.streams:>8} " + " | ".join(f"{n:>7} {b:>9.2f} {r:>7.1f}" for n, b, r in figures)
+        )
+    typical = next(run for run in boxes if run.streams == TYPICAL)
+    print(f"   of the {shipped[TYPICAL][0]} series of a {TYPICAL}-stream box, "
+          f"{typical.series_device} are per device (a second device adds as many), the rest "
+          "per box (edgemon's own, process, scrape)")  # fmt: skip
+    print("   the agent's WAL (compressed, as shipped) per hour of uplink outage at 15 s: "
+          + ", ".join(f"{s} streams {shipped[s][0] * 240 * b / 1e6:.2f} MB ({b:.1f} B/sample)"
+                      for s, b in wal.items()))  # fmt: skip
+    return shipped
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60, help="the three-box run (default 60)")
@@ -227,89 +328,9 @@ def main() -> int:
         sink = Sink()
         threading.Thread(target=sink.serve_forever, daemon=True).start()
         stack.callback(sink.shutdown)
-        boxes: dict[int, dict[str, object]] = {}
-        for streams in STREAMS:
-            box = root / f"s{streams}"
-            box.mkdir()
-            port = stack.enter_context(mosquitto(box))
-            edgemon = Edgemon(box, port)
-            stack.callback(edgemon.close)
-            edgemon.ready()
-            simulate = start(
-                [sys.executable, "-m", "edgemon", "simulate", "--broker", f"mqtt://127.0.0.1:{port}",
-                 "--devices", "1", "--streams", str(streams), "--rtf", "0.1", "--seed", "1"],
-                box / "simulate.log",
-            )  # fmt: skip
-            stack.callback(stop, simulate)
-            agents = {}
-            for kind, url, drop in (
-                ("shipped", f"{store.url}/api/v1/write", True),
-                ("per-stream", f"http://127.0.0.1:{sink.server_address[1]}/api/v1/write", False),
-            ):
-                config = box / f"agent-{kind}.yml"
-                config.write_text(agent_config(edgemon.http_port, url, drop_streams=drop), "utf-8")
-                web = free_port()
-                argv = ["prometheus", *shipped_args("box/prometheus.default", {
-                    "--config.file": str(config), "--storage.agent.path": str(box / f"wal-{kind}"),
-                    "--web.listen-address": f"127.0.0.1:{web}"}), "--log.level=warn"]  # fmt: skip
-                agent = start(argv, box / f"agent-{kind}.log", env={"EDGEMON_BOX": f"s{streams}"})
-                stack.callback(stop, agent)
-                wait_ok(f"http://127.0.0.1:{web}/-/ready", agent, f"agent {kind}")
-                agents[kind] = web
-            boxes[streams] = {
-                "edgemon": edgemon,
-                "agents": agents,
-                "all": 0,
-                "kept": 0,
-                "device": 0,
-            }
-        pages: list[str] = []  # the typical box's, one a second
-        started = time.monotonic()
-        while time.monotonic() - started < args.seconds:
-            for streams, info in boxes.items():
-                edgemon = info["edgemon"]
-                assert isinstance(edgemon, Edgemon)
-                total, kept, per_device, page = exposition_counts(edgemon)
-                if total >= int(str(info["all"])):
-                    info.update({"all": total, "kept": kept, "device": per_device})
-                if streams == TYPICAL:
-                    pages.append(page)
-            time.sleep(1)
-        print(f"1. series per box and remote-write bytes (one device; {args.seconds:.0f} s at 1 s "
-              "scrapes; bytes at the shipped 15 s interval)")  # fmt: skip
-        print(f"{'streams':>8} {'series':>7} {'B/sample':>9} {'B/s':>7} | {'series':>7} "
-              f"{'B/sample':>9} {'B/s':>7}   "
-              "(shipped: per-stream dropped | with per-stream)")  # fmt: skip
-        per_box: dict[int, tuple[int, float]] = {}
-        wal: dict[int, float] = {}
-        wal_samples = 0.0
-        for streams, info in boxes.items():
-            figures = []
-            for kind, series in (("shipped", info["kept"]), ("per-stream", info["all"])):
-                agents = info["agents"]
-                assert isinstance(agents, dict)
-                _, text = http_get(f"http://127.0.0.1:{agents[kind]}/metrics")
-                sent = metric_sum(text, "prometheus_remote_storage_samples_total")
-                if kind == "shipped":
-                    wal_samples = sent
-                wire = metric_sum(text, "prometheus_remote_storage_bytes_total")
-                n = int(str(series)) + SCRAPE_SERIES
-                per_sample = wire / sent if sent else float("nan")
-                figures.append((n, per_sample, n * per_sample / SHIPPED_INTERVAL_S))
-            per_box[streams] = (figures[0][0], figures[0][1])
-            wal[streams] = sum(
-                f.stat().st_size for f in (root / f"s{streams}" / "wal-shipped").rglob("*")
-                if f.is_file()
-            ) / wal_samples  # fmt: skip
-            print(
-                f"{streams:>8} " + " | ".join(f"{n:>7} {b:>9.2f} {r:>7.1f}" for n, b, r in figures)
-            )
-        print(f"   of the {per_box[TYPICAL][0]} series of a {TYPICAL}-stream box, "
-              f"{boxes[TYPICAL]['device']} are per device (a second device adds as many), the "
-              "rest per box (edgemon's own, process, scrape)")  # fmt: skip
-        print("   the agent's WAL (compressed, as shipped) per hour of uplink outage at 15 s: "
-              + ", ".join(f"{s} streams {per_box[s][0] * 240 * wal[s] / 1e6:.2f} MB "
-                          f"({wal[s]:.1f} B/sample)" for s in STREAMS))  # fmt: skip
+        boxes = [start_box(stack, root, streams, store, sink) for streams in STREAMS]
+        pages = observe(boxes, args.seconds)
+        per_box = report_boxes(boxes, args.seconds)
         three = store.flushed()
         active = three["series"] - baseline["series"]
         rss_per_series = (three["rss"] - baseline["rss"]) / active
@@ -347,7 +368,7 @@ def main() -> int:
         print("   doubts: short runs compress worse than VictoriaMetrics' merged steady state "
               "(disk is an upper bound); synthetic boxes replay one real box's values and have no "
               "churn; RSS includes caches sized from this machine's memory and garbage the Go "
-              "runtime has not collected yet (it varies by 2x between runs).")  # fmt: skip
+              "runtime has not collected yet.")  # fmt: skip
     return 0
 
 

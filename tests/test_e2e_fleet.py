@@ -368,7 +368,8 @@ def losses(vm: str, box: str, start: float, end: float) -> list[str]:
 def test_panels_have_every_box_and_underruns_alert_the_overloaded_box_only(fleet: Fleet) -> None:
     """Every boxes-dashboard query returns data for box-a, box-b and box-c; EdgemonUnderruns
     reaches Alertmanager for box-b and for no other box (whose devices had no underrun); the
-    KV panel counts one preempting device on box-b and none elsewhere; no rule errs."""
+    KV panel counts one preempting device on box-b and none elsewhere; no per-stream series
+    reached the store (edgemon exposes them; the agents drop them); no rule errs."""
     queries = panel_queries()
     lacking = {title: set(BOXES) for title, _, _ in queries}
     underruns: dict[str, str] = {}
@@ -390,6 +391,8 @@ def test_panels_have_every_box_and_underruns_alert_the_overloaded_box_only(fleet
     totals = instant_by_box(fleet.vm, "sum by (box) (edgemon_underruns_total)")
     assert totals[OVERLOADED] > 0, totals
     assert totals[CUT] == totals[KILLED] == 0, totals
+    per_stream = 'count by (box) ({__name__=~"edgemon_stream_.*"})'
+    assert instant_by_box(fleet.vm, per_stream) == {}, "per-stream series reached the store"
     preempting = instant_by_box(fleet.vm, "sum by (box) (1 - edgemon_kv_admission_ok)")
     assert preempting == {CUT: 0, OVERLOADED: 1, KILLED: 0}, preempting
     health = {
