@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench clean
+.PHONY: test test-fleet lint typecheck unit demo bench bench-fleet clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The fleet end-to-end test (tests/test_e2e_fleet.py: 3 boxes and a central store, 16 real
+# processes, about a minute) runs in its own target; .ci/run runs both.
+FLEET_TEST = tests/test_e2e_fleet.py
+
 unit: $(STAMP)
-	$(BIN)/pytest --cov --cov-report=term
+	$(BIN)/pytest --cov --cov-report=term --ignore=$(FLEET_TEST)
+
+test-fleet: $(STAMP)
+	$(BIN)/pytest $(FLEET_TEST) -p no:cacheprovider
 
 test: lint typecheck unit
 
@@ -32,6 +39,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
+
+# Series per box, remote-write bytes per box, central store per 1,000 boxes (docs/fleet.md).
+bench-fleet: $(STAMP)
+	$(BIN)/python benchmarks/fleet_cost.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info

@@ -4,10 +4,12 @@
     python dashboards/generate.py --check   # exit 1 if a committed file differs
 
 Plain Python and the standard library only: small helpers build targets and panels, two
-functions lay out the fleet and the device dashboards. Every panel has a description and a
-unit; every PromQL expression uses the metrics of SPEC §5 (`edgemon_*`), the recorded series of
+functions lay out the fleet and the device dashboards of one box, a third the boxes of a fleet
+on the central VictoriaMetrics (SPEC §10). Every panel has a description and a unit; every
+expression uses the metrics of SPEC §5 (`edgemon_*`), the recorded series of
 deploy/prometheus/edgemon.rules.yml and `up`. Grafana variables in expressions: `$device`,
-`$__rate_interval`.
+`$box`, `$__rate_interval`, `$__range`. The boxes dashboard uses MetricsQL's `lag` (seconds
+since a series' last sample), so its data source must be VictoriaMetrics.
 """
 
 from __future__ import annotations
@@ -762,7 +764,219 @@ def device() -> Json:
     )
 
 
-DASHBOARDS = {"edgemon-fleet.json": fleet, "edgemon-device.json": device}
+# ---------------------------------------------------------------------------- boxes
+def box_variable() -> Json:
+    """The boxes of a fleet: the `box` label every box's Prometheus agent adds."""
+    query = 'label_values(up{job="edgemon"}, box)'
+    return {
+        "name": "box",
+        "label": "Box",
+        "type": "query",
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": "StandardVariableQuery"},
+        "refresh": 2,
+        "sort": 1,
+        "hide": 0,
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
+        "current": {},
+        "options": [],
+        "regex": "",
+    }
+
+
+def ranking(title: str, description: str, expr: str, *, unit: str, steps: Json) -> Json:
+    """A horizontal bar per box, worst first, over the dashboard's time range."""
+    return panel(
+        "bargauge",
+        title,
+        description,
+        [target(expr, "{{box}}", instant=True)],
+        unit=unit,
+        w=8,
+        h=9,
+        minimum=0,
+        steps=steps,
+        options={
+            "orientation": "horizontal",
+            "displayMode": "basic",
+            "showUnfilled": True,
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        },
+    )
+
+
+STALE_AFTER_S = 300
+"""Seconds without a sample after which a box's uplink counts as stale (EdgemonUplinkStale)."""
+
+
+def boxes() -> Json:
+    """A fleet of boxes on the central store: the worst boxes, and those not reporting."""
+    box = 'box=~"$box"'
+    up = f'up{{job="edgemon",{box}}}'
+    panels = [
+        row("Worst boxes"),
+        ranking(
+            "Worst boxes by time in underrun",
+            "Stream-seconds of underrun on each box over the dashboard's time range, summed "
+            "over its devices, the ten worst boxes first. Any bar above 0 was audible.",
+            f"topk(10, sum by (box) (increase(edgemon_underrun_seconds_total{{{box}}}[$__range])))",
+            unit="s",
+            steps=thresholds((None, "green"), (0.001, "red")),
+        ),
+        ranking(
+            "Worst boxes by throttle share",
+            "Share of the dashboard's time range each box's devices spent with their prefill "
+            "throttled (averaged over its devices), the ten highest first. A box near 100% is "
+            "overloaded for good: it needs fewer streams or a faster engine.",
+            f"topk(10, avg by (box) (rate(edgemon_throttle_seconds_total{{{box}}}[$__range])))",
+            unit="percentunit",
+            steps=thresholds((None, "green"), (0.05, "orange"), (0.5, "red")),
+        ),
+        ranking(
+            "Boxes whose KV admission would preempt",
+            "Devices per box whose engine object says max_num_seqs full-length sequences do "
+            "not fit in the KV cache (edgemon_kv_admission_ok = 0): under full load their "
+            "engine preempts and recomputes. 0 on a box whose every device fits.",
+            f"sort_desc(sum by (box) (1 - edgemon_kv_admission_ok{{{box}}}))",
+            unit="short",
+            steps=thresholds((None, "green"), (1, "red")),
+        ),
+        row("Boxes not reporting"),
+        panel(
+            "table",
+            "Boxes down or stale",
+            "Per box: whether its agent could scrape edgemon at its last report (down: the "
+            "EdgemonDown alert), and seconds since the central store received its last sample "
+            f"(over {STALE_AFTER_S} s: EdgemonUplinkStale; its uplink, agent or the box is "
+            "down). Boxes silent for more than a day are not listed. Needs VictoriaMetrics "
+            "(MetricsQL `lag`) as the data source.",
+            [
+                target(f"min by (box) (last_over_time({up}[1d]))", instant=True, fmt="table"),
+                target(f"min by (box) (lag({up}[1d]))", instant=True, fmt="table"),
+            ],
+            unit="short",
+            w=10,
+            h=9,
+            options={
+                "showHeader": True,
+                "cellHeight": "sm",
+                "sortBy": [{"displayName": "seconds since last sample", "desc": True}],
+            },
+            transformations=[
+                {"id": "merge", "options": {}},
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True},
+                        "renameByName": {
+                            "Value #A": "edgemon",
+                            "Value #B": "seconds since last sample",
+                        },
+                    },
+                },
+            ],
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "edgemon"},
+                    "properties": [
+                        {"id": "mappings", "value": CONNECTED},
+                        {"id": "custom.cellOptions", "value": {"type": "color-background"}},
+                    ],
+                },
+                {
+                    "matcher": {"id": "byName", "options": "seconds since last sample"},
+                    "properties": [
+                        {"id": "unit", "value": "s"},
+                        {
+                            "id": "thresholds",
+                            "value": thresholds((None, "green"), (STALE_AFTER_S, "red")),
+                        },
+                        {"id": "custom.cellOptions", "value": {"type": "color-text"}},
+                    ],
+                },
+            ],
+        ),
+        state_timeline(
+            "edgemon up per box",
+            "Whether each box's agent could scrape its edgemon (up). Red: edgemon is down on "
+            "that box. A gap: nothing arrived from the box (see the next panel).",
+            [target(f"min by (box) ({up})", "{{box}}")],
+            unit="bool_on_off",
+            mappings=CONNECTED,
+            w=14,
+            h=9,
+            steps=thresholds((None, "red"), (1, "green")),
+        ),
+        timeseries(
+            "Seconds since each box's last sample",
+            "How far behind the central store is on each box (MetricsQL `lag`): a few "
+            f"seconds normally, rising while its uplink is cut; past {STALE_AFTER_S} s "
+            "(dashed red) EdgemonUplinkStale fires. When the uplink returns the agent replays "
+            "its WAL and the gap is filled in.",
+            [target(f"min by (box) (lag({up}[1h]))", "{{box}}")],
+            unit="s",
+            minimum=0,
+            dashed=True,
+            w=24,
+            steps=thresholds((None, "green"), (STALE_AFTER_S, "red")),
+        ),
+        row("Per box over time"),
+        timeseries(
+            "Time in underrun per box",
+            "Stream-seconds of underrun per second on each box (summed over its devices).",
+            [
+                target(
+                    "sum by (box) "
+                    f"(rate(edgemon_underrun_seconds_total{{{box}}}[$__rate_interval]))",
+                    "{{box}}",
+                )
+            ],
+            unit="percentunit",
+            minimum=0,
+            w=8,
+        ),
+        timeseries(
+            "Throttle share per box",
+            "Share of time each box's devices spent throttled (averaged over its devices).",
+            [
+                target(
+                    "avg by (box) "
+                    f"(rate(edgemon_throttle_seconds_total{{{box}}}[$__rate_interval]))",
+                    "{{box}}",
+                )
+            ],
+            unit="percentunit",
+            minimum=0,
+            w=8,
+        ),
+        timeseries(
+            "Streams active per box",
+            "Streams edgemon tracks on each box now (summed over its devices).",
+            [target(f"sum by (box) (edgemon_streams_active{{{box}}})", "{{box}}")],
+            unit="short",
+            minimum=0,
+            w=8,
+        ),
+    ]
+    return dashboard(
+        "edgemon-boxes",
+        "edgemon / Boxes",
+        "A fleet of edge boxes on the central VictoriaMetrics: the worst boxes by underrun "
+        "and throttle, boxes whose KV admission would preempt, boxes whose edgemon is down or "
+        "whose uplink is stale.",
+        panels,
+        [datasource_variable(), box_variable()],
+    )
+
+
+DASHBOARDS = {
+    "edgemon-fleet.json": fleet,
+    "edgemon-device.json": device,
+    "edgemon-boxes.json": boxes,
+}
 
 
 def render(build: Any) -> str:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ports import accepts, end_process, free_port
+from ports import Servers, accepts, end_process, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -133,3 +133,17 @@ def mosquitto_server(tmp_path: Path) -> Iterator[MosquittoServer]:
         yield server
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ servers
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Servers]:
+    """A group of named processes the test starts (`servers.spawn(name, *argv)`), logging to
+    `tmp_path / "<name>.log"`, all ended when the test ends. `NOTIFY_SOCKET` and `WATCHDOG_*`
+    are left out of their environment (no child talks to a service manager it does not have)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
+    group = Servers(tmp_path, env)
+    try:
+        yield group
+    finally:
+        group.stop_all()

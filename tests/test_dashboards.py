@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = ROOT / "dashboards"
 RULES = ROOT / "deploy" / "prometheus" / "edgemon.rules.yml"
 GENERATE = DASHBOARDS / "generate.py"
-FILES = ("edgemon-fleet.json", "edgemon-device.json")
+FILES = ("edgemon-fleet.json", "edgemon-device.json", "edgemon-boxes.json")
 #: Series Prometheus makes itself that a dashboard may use.
 PROMETHEUS_SERIES = {"up"}
 
@@ -167,15 +167,20 @@ def test_generate_check_flags_stale_json(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", FILES)
 def test_dashboard_metadata(name: str) -> None:
-    """Stable uid, the `datasource` and `device` variables, every panel on the datasource
-    variable with a description and a unit, ids unique."""
+    """Stable uid, the `datasource` variable and the `device` variable (the `box` variable on
+    the boxes dashboard), every panel on the datasource variable with a description and a
+    unit, ids unique."""
     dashboard = load(name)
     assert dashboard["uid"] == name.removesuffix(".json")
     assert dashboard["id"] is None
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    assert variables["device"]["definition"] == "label_values(edgemon_streams_active, device)"
+    if name == "edgemon-boxes.json":
+        assert variables["box"]["definition"] == 'label_values(up{job="edgemon"}, box)'
+        assert variables["box"]["multi"]
+    else:
+        assert variables["device"]["definition"] == "label_values(edgemon_streams_active, device)"
     ids = [item["id"] for item in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     for item in panels(dashboard):
@@ -191,7 +196,9 @@ def test_dashboard_metadata(name: str) -> None:
 def test_required_panels_exist() -> None:
     """The panels issue 4 asks for: fleet (headroom, slack, throttle timeline, underruns,
     streams, rejections, broker, KV table) and device (slack heatmap, percentiles, worst
-    streams, clock offset)."""
+    streams, clock offset); and those issue 12 asks for on the boxes dashboard (worst boxes by
+    underrun and throttle, KV admission, down or stale), each query filtered by `$box` and
+    kept per box."""
     fleet = {item["title"]: item["type"] for item in panels(load("edgemon-fleet.json"))}
     device = {item["title"]: item["type"] for item in panels(load("edgemon-device.json"))}
     assert fleet["Throttle state"] == "state-timeline"
@@ -208,6 +215,20 @@ def test_required_panels_exist() -> None:
     ):
         assert title in fleet
     assert device["Slack at chunk arrival"] == "heatmap"
+    boxes = {item["title"]: item for item in panels(load("edgemon-boxes.json"))}
+    for title in (
+        "Worst boxes by time in underrun",
+        "Worst boxes by throttle share",
+        "Boxes whose KV admission would preempt",
+        "Boxes down or stale",
+        "edgemon up per box",
+        "Seconds since each box's last sample",
+    ):
+        assert title in boxes
+    for item in boxes.values():
+        for query in item["targets"]:
+            assert 'box=~"$box"' in query["expr"], (item["title"], query["expr"])
+            assert "by (box)" in query["expr"], (item["title"], query["expr"])
     for title in (
         "Chunk gap percentiles",
         "Time to first audio percentiles",

@@ -21,17 +21,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ports import free_port
+from ports import Servers, free_port, get_json, reachable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,36 +44,6 @@ DEADLINE_S = 90.0
 #: Run the scenario at least this long, so the healthy device has had streams enough to show
 #: that it does not underrun (and its alert stays silent) rather than that it was not asked.
 MIN_SCENARIO_S = 30.0
-
-
-def get_json(url: str, **params: str) -> Any:
-    """GET a Prometheus API URL; its `data` (asserting status success)."""
-    if params:
-        url = f"{url}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]
-
-
-def reachable(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-def wait_until(what: str, check: Any, process: subprocess.Popen[bytes], log: Path) -> None:
-    """Poll `check()` for up to 15 s; fail with the process's log if it never holds."""
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    pytest.fail(f"{what} did not come up; its log:\n{log.read_text(errors='replace')[-3000:]}")
 
 
 def test_rules_copy_only_shortens_for() -> None:
@@ -146,19 +112,8 @@ def rule_health(api: str) -> dict[str, str]:
     }
 
 
-def stop(process: subprocess.Popen[bytes] | None) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def test_stack_dashboards_rules_and_underrun_alert(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: tuple[str, int], tmp_path: Path, servers: Servers
 ) -> None:
     """With real Mosquitto, edgemon, simulator and Prometheus: every dashboard expression
     returns data, every rule has health `ok`, EdgemonUnderruns fires for the overloaded
@@ -184,39 +139,24 @@ def test_stack_dashboards_rules_and_underrun_alert(
         f'    static_configs:\n      - targets: ["127.0.0.1:{edgemon_port}"]\n',
         encoding="utf-8",
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
-    logs = {name: tmp_path / f"{name}.log" for name in ("edgemon", "simulate", "prometheus")}
-    processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def spawn(name: str, *argv: str) -> subprocess.Popen[bytes]:
-        with logs[name].open("wb") as log:
-            processes[name] = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
-            )
-        return processes[name]
-
     api = f"http://127.0.0.1:{prometheus_port}/api/v1"
     started = time.monotonic()
     try:
-        edgemon = spawn("edgemon", sys.executable, "-m", "edgemon", "run", "--config", str(config))
-        wait_until(
-            "edgemon", lambda: reachable(f"http://127.0.0.1:{edgemon_port}/readyz"), edgemon,
-            logs["edgemon"],
-        )  # fmt: skip
-        spawn(
+        servers.spawn("edgemon", sys.executable, "-m", "edgemon", "run", "--config", str(config))
+        servers.wait_until("edgemon", lambda: reachable(f"http://127.0.0.1:{edgemon_port}/readyz"))
+        servers.spawn(
             "simulate", sys.executable, "-m", "edgemon", "simulate",
             "--broker", f"mqtt://127.0.0.1:{broker_port}", "--devices", "2", "--streams", "2",
             "--rtf", "0.1,1.2", "--duration", str(DEADLINE_S + 30), "--seed", "1",
         )  # fmt: skip
-        prometheus = spawn(
+        servers.spawn(
             "prometheus", PROMETHEUS, f"--config.file={prometheus_config}",
             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{prometheus_port}", "--log.level=warn",
         )  # fmt: skip
-        wait_until(
-            "prometheus", lambda: reachable(f"http://127.0.0.1:{prometheus_port}/-/ready"),
-            prometheus, logs["prometheus"],
-        )  # fmt: skip
+        servers.wait_until(
+            "prometheus", lambda: reachable(f"http://127.0.0.1:{prometheus_port}/-/ready")
+        )
 
         queries = panel_queries()
         without_data = {where for where, _, _ in queries}
@@ -246,8 +186,7 @@ def test_stack_dashboards_rules_and_underrun_alert(
             )
             if done:
                 break
-            for name, process in processes.items():
-                assert process.poll() is None, f"{name} exited: {logs[name].read_text()[-3000:]}"
+            servers.assert_running()
             time.sleep(1)
         elapsed = time.monotonic() - started
         underruns = {
@@ -262,8 +201,7 @@ def test_stack_dashboards_rules_and_underrun_alert(
         )
         print(f"after {elapsed:.1f} s: underruns {underruns}; firing {firing}; first {first}")
     finally:
-        for name in ("simulate", "prometheus", "edgemon"):
-            stop(processes.get(name))
+        servers.stop_all()
     assert not without_data, "panels without data:\n" + "\n".join(
         f"{where}: {expr}" for where, expr, _ in queries if where in without_data
     )
