@@ -14,6 +14,7 @@ from vllm_omni.config.stage_config import load_deploy_config, merge_pipeline_dep
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARScheduler
 from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
 
+from edgemon.client import ThrottleGate
 from edgemon.integrations.vllm_omni import (
     EdgemonOmniARAsyncScheduler,
     EdgemonOmniARScheduler,
@@ -24,11 +25,13 @@ from edgemon.integrations.vllm_omni import (
 from admission_cases import *  # noqa: F403 - the shared admission tests run here too
 from admission_cases import decoding
 from harness import FlagGate, build_scheduler, make_request, run_step, waiting_ids
+from mqtt_probe import probe
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 _EDGEMON_TALKER = "edgemon.integrations.vllm_omni.EdgemonOmniARAsyncScheduler"
+T = 30.0  # generous: a loaded machine
 
 
 @pytest.fixture(
@@ -125,3 +128,36 @@ def test_plugin_entry_point_is_declared() -> None:
     point, which vLLM-Omni loads in every process it starts."""
     plugins = {ep.name: ep.value for ep in entry_points(group="vllm_omni.general_plugins")}
     assert plugins.get("edgemon") == "edgemon.integrations.vllm_omni:register_pipelines"
+
+
+@pytest.mark.integration
+def test_real_gate_holds_the_talker_and_fails_open(
+    tiny_model: Path, mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With its gate from EDGEMON_GATE_* on a real Mosquitto, the talker scheduler holds new
+    requests while edgemon throttles, lets them in when edgemon goes offline, and closes the
+    gate at shutdown."""
+    host, port = mosquitto_broker
+    monkeypatch.setenv("EDGEMON_GATE_DEVICE", "omni-box")
+    monkeypatch.setenv("EDGEMON_GATE_BROKER", f"mqtt://{host}:{port}")
+    monkeypatch.setenv("EDGEMON_GATE_MAX_HOLD_MS", "600000")
+    status = "edgemon/v1/_edgemon/e1/status"
+    with probe(host, port) as edgemon:
+        edgemon.publish(status, {"state": "online", "version": "test", "t_ms": 1.0e12})
+        edgemon.publish(
+            "edgemon/v1/omni-box/throttle",
+            {"device": "omni-box", "throttle": True, "t_ms": 1.0e12, "seq": 1, "streams": []},
+        )
+        scheduler = build_scheduler(EdgemonOmniARAsyncScheduler, tiny_model)
+        gate = scheduler.edgemon_gate
+        assert isinstance(gate, ThrottleGate)
+        assert gate.wait_until(lambda s: s.active, T)
+        scheduler.add_request(make_request("held", 10))
+        for _ in range(3):
+            assert run_step(scheduler).admitted == []
+        edgemon.publish(status, {"state": "offline", "version": "test", "t_ms": 1.0e12})
+        assert gate.wait_until(lambda s: not s.edgemon_online, T)
+        assert run_step(scheduler).admitted == ["held"]
+        scheduler.shutdown()
+    assert not gate.state.connected
+    assert scheduler.edgemon_stats.held_steps == 3
