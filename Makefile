@@ -42,7 +42,7 @@ bench: $(STAMP)
 VLLM_TEST_DEPS = paho-mqtt pytest pytest-asyncio 'aiohttp>=3.9,<4' 'aiomqtt>=2.5,<3' 'prometheus-client>=0.20' \
 	'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'rich>=13' 'structlog>=24.1'
 VLLM_UNMATCHED = torchvision torchaudio torchcodec
-VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_TARGET_DEVICE=cpu
+VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 
 .venv-vllm/.installed: pyproject.toml
 	test -x .venv-vllm/bin/python || $(PYTHON) -m venv .venv-vllm
