@@ -8,7 +8,9 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
+from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request
 
 from edgemon.integrations.vllm import EdgemonAsyncScheduler, EdgemonScheduler
 
@@ -35,20 +37,55 @@ def test_preempted_requests_come_back_in_vllms_order(tiny_model: Path) -> None:
         kwargs = {} if gate is None else {"edgemon_gate": gate}
         # Two 32-token prompts (2 blocks each) and two 4-token ones (1 block each) fill the
         # 6 usable blocks; the next step both long ones need a third block: vLLM preempts the
-        # last running request for each, p-4 then p-3.
+        # last running request for each, p-4 then p-3. p-1 ends two steps later and frees 3.
         scheduler = build_scheduler(
             cls, tiny_model, num_blocks=7, max_num_batched_tokens=512, **kwargs
         )
-        for request_id, prompt in (("p-1", 32), ("p-2", 32), ("p-3", 4), ("p-4", 4)):
-            scheduler.add_request(make_request(request_id, prompt, max_tokens=200))
-        steps = [run_step(scheduler)]
+        for request_id, prompt, tokens in (
+            ("p-1", 32, 3),
+            ("p-2", 32, 200),
+            ("p-3", 4, 200),
+            ("p-4", 4, 200),
+        ):
+            scheduler.add_request(make_request(request_id, prompt, max_tokens=tokens))
+        run_step(scheduler)
         scheduler.add_request(make_request("queued", 8))
         if gate is not None:
             gate.throttle = True
-        while not steps[-1].preempted and len(steps) < 60:
-            steps.append(run_step(scheduler))
-        traces[cls] = ([s.preempted for s in steps], waiting_ids(scheduler))
+        preempted = run_step(scheduler).preempted
+        order = waiting_ids(scheduler)
+        later = [run_step(scheduler).admitted for _ in range(3)]
+        traces[cls] = (preempted, order, later)
     plain, gated = traces[Scheduler], traces[EdgemonScheduler]
-    assert plain == gated
-    assert plain[0][-1] == ["p-3", "p-4"], "the trace must preempt two requests in one step"
-    assert plain[1] == ["p-3", "p-4", "queued"]
+    assert plain[:2] == gated[:2] == (["p-3", "p-4"], ["p-3", "p-4", "queued"])
+    assert plain[2] == [[], ["queued", "p-3", "p-4"], []], "vLLM re-admits once p-1 is done"
+    assert gated[2] == [[], [], []]
+
+
+def test_streaming_session_input_is_not_held(tiny_model: Path) -> None:
+    """A streaming-input session already owns its KV blocks and waits in vLLM's
+    `kv_holding_waiting` between input chunks: its next chunk is a continuation, admitted
+    while the throttle holds a new request back."""
+
+    def session_chunk(prompt_tokens: int) -> Request:
+        return Request(
+            request_id="session",
+            prompt_token_ids=[9] * prompt_tokens,
+            sampling_params=SamplingParams(max_tokens=2),
+            pooling_params=None,
+            resumable=True,
+        )
+
+    gate = FlagGate()
+    scheduler = build_scheduler(EdgemonScheduler, tiny_model, edgemon_gate=gate)
+    scheduler.add_request(session_chunk(10))
+    run_step(scheduler)
+    run_step(scheduler)  # the first input chunk's turn ends: the session waits for input
+    assert [r.request_id for r in scheduler.kv_holding_waiting] == ["session"]
+    gate.throttle = True
+    scheduler.add_request(make_request("new", 10))
+    scheduler.add_request(session_chunk(6))
+    step = run_step(scheduler)
+    assert step.scheduled == {"session": 6}
+    assert waiting_ids(scheduler) == ["new"]
+    assert scheduler.edgemon_stats.held_steps == 1
