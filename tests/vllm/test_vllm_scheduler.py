@@ -78,6 +78,8 @@ def test_streaming_session_input_is_not_held(tiny_model: Path) -> None:
 
     gate = FlagGate()
     scheduler = build_scheduler(EdgemonScheduler, tiny_model, edgemon_gate=gate)
+    if not hasattr(scheduler, "kv_holding_waiting"):
+        pytest.skip("kv_holding_waiting is new in vLLM 0.32")
     scheduler.add_request(session_chunk(10))
     run_step(scheduler)
     run_step(scheduler)  # the first input chunk's turn ends: the session waits for input
