@@ -301,14 +301,21 @@ class ThrottleGate:
         if reason_code.is_failure:
             _mqtt.log.warning("edgemon gate: broker refused the connection: %s", reason_code)
             return
+        _mqtt.log.info("edgemon gate %s: connected to the broker", self.device)
         with self._cond:
             self._reset_seq = True
             self._set(GateState(connected=True, changed_at=self._clock()))
         client.subscribe([(self._throttle_topic, 1), (f"{self._status_prefix}+/status", 1)])
 
     def _on_disconnect(
-        self, _client: mqtt.Client, _userdata: Any, _flags: Any, _reason_code: Any, _properties: Any
+        self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
     ) -> None:
+        if client is self._client:  # not a close()
+            _mqtt.log.warning(
+                "edgemon gate %s: lost the broker (%s); not holding until it is back",
+                self.device,
+                reason_code,
+            )
         with self._cond:
             self._set(replace(self._state, connected=False, changed_at=self._clock()))
 

@@ -429,6 +429,7 @@ class Reporter:
         if reason_code.is_failure:
             _mqtt.log.warning("edgemon reporter: broker refused the connection: %s", reason_code)
             return
+        _mqtt.log.info("edgemon reporter %s: connected to the broker", self.device)
         with self._cond:
             self._connected = True
             self._connects += 1
@@ -439,12 +440,19 @@ class Reporter:
         _client: mqtt.Client,
         _userdata: Any,
         _flags: Any,
-        _reason_code: Any,
+        reason_code: Any,
         _properties: Any,
     ) -> None:
         with self._cond:
             self._connected = False
+            closing = self._stop
             self._cond.notify_all()
+        if not closing:
+            _mqtt.log.warning(
+                "edgemon reporter %s: lost the broker (%s); buffering events until it is back",
+                self.device,
+                reason_code,
+            )
 
     def _on_publish(
         self,
