@@ -70,10 +70,11 @@ class MosquittoServer:
     """A Mosquitto on one fixed port that a test can stop and start again (broker loss).
 
     With `persistence`, its database lives in `directory`, so sessions (edgemon's, with what
-    is queued for it) survive a stop and start, as on a real edge box.
+    is queued for it) survive a stop and start, as on a real edge box. `options` are more
+    lines of its config (queue limits, say).
     """
 
-    def __init__(self, directory: Path, *, persistence: bool = False) -> None:
+    def __init__(self, directory: Path, *, persistence: bool = False, options: str = "") -> None:
         self.host = "127.0.0.1"
         self.port = free_port()
         self._conf = directory / "mosquitto-restartable.conf"
@@ -85,7 +86,8 @@ class MosquittoServer:
             else "persistence false\n"
         )
         self._conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{stored}log_dest stderr\n",
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{stored}log_dest stderr\n"
+            + options,
             encoding="utf-8",
         )
         self._log = directory / "mosquitto-restartable.log"

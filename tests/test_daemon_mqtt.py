@@ -19,7 +19,6 @@ async def test_the_link_disables_nagle_so_throttles_are_not_held_back() -> None:
     PUBACK of the chunk that caused it must not wait ~40 ms for the broker's delayed ACK."""
     hooks = LinkHooks(
         on_message=lambda *_: None,
-        on_drop=lambda _: None,
         status_payload=lambda state: state.encode(),
     )
     link = MqttLink(
