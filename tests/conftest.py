@@ -9,12 +9,31 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from structlog.testing import capture_logs
 
 from ports import accepts, end_process, free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, MutableMapping
     from pathlib import Path
+    from typing import Any
+
+
+# ------------------------------------------------------------------ logs and environment
+@pytest.fixture
+def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """Every line logged through structlog during the test, as a dict (`event`, `log_level`
+    and the fields). Loggers must be made (`structlog.get_logger()`) inside the test."""
+    with capture_logs() as logs:
+        yield logs
+
+
+@pytest.fixture(autouse=True)
+def own_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon started by a test without a state directory falls back to
+    `$XDG_STATE_HOME/edgemon` (SPEC §7): each test gets its own, never the user's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+
 
 # ------------------------------------------------------------------ mosquitto_broker
 _MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"

@@ -155,6 +155,7 @@ class Daemon:
                     http,
                     group.create_task(self.publisher.run(), name="publisher"),
                     group.create_task(self._watchdog(), name="watchdog"),
+                    group.create_task(self._log_summaries(), name="log-summaries"),
                     group.create_task(self._reloader(), name="reloader"),
                     group.create_task(self._snapshots(), name="snapshots"),
                 ]
@@ -253,6 +254,12 @@ class Daemon:
                 notifier.watchdog()  # this task running on time is the loop being healthy
             notifier.status(self.status_line())
             await asyncio.sleep(period)
+
+    async def _log_summaries(self) -> None:
+        """The rejection log's summary line comes out even when the flood has stopped."""
+        while True:
+            await asyncio.sleep(1.0)
+            self._rejections.flush()
 
     async def _reloader(self) -> None:
         while True:
