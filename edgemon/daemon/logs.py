@@ -66,7 +66,7 @@ class RejectionLog:
         "_window_ms",
     )
 
-    def __init__(  # noqa: PLR0913 - keyword-only knobs
+    def __init__(
         self,
         log: Any,
         *,
