@@ -104,3 +104,52 @@ async def test_a_qos1_flood_is_applied_whole_nothing_shed(
         sample(text, "edgemon_chunks_total", {"device": f"d{d}"}) or 0.0 for d in range(DEVICES)
     )
     assert chunks == MESSAGES
+
+
+async def test_a_broker_restart_mid_backlog_counts_nothing_twice(tmp_path: Path) -> None:
+    """10,000 messages are queued by the broker (persistence on, unbounded queue) for
+    edgemon's persistent session while it is stopped; it starts again, and while it works
+    through that backlog the broker is stopped and started again. What edgemon had applied
+    but not yet acknowledged is delivered again (DUP) to the next session and recognised;
+    the rest comes from the broker's queue. Every message is applied exactly once:
+    `accepted` = 10,000, no `duplicate`, no `gap`. (Before: the messages waiting in the lost
+    session's queue were applied without an acknowledgement, so the broker delivered them
+    again and every reconnect added them to `duplicate`.)"""
+    broker = MosquittoServer(tmp_path, persistence=True, options="max_queued_messages 0\n")
+    broker.start()
+    messages, streams = 10_000, 500
+    settings = settings_for(
+        broker.port, "edgemon-backlog", state=StateSettings(dir=tmp_path / "state")
+    )
+    try:
+        async with running(Daemon(settings, environ={}, install_signal_handlers=False)):
+            pass  # the persistent session exists from now on
+        publisher = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", PUBLISHER, str(broker.port), str(messages), str(streams),
+            str(DEVICES), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await publisher.communicate()
+        assert int(out) == messages, err.decode()
+        daemon = Daemon(settings, environ={}, install_signal_handlers=False)
+        async with running(daemon):
+            async with asyncio.timeout(120):
+                while daemon.monitor.messages < messages // 4:  # noqa: ASYNC110
+                    await asyncio.sleep(0.005)
+                broker.stop()  # mid-backlog
+                stopped_at = daemon.monitor.messages
+                broker.start()
+                while daemon.monitor.messages < messages:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # a redelivery counted twice would show by now
+            print(
+                f"\nbroker restart after {stopped_at} messages: {dict(daemon.monitor.results)}, "
+                f"redeliveries recognised {daemon.link.intake.redelivered}"
+            )
+    finally:
+        broker.stop()
+    results = daemon.monitor.results
+    assert stopped_at < messages
+    assert results["duplicate"] == 0
+    assert results["gap"] == 0
+    assert results["accepted"] == messages
+    assert daemon.monitor.messages == messages

@@ -9,16 +9,18 @@ says the batch is durable, its QoS 1 messages are acknowledged (PUBACK). While m
 `PENDING_MESSAGES` messages (or `PENDING_BYTES` payload bytes) wait for durability, the
 socket is not read at all.
 
-A message applied whose PUBACK could not be sent (the session ended first) will be delivered
-again by the broker, with the DUP flag, to the next session: it is acknowledged then without
-being applied or counted twice. So are the messages of the write-ahead log replayed after a
-crash (`expect_redelivery`): edgemon cannot know which of them it had acknowledged.
+A message applied whose PUBACK could not be sent (the session ended first), or was sent so
+shortly before the end that it may not have reached the broker (the last `RECENT_ACKS`), will
+be delivered again by the broker, with the DUP flag, to the next session: it is acknowledged
+then without being applied or counted twice. So are the messages of the write-ahead log
+replayed after a crash (`expect_redelivery`): edgemon cannot know which of them it had
+acknowledged. A redelivery is recognised by its DUP flag and its exact topic and payload.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,6 +33,8 @@ PENDING_MESSAGES = 4096
 PENDING_BYTES = 16 * 1024 * 1024
 #: PUBLISH packets read per reader callback at most (then other callbacks and timers run).
 READ_BUDGET = 16
+#: PUBACKs sent last that may still have been in transit when a session ended.
+RECENT_ACKS = 4096
 #: How long after a session begins redeliveries of the previous one are still expected.
 REDELIVERY_WINDOW_S = 60.0
 
@@ -70,6 +74,7 @@ class Intake:
         self.pauses = 0
         self._received = 0
         self._redelivery: Counter[tuple[str, bytes]] = Counter()
+        self._recent: deque[tuple[str, bytes]] = deque(maxlen=RECENT_ACKS)
         self._forget: asyncio.TimerHandle | None = None
         self._settled = asyncio.Event()
         self._settled.set()
@@ -116,6 +121,9 @@ class Intake:
         batch, self._batch = self._batch, []
         self._unacknowledged(batch, persistent=persistent)
         self._released(batch)
+        if persistent:  # acknowledged last: the PUBACK may not have reached the broker
+            self._redelivery.update(self._recent)
+        self._recent.clear()
         self.paused = False
 
     def expect_redelivery(self, messages: Iterable[tuple[str, bytes]]) -> None:
@@ -181,8 +189,10 @@ class Intake:
         client = self._client
         if session == self._session and client is not None:
             ack = client.ack
-            for mid, qos, _, _ in batch:
+            recent = self._recent
+            for mid, qos, topic, payload in batch:
                 ack(mid, qos)
+                recent.append((topic, payload))
         else:
             self._unacknowledged(batch, persistent=True)
         self._released(batch)

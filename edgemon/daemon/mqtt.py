@@ -200,7 +200,7 @@ class MqttLink:
             lost.cancel()
             if not sending.done():
                 sending.cancel()
-        if sending.cancelled():
+        if not sending.done() or sending.cancelled():  # cancelled just now, or before
             raise PublishError("session lost before the broker acknowledged")
         error = sending.exception()
         if error is not None:
