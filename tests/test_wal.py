@@ -18,7 +18,6 @@ from edgemon.daemon.wal import generations, wal_path
 from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
 from edgemon.settings import DEFAULT_STATE_DIR
-from edgemon.trace import TraceRecord
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -60,7 +59,7 @@ class Node:
 
     def receive(self, seq: int, now: float) -> None:
         payload = chunk(seq, now)
-        self.persistence.append(TraceRecord(now, TOPIC, payload))
+        self.persistence.append(now, TOPIC, payload)
         self.apply(TOPIC, payload, now)
 
     async def durable(self) -> None:

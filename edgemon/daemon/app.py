@@ -363,12 +363,10 @@ class Daemon:
     def _on_message(self, topic: str, payload: bytes) -> None:
         """One MQTT message: log it, record it, apply it, act on what it changed."""
         now = self.clock.now_ms()
-        if self.state is not None or self._record is not None:
-            record = TraceRecord(now, topic, payload)
-            if self.state is not None:
-                self.state.append(record)
-            if self._record is not None:
-                self._write_record(record)
+        if self.state is not None:
+            self.state.append(now, topic, payload)
+        if self._record is not None:
+            self._write_record(TraceRecord(now, topic, payload))
         self._apply(topic, payload, now)
         out = self._out
         if out:

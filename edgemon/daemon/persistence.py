@@ -113,10 +113,10 @@ class Persistence:
         return data
 
     # ------------------------------------------------------------------ running
-    def append(self, record: TraceRecord) -> None:
+    def append(self, recv_ms: float, topic: str, payload: bytes) -> None:
         """Log one received message (before it is applied)."""
         if self.wal is not None:
-            self.wal.append(record)
+            self.wal.append(recv_ms, topic, payload)
 
     def when_durable(self, callback: Callable[[], None]) -> None:
         """Call `callback` once what was logged so far is on disk (at once without a log)."""

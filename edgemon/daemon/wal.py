@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from edgemon.trace import TraceError, TraceRecord, encode_record, read_records
+from edgemon.trace import TraceError, TraceRecord, encode_line, read_records
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -118,11 +118,11 @@ class WriteAheadLog:
         self.size = size
 
     # ------------------------------------------------------------------ on the loop
-    def append(self, record: TraceRecord) -> None:
-        """Add one message; it is committed with the next batch."""
+    def append(self, recv_ms: float, topic: str, payload: bytes) -> None:
+        """Add one message received at `recv_ms`; it is committed with the next batch."""
         if self.failed:
             return
-        self._pending.append((encode_record(record) + "\n").encode("utf-8", "surrogatepass"))
+        self._pending.append(encode_line(recv_ms, topic, payload))
         if not self._kick_scheduled:
             self._kick_scheduled = True
             asyncio.get_running_loop().call_soon(self._kick)
