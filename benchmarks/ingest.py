@@ -86,7 +86,7 @@ class Scale:
 
 
 FULL = Scale(
-    messages=24_000, rounds=2, rate=4000, batches=400, batch_rate=100, probes=300,
+    messages=24_000, rounds=3, rate=4000, batches=400, batch_rate=100, probes=300,
     warm_s=3.0, edge_s=20.0,
 )  # fmt: skip
 QUICK = Scale(

@@ -76,7 +76,8 @@ async def test_a_qos1_flood_is_applied_whole_nothing_shed(
     """20,000 QoS 1 single-chunk messages over 1,000 streams, published as fast as paho can
     against an unbounded broker queue: edgemon applies every one of them — `accepted` and
     `edgemon_chunks_total` are exactly 20,000, no `overloaded`, no `gap` — with the
-    write-ahead log on (so each acknowledgement also waited for its group commit)."""
+    write-ahead log on (so each acknowledgement also waited for its group commit), whose
+    metrics show fewer commits than messages and the bytes logged."""
     port = unbounded_mosquitto.port
     settings = settings_for(port, "edgemon-flow", state=StateSettings(dir=tmp_path / "state"))
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)
@@ -104,6 +105,10 @@ async def test_a_qos1_flood_is_applied_whole_nothing_shed(
         sample(text, "edgemon_chunks_total", {"device": f"d{d}"}) or 0.0 for d in range(DEVICES)
     )
     assert chunks == MESSAGES
+    commits = sample(text, "edgemon_wal_commit_seconds_count", {})
+    assert commits is not None
+    assert 0 < commits < MESSAGES  # group commit: many messages per fdatasync
+    assert (sample(text, "edgemon_wal_bytes", {}) or 0.0) > 0
 
 
 async def test_a_broker_restart_mid_backlog_counts_nothing_twice(tmp_path: Path) -> None:
