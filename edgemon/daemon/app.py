@@ -1,9 +1,13 @@
 """The daemon's lifecycle: build everything once from Settings, run named tasks, stop cleanly.
 
 Like uvicorn's server: signal handlers only set flags; one `asyncio.TaskGroup` owns the named
-tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog` and `reloader`. On
-SIGTERM/SIGINT intake stops, the timer stops, every throttled device gets `throttle: false`,
-the status goes `offline`, the session is closed, and `run()` returns 0, all within
+tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog`, `log-summaries`,
+`reloader` and `snapshots`. Every message is logged (write-ahead log), applied on the loop as
+it is read, and acknowledged once the log has it on disk (`persistence`, `intake`). At the
+first CONNACK the last snapshot and the log after it are restored, before any message is
+read. On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
+the timer stops, every throttled device gets `throttle: false`, the status goes `offline`,
+the session is closed, a last snapshot is written, and `run()` returns 0, all within
 `shutdown_timeout_s` (4 s: below the 5 s promised and far below systemd's stop timeout);
 what is still running then is cancelled and named in the log. A second signal cancels at
 once. SIGHUP reloads the config file into the running engine, keeping every stream.
