@@ -78,17 +78,61 @@ class Step:
         return self.t_ms + self.ms
 
 
-class _Running:
-    """A request in the running set: its prefill progress and its frames."""
+class Frames:
+    """Counts one request's codec frames and cuts them into audio chunks as they come."""
 
-    __slots__ = ("chunks", "emitted", "pending", "prefilled", "request")
+    __slots__ = ("chunks", "emitted", "pending", "profile", "request", "total")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, profile: Profile, request: str, total: int) -> None:
+        self.profile = profile
         self.request = request
-        self.prefilled = 0
+        self.total = total
         self.emitted = 0
         self.pending = 0
         self.chunks = 0
+
+    @property
+    def done(self) -> bool:
+        """Every frame of the request was emitted."""
+        return self.emitted >= self.total
+
+    def add(self, end_ms: float, step_estimate_ms: float) -> Chunk | None:
+        """Count one frame made by a step ending at `end_ms`; the chunk it completes, if any."""
+        profile = self.profile
+        self.emitted += 1
+        self.pending += 1
+        final = self.emitted >= self.total
+        size = profile.chunk_frames
+        if self.chunks == 0 and profile.initial_chunk_frames > 0:
+            size = profile.initial_chunk_frames
+        if not final and self.pending < size:
+            return None
+        frames, self.pending = self.pending, 0
+        seq = self.chunks
+        self.chunks += 1
+        eta = None
+        if not final:
+            eta = min(profile.chunk_frames, self.total - self.emitted) * step_estimate_ms
+        return Chunk(
+            request=self.request,
+            seq=seq,
+            frames=frames,
+            audio_ms=frames * profile.frame_ms,
+            final=final,
+            t_ms=end_ms,
+            eta_ms=eta,
+        )
+
+
+class _Running:
+    """A request in the running set: its prefill progress and its frames."""
+
+    __slots__ = ("frames", "prefilled", "request")
+
+    def __init__(self, request: Request, profile: Profile) -> None:
+        self.request = request
+        self.prefilled = 0
+        self.frames = Frames(profile, request.id, request.frames)
 
 
 class TtsEngine:
@@ -143,7 +187,7 @@ class TtsEngine:
         admitted: list[str] = []
         if not held:
             while self._waiting and budget > 0 and len(self._running) < profile.max_num_seqs:
-                run = _Running(self._waiting.popleft())
+                run = _Running(self._waiting.popleft(), profile)
                 take = min(run.request.prompt_tokens, budget)
                 run.prefilled = take
                 prefill_tokens += take
@@ -157,10 +201,11 @@ class TtsEngine:
         ms = profile.step.step_ms(prefill_tokens, decode_seqs)
         self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
         end_ms = now_ms + ms
-        chunks = [chunk for run in framed if (chunk := self._frame(run, end_ms)) is not None]
-        finished = tuple(run.request.id for run in framed if run.emitted >= run.request.frames)
+        estimate = self.step_estimate_ms
+        chunks = [c for run in framed if (c := run.frames.add(end_ms, estimate)) is not None]
+        finished = tuple(run.request.id for run in framed if run.frames.done)
         if finished:
-            self._running = [run for run in self._running if run.emitted < run.request.frames]
+            self._running = [run for run in self._running if not run.frames.done]
         return Step(
             t_ms=now_ms,
             ms=ms,
@@ -170,33 +215,4 @@ class TtsEngine:
             held=held,
             chunks=tuple(chunks),
             finished=finished,
-        )
-
-    def _frame(self, run: _Running, end_ms: float) -> Chunk | None:
-        """Count one frame of `run`; the chunk it completes, if any."""
-        profile = self.profile
-        run.emitted += 1
-        run.pending += 1
-        total = run.request.frames
-        final = run.emitted >= total
-        size = profile.chunk_frames
-        if run.chunks == 0 and profile.initial_chunk_frames > 0:
-            size = profile.initial_chunk_frames
-        if not final and run.pending < size:
-            return None
-        frames, run.pending = run.pending, 0
-        seq = run.chunks
-        run.chunks += 1
-        eta = None
-        if not final:
-            next_frames = min(profile.chunk_frames, total - run.emitted)
-            eta = next_frames * self.step_estimate_ms
-        return Chunk(
-            request=run.request.id,
-            seq=seq,
-            frames=frames,
-            audio_ms=frames * profile.frame_ms,
-            final=final,
-            t_ms=end_ms,
-            eta_ms=eta,
         )
