@@ -1,0 +1,23 @@
+"""The two ends of edgemon's loop (SPEC §9), light enough for a player or a TTS engine.
+
+- `Reporter` (player side): reports stream starts, chunk arrivals and ends to edgemon.
+- `ThrottleGate` (engine side): says when to hold back new prefills.
+- `AudioFormat`: raw PCM formats, to turn byte counts into milliseconds.
+
+Imports only the standard library and paho-mqtt; nothing from the daemon.
+"""
+
+from __future__ import annotations
+
+from edgemon.client.audio import AudioFormat
+from edgemon.client.gate import GateState, GateStats, ThrottleGate
+from edgemon.client.reporter import Reporter, ReporterStats
+
+__all__ = [
+    "AudioFormat",
+    "GateState",
+    "GateStats",
+    "Reporter",
+    "ReporterStats",
+    "ThrottleGate",
+]
