@@ -110,9 +110,9 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--profile",
-        choices=sorted(PROFILES),
         default="jetson",
-        help="hardware profile of the loop's two engines (default jetson)",
+        metavar="NAME",
+        help=f"hardware profile of the loop's two engines: {', '.join(PROFILES)} (default jetson)",
     )
     parser.add_argument(
         "--load",
@@ -168,6 +168,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise UsageError(f"--streams must be between 1 and {MAX_STREAMS}")
     if not 0.0 <= args.stall_rate <= 1.0:
         raise UsageError("--stall-rate must be between 0 and 1")
+    if args.profile not in PROFILES:
+        raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not {args.profile!r}")
     if not (math.isfinite(args.load) and 0.0 < args.load <= 3.0):
         raise UsageError("--load must be a share of capacity > 0 and ≤ 3")
     try:
