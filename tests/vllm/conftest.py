@@ -1,0 +1,38 @@
+"""Fixtures for the vLLM tier (`make test-vllm`). Nothing here imports vLLM."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+#: A tiny Llama: enough for vLLM's ModelConfig (and, with dummy weights, for its CPU engine).
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "num_hidden_layers": 1,
+    "vocab_size": 256,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding only a tiny Llama `config.json`; nothing is ever downloaded."""
+    directory = tmp_path_factory.mktemp("tiny-model")
+    (directory / "config.json").write_text(json.dumps(TINY_CONFIG))
+    return directory
