@@ -50,9 +50,6 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 for _name in ("EDGEMON_GATE_DEVICE", "EDGEMON_GATE_BROKER"):
     os.environ.pop(_name, None)  # gate off must mean vLLM's own scheduling
 
-from conftest import TINY_CONFIG  # noqa: E402 - the vLLM tier's tiny model config
-from harness import build_scheduler, make_request, run_step  # noqa: E402
-
 from edgemon.client import Reporter, ThrottleGate  # noqa: E402
 from edgemon.integrations.vllm import EdgemonScheduler  # noqa: E402
 from edgemon.simulate.engine import STEP_EWMA_ALPHA, Frames, Step  # noqa: E402
@@ -60,6 +57,9 @@ from edgemon.simulate.players import Delivery  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile  # noqa: E402
 from edgemon.simulate.realtime import Box  # noqa: E402
 from edgemon.simulate.workload import Arrivals, Request  # noqa: E402
+
+from conftest import TINY_CONFIG  # noqa: E402 - the vLLM tier's tiny model config
+from harness import build_scheduler, make_request, run_step  # noqa: E402
 
 LOADS = {"light": 0.5, "near": 0.9, "overloaded": 1.3}
 MARGINS_MS = (80.0, 200.0, 400.0)
@@ -225,14 +225,16 @@ HEADER = (
 def table(rows: list[dict[str, Any]]) -> list[str]:
     """Rows as a Markdown table (what the README shows)."""
     lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
-    for row in rows:
-        lines.append(
+    lines.extend(
+        (
             f"| {row['load']} | {'on' if row['gate'] else 'off'} | {row['margin_ms']:g} | "
             f"{row['max_hold_ms']:g} | {row['rate_rps']:.2f} | "
             f"{row['underruns_per_stream_min']:.2f} | {row['underrun_s']:.1f} | "
             f"{_num(row['ttfa_p50_ms'])} | {_num(row['ttfa_p99_ms'])} | "
             f"{row['completed_rps']:.2f} | {row['throttle_share']:.0%} |"
         )
+        for row in rows
+    )
     return lines
 
 
@@ -248,7 +250,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
         if len(pair) < 2:
             continue
         off, on = pair[False], pair[True]
-        cut = 1 - on["underrun_s"] / off["underrun_s"] if off["underrun_s"] else 0.0
+        change = on["underrun_s"] / off["underrun_s"] - 1 if off["underrun_s"] else 0.0
         p99 = (
             on["ttfa_p99_ms"] / off["ttfa_p99_ms"] - 1
             if off["ttfa_p99_ms"] and on["ttfa_p99_ms"]
@@ -256,7 +258,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
         )
         out.append(
             f"{load}: underrun time {off['underrun_s']:.1f} s → {on['underrun_s']:.1f} s "
-            f"({cut:+.0%} cut), p99 TTFA {_num(off['ttfa_p99_ms'])} → "
+            f"({change:+.0%}), p99 TTFA {_num(off['ttfa_p99_ms'])} → "
             f"{_num(on['ttfa_p99_ms'])} ms ({p99:+.0%})"
         )
     return out
@@ -332,13 +334,13 @@ def plan(args: argparse.Namespace) -> list[Run]:
     profile = PROFILES[args.profile]
     margin = profile.margin_ms
     runs = [
-        Run("levels", load, gate, margin, 2000.0)
+        Run("levels", load, gate=gate, margin_ms=margin, max_hold_ms=2000.0)
         for load in args.loads.split(",")
         for gate in (False, True)
     ]
     if not args.no_sweep:
         runs += [
-            Run("sweep", "near", True, m, h)
+            Run("sweep", "near", gate=True, margin_ms=m, max_hold_ms=h)
             for m in MARGINS_MS
             for h in HOLDS_MS
             if not (m == margin and h == 2000.0)
@@ -360,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# capacity ≈ {profile.capacity_rps():.2f} req/s (estimate), {len(runs)} runs × "
         f"{args.duration:g} s, seed {args.seed}, eta {args.eta}; {platform.node()}, "
-        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {started:%Y-%m-%d %H:%M} UTC",
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+        f"{started:%Y-%m-%d %H:%M} UTC",
         flush=True,
     )
     rows: list[dict[str, Any]] = []
