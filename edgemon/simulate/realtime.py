@@ -87,6 +87,10 @@ class BoxStatus:
     held_steps: int = 0
     requests: int = 0
     last_step_ms: float = 0.0
+    max_lag_ms: float = 0.0
+    """The latest a step began after its predecessor's modelled end: how far the driver fell
+    behind the model (a loaded machine, a blocked event loop). Steps of a run are only as
+    long as modelled while this stays small."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -134,6 +138,7 @@ class Box:
                 delay = self.delivery.arrival_ms(chunk) - now
                 loop.call_later(delay / 1000.0, self._deliver, chunk)
             await _sleep_or_stop(stop, max(0.0, step.end_ms - self.clock()) / 1000.0)
+            status.max_lag_ms = max(status.max_lag_ms, self.clock() - step.end_ms)
         return self.finish()
 
     def finish(self) -> Score:
