@@ -34,14 +34,40 @@ Event = dict[str, Any]
 
 
 class _Stream:
-    __slots__ = ("carry", "carry_format", "next_seq", "sent", "total")
+    __slots__ = ("base", "carry", "carry_format", "frames", "frames_format", "next_seq", "sent")
 
     def __init__(self) -> None:
         self.sent = False  # whether edgemon has heard of it (a start or a chunk went out)
         self.next_seq = 0
-        self.total = Fraction(0)  # exact milliseconds of audio reported so far
+        # The exact audio total: `base` ms plus `frames` whole frames of `frames_format`
+        # (integers while the format stays the same: the common case is a division, no more).
+        self.base = Fraction(0)
+        self.frames = 0
+        self.frames_format: AudioFormat | None = None
         self.carry = 0  # bytes of a partial frame, waiting for the next chunk
         self.carry_format: AudioFormat | None = None
+
+    def add_frames(self, frames: int, fmt: AudioFormat) -> float:
+        """Count `frames` whole frames of `fmt`; their milliseconds."""
+        if fmt != self.frames_format:
+            if self.frames_format is not None and self.frames:
+                self.base += Fraction(self.frames * 1000, self.frames_format.rate)
+            self.frames_format, self.frames = fmt, 0
+        self.frames += frames
+        return fmt.frames_ms(frames)
+
+    def add_ms(self, ms: float) -> None:
+        """Count `ms` milliseconds given as such."""
+        self.base += Fraction(ms)
+
+    def total_ms(self) -> float:
+        """All audio counted so far, rounded once."""
+        fmt = self.frames_format
+        if fmt is None:
+            return float(self.base)
+        if not self.base:
+            return fmt.frames_ms(self.frames)
+        return float(self.base + Fraction(self.frames * 1000, fmt.rate))
 
 
 def _number(name: str, value: object, low: float, high: float, *, open_low: bool) -> float:
@@ -76,9 +102,9 @@ def _pcm(
     audio_format: AudioFormat | str,
     *,
     final: bool,
-) -> tuple[Fraction, int, AudioFormat | None]:
-    """Exact milliseconds of the whole frames in `pcm_bytes` plus the stream's carried bytes,
-    and what is carried on (bytes, format)."""
+) -> tuple[int, AudioFormat, int]:
+    """The whole frames in `pcm_bytes` plus the stream's carried bytes, their format, and the
+    bytes carried on."""
     fmt = AudioFormat.of(audio_format)
     if isinstance(pcm_bytes, bool) or not isinstance(pcm_bytes, int) or pcm_bytes <= 0:
         raise ValueError(f"pcm_bytes must be an integer > 0, not {pcm_bytes!r}")
@@ -89,15 +115,14 @@ def _pcm(
             f"{state.carry_format} frame; the next PCM must be in that format"
         )
     frames, carry = divmod(pcm_bytes + carried, fmt.frame_bytes)
-    exact = Fraction(frames * 1000, fmt.rate)
-    if exact > MAX_AUDIO_MS:
+    if frames * 1000 > MAX_AUDIO_MS * fmt.rate:
         raise ValueError(f"pcm_bytes={pcm_bytes} is more than {MAX_AUDIO_MS:g} ms of {fmt}")
     if frames == 0 and final:
         raise ValueError(
             "a final chunk must hold a whole frame of audio; "
             "call end() when a stream ends without more audio"
         )
-    return exact, carry, fmt if carry else None
+    return frames, fmt, carry
 
 
 class Streams:
@@ -159,30 +184,32 @@ class Streams:
         eta = None if eta_ms is None else _number("eta_ms", eta_ms, 0, MAX_ETA_MS, open_low=False)
         state = self._live.get(stream)
         if state is None:
-            self._refuse_ended(stream)
-            if len(self._live) >= self.max_streams:
-                self._too_many()
+            self._refuse_new(stream)
         if (audio_ms is None) == (pcm_bytes is None):
             raise ValueError("give exactly one of audio_ms and pcm_bytes")
         if pcm_bytes is not None:
-            exact, carry, carry_format = _pcm(stream, state, pcm_bytes, audio_format, final=final)
+            frames, fmt, carry = _pcm(stream, state, pcm_bytes, audio_format, final=final)
+            if state is None:
+                state = self._add(stream)
+            carry_format = fmt if carry else None
+            if not frames:  # no whole frame yet: the bytes wait for the next chunk
+                state.carry, state.carry_format = carry, carry_format
+                return None
+            ms = state.add_frames(frames, fmt)
         else:
-            exact = Fraction(_number("audio_ms", audio_ms, 0.0, MAX_AUDIO_MS, open_low=True))
-            carry, carry_format = (0, None) if state is None else (state.carry, state.carry_format)
-        if state is None:
-            state = self._add(stream)
-        if not exact:  # no whole frame yet: the bytes wait for the next chunk
-            state.carry, state.carry_format = carry, carry_format
-            return None
-        state.total += exact
+            ms = _number("audio_ms", audio_ms, 0.0, MAX_AUDIO_MS, open_low=True)
+            if state is None:
+                state = self._add(stream)
+            carry, carry_format = state.carry, state.carry_format
+            state.add_ms(ms)
         state.sent = True
         event: Event = {
             "type": "chunk",
             "stream": stream,
             "t_ms": t_ms,
             "seq": state.next_seq,
-            "audio_ms": float(exact),
-            "audio_total_ms": float(state.total),
+            "audio_ms": ms,
+            "audio_total_ms": state.total_ms(),
         }
         if eta is not None:
             event["eta_ms"] = eta
@@ -216,6 +243,12 @@ class Streams:
             self._too_many()
         state = self._live[stream] = _Stream()
         return state
+
+    def _refuse_new(self, stream: str) -> None:
+        """Refuse a stream that cannot begin now (ended already, or too many live)."""
+        self._refuse_ended(stream)
+        if len(self._live) >= self.max_streams:
+            self._too_many()
 
     def _too_many(self) -> None:
         raise ValueError(

@@ -10,7 +10,9 @@ import logging
 import os
 import re
 import socket
+import threading
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as mqtt
@@ -109,7 +111,8 @@ def default_client_id(role: str, device: str, *, unique: bool) -> str:
 def new_client(broker: Broker, *, client_id: str, clean_session: bool) -> mqtt.Client:
     """A paho client (MQTT 3.1.1) for `broker`, not yet connected.
 
-    Exceptions in callbacks are logged by paho rather than ending its network thread.
+    An exception in a callback is logged (as an error) rather than ending the network thread;
+    paho's other messages are debug lines (its "not connected" at a normal stop is no error).
     """
     client = mqtt.Client(
         CallbackAPIVersion.VERSION2,
@@ -118,7 +121,7 @@ def new_client(broker: Broker, *, client_id: str, clean_session: bool) -> mqtt.C
         protocol=mqtt.MQTTv311,
     )
     client.suppress_exceptions = True
-    client.enable_logger(log)
+    client.on_log = _paho_log
     client.reconnect_delay_set(RECONNECT_MIN_S, RECONNECT_MAX_S)
     client.connect_timeout = CONNECT_TIMEOUT_S
     if broker.username is not None:
@@ -128,14 +131,25 @@ def new_client(broker: Broker, *, client_id: str, clean_session: bool) -> mqtt.C
     return client
 
 
+def _paho_log(_client: mqtt.Client, _userdata: Any, _level: int, text: str) -> None:
+    level = logging.ERROR if text.startswith("Caught exception") else logging.DEBUG
+    log.log(level, "paho: %s", text)
+
+
 def start(client: mqtt.Client, broker: Broker) -> None:
     """Start the network thread; it connects (and reconnects) in the background."""
     client.connect_async(broker.host, broker.port, keepalive=KEEPALIVE_S)
     client.loop_start()
 
 
-def stop(client: mqtt.Client) -> None:
-    """Disconnect and end the network thread (a connect attempt under way may take up to
-    `CONNECT_TIMEOUT_S` to give up)."""
-    client.disconnect()
-    client.loop_stop()
+def stop(client: mqtt.Client, timeout: float) -> None:
+    """Disconnect and end the network thread, waiting at most `timeout` s (a connect attempt
+    under way can take up to `CONNECT_TIMEOUT_S` to give up; the thread is a daemon)."""
+
+    def end() -> None:
+        client.disconnect()
+        client.loop_stop()
+
+    stopper = threading.Thread(target=end, name="edgemon-client-stop", daemon=True)
+    stopper.start()
+    stopper.join(max(0.0, timeout))

@@ -26,6 +26,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self
 
 from edgemon.client import _mqtt
@@ -56,7 +57,7 @@ class GateState:
     streams: tuple[str, ...] = ()
     min_headroom_ms: float | None = None
     #: Each known instance's latest status (`online` / `offline`).
-    instances: Mapping[str, str] = field(default_factory=dict)
+    instances: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: The gate's clock when this state began.
     changed_at: float = 0.0
 
@@ -85,6 +86,7 @@ class ThrottleGate:
     """Holds back prefills while edgemon says the device's streams are at risk."""
 
     __slots__ = (
+        "_activations",
         "_active",
         "_broker",
         "_client",
@@ -92,6 +94,7 @@ class ThrottleGate:
         "_clock",
         "_cond",
         "_held_s",
+        "_hold_of",
         "_hold_start",
         "_holds",
         "_inactive_at",
@@ -137,11 +140,13 @@ class ThrottleGate:
         self._cond = threading.Condition(threading.Lock())
         self._state = GateState(changed_at=self._clock())
         self._active = False  # the one attribute the hot path reads
-        self._inactive_at = 0.0
+        self._inactive_at = 0.0  # when the gate last went inactive
+        self._activations = 0  # how often it went active
         self._reset_seq = True
         self._client: mqtt.Client | None = None
         # Written by the caller of should_throttle_prefills() only.
         self._hold_start: float | None = None
+        self._hold_of = 0  # the activation the current hold belongs to
         self._holds = 0
         self._held_s = 0.0
         self._max_hold_releases = 0
@@ -199,13 +204,13 @@ class ThrottleGate:
         return self
 
     def close(self, timeout: float = 5.0) -> None:
-        """Disconnect and stop the network thread; the gate answers False from then on."""
-        del timeout  # paho's thread ends at once after disconnect (or a connect attempt)
+        """Disconnect and stop the network thread (waiting at most `timeout` s); the gate
+        answers False from then on."""
         with self._cond:
             client, self._client = self._client, None
             self._set(replace(self._state, connected=False))
         if client is not None:
-            _mqtt.stop(client)
+            _mqtt.stop(client, timeout)
 
     def __enter__(self) -> Self:
         return self.open()
@@ -223,13 +228,16 @@ class ThrottleGate:
         """Whether this scheduler step should admit no new prefill (see the module doc)."""
         start = self._hold_start
         if not self._active:
-            if start is not None:  # the hold ended when the gate went inactive
-                self._held_s += max(0.0, self._inactive_at - start)
-                self._hold_start = None
+            if start is not None:
+                self._end_hold(start)
             return False
         now = self._clock()
+        if start is not None and self._hold_of != self._activations:
+            self._end_hold(start)  # the gate went inactive and active again since the last call
+            start = None
         if start is None:
             self._hold_start = now
+            self._hold_of = self._activations
             self._holds += 1
             return True
         if now - start >= self._max_hold_s:
@@ -238,6 +246,11 @@ class ThrottleGate:
             self._max_hold_releases += 1
             return False
         return True
+
+    def _end_hold(self, start: float) -> None:
+        """The hold ended when the gate last went inactive (as the network thread saw it)."""
+        self._held_s += max(0.0, self._inactive_at - start)
+        self._hold_start = None
 
     # ------------------------------------------------------------------ views
     @property
@@ -251,7 +264,8 @@ class ThrottleGate:
         held = self._held_s
         start = self._hold_start
         if start is not None:
-            end = self._clock() if self._active else self._inactive_at
+            current = self._active and self._hold_of == self._activations
+            end = self._clock() if current else self._inactive_at
             held += max(0.0, end - start)
         return GateStats(
             holds=self._holds,
@@ -270,26 +284,38 @@ class ThrottleGate:
     def _set(self, state: GateState) -> None:
         """Publish a new state (under the lock) and wake waiters."""
         was_active = self._active
-        self._state = state
-        self._active = state.active
+        # The hot path reads these without the lock: the bookkeeping goes first, the flag last.
         if was_active and not state.active:
             self._inactive_at = state.changed_at
+        elif state.active and not was_active:
+            self._activations += 1
+        self._state = state
+        self._active = state.active
         self._cond.notify_all()
 
     def _on_connect(
         self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
     ) -> None:
+        if client is not self._client:  # closed meanwhile
+            return
         if reason_code.is_failure:
             _mqtt.log.warning("edgemon gate: broker refused the connection: %s", reason_code)
             return
+        _mqtt.log.info("edgemon gate %s: connected to the broker", self.device)
         with self._cond:
             self._reset_seq = True
             self._set(GateState(connected=True, changed_at=self._clock()))
         client.subscribe([(self._throttle_topic, 1), (f"{self._status_prefix}+/status", 1)])
 
     def _on_disconnect(
-        self, _client: mqtt.Client, _userdata: Any, _flags: Any, _reason_code: Any, _properties: Any
+        self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
     ) -> None:
+        if client is self._client:  # not a close()
+            _mqtt.log.warning(
+                "edgemon gate %s: lost the broker (%s); not holding until it is back",
+                self.device,
+                reason_code,
+            )
         with self._cond:
             self._set(replace(self._state, connected=False, changed_at=self._clock()))
 
@@ -312,10 +338,12 @@ class ThrottleGate:
             seq = value.get("seq") if isinstance(value, dict) else None
             if type(throttle) is not bool or type(seq) is not int:
                 self._unreadable += 1
+                self._cond.notify_all()
                 return
             assert isinstance(value, dict)
             if not self._reset_seq and state.seq is not None and seq <= state.seq:
                 self._stale += 1
+                self._cond.notify_all()
                 return
             self._reset_seq = False
             t_ms = value.get("t_ms")
@@ -345,6 +373,7 @@ class ThrottleGate:
                 status = value.get("state") if isinstance(value, dict) else None
                 if status not in {"online", "offline"}:
                     self._unreadable += 1
+                    self._cond.notify_all()
                     return
                 assert isinstance(status, str)
                 instances[instance] = status
@@ -354,7 +383,7 @@ class ThrottleGate:
             self._set(
                 replace(
                     self._state,
-                    instances=instances,
+                    instances=MappingProxyType(instances),
                     edgemon_online=online,
                     changed_at=self._clock(),
                 )

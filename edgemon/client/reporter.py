@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 MAX_BATCH_EVENTS = 1_000
 MAX_PAYLOAD_BYTES = 262_144
 _RETRY_S = 0.1
+#: Built once: `json.dumps` with arguments builds an encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _SENT = frozenset({mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN})  # NO_CONN: paho resends
 
 
@@ -210,14 +212,14 @@ class Reporter:
                 return
             self._closed = True
         if self._client is not None:
-            self.flush(timeout)
+            self.flush(timeout)  # the flusher and paho get what is left of the timeout
         with self._cond:
             self._stop = True
             self._cond.notify_all()
         if self._flusher is not None:
             self._flusher.join(max(0.0, deadline - time.monotonic()))
         if self._client is not None:
-            _mqtt.stop(self._client)
+            _mqtt.stop(self._client, deadline - time.monotonic())
 
     def __enter__(self) -> Self:
         return self.open()
@@ -362,14 +364,19 @@ class Reporter:
                 return
             payloads = self._encode(taken)
             for number, (first, count, payload) in enumerate(payloads, 1):
-                info = client.publish(self._topic, payload, qos=1)
+                try:
+                    info = client.publish(self._topic, payload, qos=1)
+                    rc, mid = info.rc, info.mid
+                except Exception:  # noqa: BLE001 - the flusher must outlive any library surprise
+                    _mqtt.log.exception("edgemon reporter: publish raised")
+                    rc, mid = mqtt.MQTT_ERR_UNKNOWN, 0
                 with self._cond:
-                    if info.rc not in _SENT:  # not expected (queue, size bounded): retry later
-                        _mqtt.log.warning("edgemon reporter: publish failed (%s)", info.rc)
+                    if rc not in _SENT:  # not expected (queue and size are bounded): retry
+                        _mqtt.log.warning("edgemon reporter: publish failed (%s); retrying", rc)
                         self._requeue(taken, first)
                         self._cond.wait(_RETRY_S)
                         break
-                    self._register(info.mid, first, count)
+                    self._register(mid, first, count)
                     self._in_hand = payloads[number][0] if number < len(payloads) else None
                     self._cond.notify_all()
 
@@ -380,7 +387,7 @@ class Reporter:
         first = taken[0][0]
         size = 2
         for idx, event in taken:
-            text = json.dumps(event, separators=(",", ":"), allow_nan=False)
+            text = _ENCODER.encode(event)
             if parts and size + len(text) + 1 > self._max_payload_bytes:
                 out.append((first, len(parts), f"[{','.join(parts)}]".encode()))
                 parts, first, size = [], idx, 2
@@ -422,6 +429,7 @@ class Reporter:
         if reason_code.is_failure:
             _mqtt.log.warning("edgemon reporter: broker refused the connection: %s", reason_code)
             return
+        _mqtt.log.info("edgemon reporter %s: connected to the broker", self.device)
         with self._cond:
             self._connected = True
             self._connects += 1
@@ -432,12 +440,19 @@ class Reporter:
         _client: mqtt.Client,
         _userdata: Any,
         _flags: Any,
-        _reason_code: Any,
+        reason_code: Any,
         _properties: Any,
     ) -> None:
         with self._cond:
             self._connected = False
+            closing = self._stop
             self._cond.notify_all()
+        if not closing:
+            _mqtt.log.warning(
+                "edgemon reporter %s: lost the broker (%s); buffering events until it is back",
+                self.device,
+                reason_code,
+            )
 
     def _on_publish(
         self,

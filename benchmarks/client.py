@@ -1,0 +1,94 @@
+"""What the two ends of the loop cost their callers, per call, against baselines in the same run.
+
+Run: `.venv/bin/python benchmarks/client.py`. No broker is needed: nothing here waits for
+the network (a Reporter that was never opened checks and queues exactly as an open one does).
+Prints nanoseconds per call and ratios:
+  1. `ThrottleGate.should_throttle_prefills()` while released (the common case) and while
+     holding, against a bare method call returning an attribute (the cheapest possible gate);
+  2. `Reporter.chunk(pcm_bytes=...)` against encoding the same event object as JSON (what
+     any reporter must at least do to put the event on the wire).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from typing import TYPE_CHECKING
+
+from edgemon.client import Reporter, ThrottleGate
+from edgemon.client.gate import GateState
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class _Bare:
+    __slots__ = ("flag",)
+
+    def __init__(self) -> None:
+        self.flag = False
+
+    def read(self) -> bool:
+        return self.flag
+
+
+def per_call_ns(
+    named: dict[str, Callable[[], object]], calls: int, rounds: int = 7
+) -> dict[str, float]:
+    """Nanoseconds per call of each callable: the best of `rounds` runs of `calls` calls,
+    the callables taking turns within each round (so load on the machine hits all alike)."""
+    best = dict.fromkeys(named, float("inf"))
+    for _ in range(rounds):
+        for name, call in named.items():
+            gc.disable()
+            started = time.perf_counter_ns()
+            for _ in range(calls):
+                call()
+            elapsed = time.perf_counter_ns() - started
+            gc.enable()
+            best[name] = min(best[name], elapsed / calls)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=100_000)
+    args = parser.parse_args()
+    calls: int = args.calls
+
+    released = ThrottleGate("mqtt://127.0.0.1:1", "bench")
+    holding = ThrottleGate("mqtt://127.0.0.1:1", "bench", max_hold_ms=3_600_000)
+    with holding._cond:  # noqa: SLF001 - a held state without a broker
+        holding._set(GateState(connected=True, edgemon_online=True, throttle=True))  # noqa: SLF001
+    assert holding.should_throttle_prefills()
+    assert not released.should_throttle_prefills()
+
+    reporter = Reporter(
+        "mqtt://127.0.0.1:1", "bench", max_buffered_events=1_000, max_streams=1
+    )  # never opened: the buffer stays full, the oldest event is dropped per call
+    event = {"type": "chunk", "stream": "s", "t_ms": time.time() * 1000, "seq": 7,
+             "audio_ms": 80.0, "audio_total_ms": 560.0}  # fmt: skip
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+
+    ns = per_call_ns(
+        {
+            "bare": _Bare().read,
+            "released": released.should_throttle_prefills,
+            "holding": holding.should_throttle_prefills,
+            "json": lambda: encode(event),
+            "chunk": lambda: reporter.chunk("s", pcm_bytes=3_840),
+        },
+        calls,
+    )
+    bare, json_ns = ns["bare"], ns["json"]
+    print(f"bare method call        {bare:8.1f} ns")
+    print(f"gate, released          {ns['released']:8.1f} ns  ({ns['released'] / bare:.1f}x bare)")
+    print(f"gate, holding           {ns['holding']:8.1f} ns  ({ns['holding'] / bare:.1f}x bare)")
+    print(f"JSON of the event       {json_ns:8.1f} ns")
+    print(f"Reporter.chunk          {ns['chunk']:8.1f} ns  ({ns['chunk'] / json_ns:.1f}x its JSON)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""The ThrottleGate on a real Mosquitto: it follows the retained throttle object and edgemon's
+status, fails open, reconnects, bounds holds with `max_hold_ms`, and reads its environment."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from edgemon.client import GateState, ThrottleGate
+
+from conftest import MosquittoServer
+from mqtt_probe import probe
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+THROTTLE = "edgemon/v1/dev1/throttle"
+T = 15.0  # generous: a loaded machine
+
+
+def status(instance: str) -> str:
+    return f"edgemon/v1/_edgemon/{instance}/status"
+
+
+def throttle(on: bool, seq: int, **extra: Any) -> dict[str, Any]:
+    return {"device": "dev1", "throttle": on, "t_ms": 1000.0 + seq, "seq": seq} | extra
+
+
+def active(state: GateState) -> bool:
+    return state.active
+
+
+def inactive(state: GateState) -> bool:
+    return not state.active
+
+
+class FakeClock:
+    """Monotonic seconds that only move when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.integration
+def test_follows_throttle_and_status(mosquitto_broker: tuple[str, int]) -> None:
+    """True only while the throttle object says so and an instance is online; an older or
+    equal `seq` is ignored; the state snapshot carries the object's fields; `offline` from the
+    only instance fails open, and a second online instance keeps it online."""
+    host, port = mosquitto_broker
+    url = f"mqtt://{host}:{port}"
+    with probe(host, port) as edgemon, ThrottleGate(url, "dev1") as gate:
+        assert not gate.should_throttle_prefills()  # nothing known yet
+        edgemon.publish(THROTTLE, throttle(True, 10, streams=["a"], min_headroom_ms=12.5))
+        assert gate.wait_until(lambda s: s.throttle is True and s.connected, T)
+        assert not gate.should_throttle_prefills()  # status unknown: fail-open
+        edgemon.publish(status("e1"), {"state": "online", "version": "x", "t_ms": 1})
+        assert gate.wait_until(active, T)
+        assert gate.should_throttle_prefills()
+        state = gate.state
+        assert (state.seq, state.t_ms, state.streams, state.min_headroom_ms) == (
+            10, 1010.0, ("a",), 12.5,
+        )  # fmt: skip
+        assert state.instances == {"e1": "online"}
+
+        edgemon.publish(THROTTLE, throttle(True, 12))
+        assert gate.wait_until(lambda s: s.seq == 12, T)
+        edgemon.publish(THROTTLE, throttle(False, 9))  # out of order: ignored
+        edgemon.publish(THROTTLE, throttle(False, 12))  # a duplicate: ignored
+        edgemon.publish(status("e2"), {"state": "online"})
+        assert gate.wait_until(lambda s: len(s.instances) == 2, T)
+        assert gate.should_throttle_prefills()
+        assert gate.stats.stale_ignored == 2
+
+        edgemon.publish(status("e1"), {"state": "offline"})
+        assert gate.wait_until(lambda s: s.instances.get("e1") == "offline", T)
+        assert gate.should_throttle_prefills()  # e2 is still online
+        edgemon.publish(status("e2"), b"")  # its retained status removed
+        assert gate.wait_until(inactive, T)
+        assert not gate.should_throttle_prefills()
+        assert not gate.state.edgemon_online
+
+        edgemon.publish(status("e1"), {"state": "online"})
+        assert gate.wait_until(active, T)
+        assert gate.should_throttle_prefills()
+        edgemon.publish(THROTTLE, throttle(False, 13))
+        assert gate.wait_until(inactive, T)
+        assert not gate.should_throttle_prefills()
+        edgemon.publish(THROTTLE, b"{not json")
+        assert gate.wait_until(lambda _: gate.stats.unreadable == 1, T)
+        assert gate.state.throttle is False
+        stats = gate.stats
+        assert stats.holds == 2
+        assert stats.held_s > 0
+        assert stats.max_hold_releases == 0
+
+
+@pytest.mark.integration
+def test_online_accepts_a_lower_seq_once(mosquitto_broker: tuple[str, int]) -> None:
+    """After an `online` status (a restarted edgemon, perhaps with its clock stepped back) the
+    next throttle object is taken whatever its `seq`; later ones are ordered again."""
+    host, port = mosquitto_broker
+    with probe(host, port) as edgemon, ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
+        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(THROTTLE, throttle(True, 500))
+        assert gate.wait_until(active, T)
+        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(THROTTLE, throttle(False, 7))
+        assert gate.wait_until(inactive, T)
+        edgemon.publish(THROTTLE, throttle(True, 6))
+        edgemon.publish(THROTTLE, throttle(True, 8))
+        assert gate.wait_until(lambda s: s.seq == 8, T)
+        assert gate.stats.stale_ignored == 1
+
+
+@pytest.mark.integration
+def test_fails_open_when_the_broker_goes_and_recovers(tmp_path: Path) -> None:
+    """Broker stopped: the gate says False at once it notices (disconnected); broker back
+    (with its retained objects): the gate reconnects, takes them afresh and holds again."""
+    server = MosquittoServer(tmp_path, persistence=True)
+    server.start()
+    try:
+        with probe(server.host, server.port) as edgemon:
+            edgemon.publish(status("e1"), {"state": "online"})
+            edgemon.publish(THROTTLE, throttle(True, 1))
+        with ThrottleGate(server.url, "dev1") as gate:
+            assert gate.wait_until(active, T)
+            assert gate.should_throttle_prefills()
+            server.stop()
+            assert gate.wait_until(lambda s: not s.connected, T)
+            assert not gate.should_throttle_prefills()
+            server.start()
+            assert gate.wait_until(active, 30)
+            assert gate.should_throttle_prefills()
+            assert gate.stats.holds == 2
+    finally:
+        server.stop()
+
+
+@pytest.mark.integration
+def test_max_hold_lets_one_step_through(mosquitto_broker: tuple[str, int]) -> None:
+    """A hold lasting `max_hold_ms` ends with one False answer, counted as a release; the next
+    call begins a new hold. Held time counts on the injected clock, and a hold that the
+    throttle ends counts up to when the gate saw the change."""
+    host, port = mosquitto_broker
+    clock = FakeClock()
+    with (
+        probe(host, port) as edgemon,
+        ThrottleGate(f"mqtt://{host}:{port}", "dev1", max_hold_ms=2000, clock=clock) as gate,
+    ):
+        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(THROTTLE, throttle(True, 1))
+        assert gate.wait_until(active, T)
+        answers = []
+        for now in (100.0, 101.0, 101.999, 102.0, 102.0, 103.5, 103.75):
+            clock.now = now
+            answers.append(gate.should_throttle_prefills())
+        assert answers == [True, True, True, False, True, True, True]
+        stats = gate.stats
+        assert (stats.holds, stats.max_hold_releases, stats.held_s) == (2, 1, 3.75)
+        clock.now = 105.0
+        edgemon.publish(THROTTLE, throttle(False, 2))
+        assert gate.wait_until(inactive, T)
+        clock.now = 200.0  # the scheduler asks again much later
+        assert not gate.should_throttle_prefills()
+        assert gate.stats.held_s == 5.0
+
+
+def test_from_environ() -> None:
+    """No device: None (the scheduler runs as vLLM's own). Every variable is read; a bad
+    value raises ValueError naming its variable; the gate comes back unopened."""
+    assert ThrottleGate.from_environ({}) is None
+    assert ThrottleGate.from_environ({"EDGEMON_GATE_DEVICE": " "}) is None
+    gate = ThrottleGate.from_environ(
+        {
+            "EDGEMON_GATE_DEVICE": "box-1",
+            "EDGEMON_GATE_BROKER": "mqtts://user:pw@broker.local",
+            "EDGEMON_GATE_MAX_HOLD_MS": "750",
+            "EDGEMON_GATE_TOPIC_PREFIX": "site/a",
+        }
+    )
+    assert gate is not None
+    assert (gate.device, gate.max_hold_ms) == ("box-1", 750.0)
+    assert not gate.state.connected
+    assert not gate.should_throttle_prefills()
+    default = ThrottleGate.from_environ({"EDGEMON_GATE_DEVICE": "box-1"})
+    assert default is not None
+    assert default.max_hold_ms == 2000.0
+    for name, value in (
+        ("DEVICE", "a/b"),
+        ("BROKER", "http://x"),
+        ("MAX_HOLD_MS", "soon"),
+        ("MAX_HOLD_MS", "0"),
+        ("MAX_HOLD_MS", "nan"),
+        ("TOPIC_PREFIX", "a/#"),
+    ):
+        env = {"EDGEMON_GATE_DEVICE": "box-1", f"EDGEMON_GATE_{name}": value}
+        with pytest.raises(ValueError, match=f"^EDGEMON_GATE_{name}: "):
+            ThrottleGate.from_environ(env)
+
+
+@pytest.mark.integration
+def test_a_throttle_that_ends_between_calls_ends_the_hold(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """The throttle goes off and on again while the scheduler makes no call (an idle engine):
+    the next call begins a new hold with a full `max_hold_ms`, and the old hold counts only
+    up to when the gate saw the throttle go off."""
+    host, port = mosquitto_broker
+    clock = FakeClock()
+    with (
+        probe(host, port) as edgemon,
+        ThrottleGate(f"mqtt://{host}:{port}", "dev1", max_hold_ms=2000, clock=clock) as gate,
+    ):
+        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(THROTTLE, throttle(True, 1))
+        assert gate.wait_until(active, T)
+        assert gate.should_throttle_prefills()  # hold 1 from 100.0
+        clock.now = 100.5
+        edgemon.publish(THROTTLE, throttle(False, 2))
+        assert gate.wait_until(inactive, T)
+        clock.now = 101.0
+        edgemon.publish(THROTTLE, throttle(True, 3))
+        assert gate.wait_until(active, T)
+        clock.now = 101.5
+        assert gate.should_throttle_prefills()  # hold 2 from 101.5
+        clock.now = 103.0
+        assert gate.should_throttle_prefills()  # 1.5 s into hold 2: still held
+        stats = gate.stats
+        assert (stats.holds, stats.held_s, stats.max_hold_releases) == (2, 2.0, 0)

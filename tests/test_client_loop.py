@@ -1,0 +1,183 @@
+"""The loop closed on real parts: a Reporter feeding `edgemon run` (a process) on Mosquitto,
+and a ThrottleGate following what that edgemon publishes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import TYPE_CHECKING
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from edgemon.client import AudioFormat, GateState, Reporter, ThrottleGate
+
+from ports import end_process, free_port
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+T = 30.0  # generous: a loaded machine
+
+
+@contextlib.contextmanager
+def edgemon_run(broker_port: int, tmp_path: Path) -> Iterator[int]:
+    """`edgemon run --broker ... --listen ...` as a process, ready; yields its HTTP port."""
+    http_port = free_port()
+    config = tmp_path / "edgemon.toml"
+    config.write_text(
+        '[mqtt]\nclient_id = "edgemon-loop"\n[log]\nformat = "json"\n'
+        f'[state]\ndir = "{tmp_path}"\n',
+        encoding="utf-8",
+    )
+    log = tmp_path / "edgemon.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "edgemon", "run", "--config", str(config),
+                "--broker", f"mqtt://127.0.0.1:{broker_port}",
+                "--listen", f"127.0.0.1:{http_port}",
+            ],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    try:
+        if not poll(lambda: get(http_port, "/readyz") == 200 or process.poll() is not None):
+            pytest.fail(f"edgemon did not get ready; its log:\n{log.read_text()[-3000:]}")
+        assert process.poll() is None, log.read_text()[-3000:]
+        yield http_port
+    finally:
+        end_process(process)
+
+
+def get(port: int, path: str) -> int | str:
+    """The body of a 200 response (the status code of any other), or -1 when unreachable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.read().decode() if path == "/metrics" else int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return -1
+
+
+def poll(check: Callable[[], bool], timeout: float = T) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def samples(port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample called `name` on edgemon's /metrics, keyed by its sorted labels."""
+    text = get(port, "/metrics")
+    assert isinstance(text, str)
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+def test_edgemon_counts_exactly_what_the_reporter_sent(
+    mosquitto_broker: tuple[str, int], tmp_path: Path
+) -> None:
+    """Three streams reported through the Reporter (PCM bytes with partial frames, audio_ms,
+    a final chunk, an end): edgemon counts exactly the chunks sent, the audio they carry, and
+    every event as `accepted`, with no rejection of any kind."""
+    host, port = mosquitto_broker
+    with edgemon_run(port, tmp_path) as http, Reporter(
+        f"mqtt://{host}:{port}", "loop1", client_id="loop1-reporter"
+    ) as reporter:  # fmt: skip
+        reporter.start("a", margin_ms=50)
+        for _ in range(10):
+            reporter.chunk("a", pcm_bytes=4_801, eta_ms=20)  # 100 ms and a byte carried
+        reporter.chunk("a", pcm_bytes=4_790, final=True)  # 1,100 ms in all: 52,800 B
+        for _ in range(7):
+            reporter.chunk("b", audio_ms=40, eta_ms=10)
+        reporter.end("b", "cancelled")
+        for size in (960, 1_921, 1_919, 3):  # 20 ms, 40 ms (1 B carried), 40 ms, 1 frame
+            reporter.chunk("c", pcm_bytes=size, audio_format=AudioFormat.PCM_S16LE_24K_MONO)
+        assert reporter.flush(T)
+        stats = reporter.stats
+        chunks = 11 + 7 + 4
+        assert stats.events == stats.sent == chunks + 2
+        assert poll(
+            lambda: samples(http, "edgemon_chunks_total").get((("device", "loop1"),)) == chunks
+        )
+        audio = samples(http, "edgemon_audio_seconds_total")[(("device", "loop1"),)]
+        results = {
+            dict(labels)["result"]: value
+            for labels, value in samples(http, "edgemon_messages_total").items()
+            if value
+        }
+    assert audio == pytest.approx((1_100 + 280 + 100 + 1 / 24) / 1000, abs=1e-12)
+    assert results == {"accepted": chunks + 2}
+
+
+def held(state: GateState) -> bool:
+    return state.active
+
+
+def released(state: GateState) -> bool:
+    return state.connected and state.throttle is False
+
+
+def test_gate_follows_edgemon_when_a_stream_runs_dry(
+    mosquitto_broker: tuple[str, int], tmp_path: Path
+) -> None:
+    """A stream gets one 1.5 s chunk and nothing more: edgemon's deadline task throttles the
+    device when its headroom falls below the margin (1.42 s later), and the gate says hold;
+    the stream's end releases it. Three rounds; the latency from the throttle object's `t_ms`
+    (the instant of the change, on this host's clock) to the gate seeing it is printed, with
+    edgemon's clock offset for the device, which is part of it."""
+    host, port = mosquitto_broker
+    url = f"mqtt://{host}:{port}"
+    latencies, offsets = [], []
+    with (
+        edgemon_run(port, tmp_path) as http,
+        Reporter(url, "loop2", client_id="loop2-reporter") as reporter,
+        ThrottleGate(url, "loop2") as gate,
+    ):
+        assert gate.wait_until(lambda s: s.connected and s.edgemon_online, T)
+        assert not gate.should_throttle_prefills()
+        for round_ in range(3):
+            stream = f"dry-{round_}"
+            reporter.start(stream)
+            reporter.chunk(stream, audio_ms=1_500, eta_ms=0)
+            sent = time.time() * 1000
+            assert gate.wait_until(held, T)
+            state = gate.state
+            seen_ms = (state.changed_at + time.time() - time.monotonic()) * 1000
+            assert state.t_ms is not None
+            assert state.streams == (stream,)
+            assert state.t_ms - sent == pytest.approx(1_420, abs=200)
+            latencies.append(seen_ms - state.t_ms)
+            offset = samples(http, "edgemon_device_clock_offset_seconds")[(("device", "loop2"),)]
+            offsets.append(offset * 1000)
+            assert gate.should_throttle_prefills()
+            reporter.end(stream)
+            assert gate.wait_until(released, T)
+            assert not gate.should_throttle_prefills()
+        stats = gate.stats
+    # edgemon acts at device time t_ms, i.e. at wall time t_ms + its clock offset estimate
+    # for the device (§2.1: the smallest transit seen, here the Reporter's flush delay too).
+    print(
+        "throttle t_ms -> gate saw it, ms:",
+        ", ".join(f"{ms:.1f}" for ms in latencies),
+        "| of which edgemon's device-clock offset, ms:",
+        ", ".join(f"{ms:.1f}" for ms in offsets),
+    )
+    assert max(latencies) < 2_000
+    assert stats.holds == 3
+    assert stats.max_hold_releases == 0
