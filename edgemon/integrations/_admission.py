@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from edgemon.client import ThrottleGate
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
@@ -76,8 +78,6 @@ class AdmissionControl:
         Bad values raise `ValueError` naming the variable, so a misconfigured engine fails at
         start-up instead of silently never throttling.
         """
-        from edgemon.client import ThrottleGate  # noqa: PLC0415 - only when a scheduler starts
-
         gate = ThrottleGate.from_environ(environ)
         control = cls(gate)
         if gate is not None:

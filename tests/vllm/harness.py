@@ -88,7 +88,8 @@ def make_request(request_id: str, prompt_tokens: int, *, max_tokens: int = 50) -
 
 @dataclass(slots=True)
 class Step:
-    """What one scheduling step did: tokens scheduled, requests admitted, tokens produced."""
+    """What one scheduling step did: tokens scheduled, requests admitted from the waiting
+    queues (new ones, then preempted ones resumed), tokens produced."""
 
     scheduled: dict[str, int]
     admitted: list[str]
@@ -112,9 +113,11 @@ def run_step(scheduler: Any, *args: Any, **kwargs: Any) -> Step:
         sampled_token_ids=sampled,
     )
     engine_outputs = scheduler.update_from_output(output, runner_output)
+    cached = output.scheduled_cached_reqs
     step = Step(
         scheduled=dict(output.num_scheduled_tokens),
-        admitted=[new.req_id for new in output.scheduled_new_reqs],
+        admitted=[new.req_id for new in output.scheduled_new_reqs]
+        + [req_id for req_id in cached.req_ids if req_id in cached.resumed_req_ids],
         preempted=sorted(output.preempted_req_ids or ()),
     )
     for outputs in engine_outputs.values():
