@@ -50,16 +50,17 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 for _name in ("EDGEMON_GATE_DEVICE", "EDGEMON_GATE_BROKER"):
     os.environ.pop(_name, None)  # gate off must mean vLLM's own scheduling
 
+from _vllm_engine import VllmEngine  # noqa: E402
+
 from edgemon.client import Reporter, ThrottleGate  # noqa: E402
 from edgemon.integrations.vllm import EdgemonScheduler  # noqa: E402
-from edgemon.simulate.engine import STEP_EWMA_ALPHA, Frames, Step  # noqa: E402
 from edgemon.simulate.players import Delivery  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile  # noqa: E402
 from edgemon.simulate.realtime import Box  # noqa: E402
-from edgemon.simulate.workload import Arrivals, Request  # noqa: E402
+from edgemon.simulate.workload import Arrivals  # noqa: E402
 
 from conftest import TINY_CONFIG  # noqa: E402 - the vLLM tier's tiny model config
-from harness import build_scheduler, make_request, run_step  # noqa: E402
+from harness import build_scheduler  # noqa: E402
 
 LOADS = {"light": 0.5, "near": 0.9, "overloaded": 1.3}
 #: Margins of the sweep stay below the players' 200 ms prebuffer cushion: with a margin at or
@@ -73,72 +74,6 @@ KV_BLOCKS = 20_000
 SETTLE_S = 0.5
 #: A run whose driver fell further behind the step model than this is marked disturbed.
 LAG_LIMIT_MS = 250.0
-
-
-class VllmEngine:
-    """vLLM's scheduler as the simulated engine: it decides, the step-time model times it."""
-
-    def __init__(self, scheduler: Any, profile: Profile) -> None:
-        self.scheduler = scheduler
-        self.profile = profile
-        self.step_estimate_ms = profile.step.step_ms(0, 1)
-        self._frames: dict[str, Frames] = {}
-        self._prompts: dict[str, int] = {}
-
-    @property
-    def waiting(self) -> int:
-        return len(self.scheduler.waiting)
-
-    @property
-    def running(self) -> int:
-        return len(self.scheduler.running)
-
-    def submit(self, request: Request) -> None:
-        self.scheduler.add_request(
-            make_request(request.id, request.prompt_tokens, max_tokens=request.frames)
-        )
-        self._frames[request.id] = Frames(self.profile, request.id, request.frames)
-        self._prompts[request.id] = request.prompt_tokens
-
-    def step(self, now_ms: float) -> Step | None:
-        scheduler = self.scheduler
-        if not scheduler.has_unfinished_requests():
-            return None
-        computed = {r.request_id: r.num_computed_tokens for r in scheduler.running}
-        held_before = scheduler.edgemon_stats.held_steps
-        done = run_step(scheduler)
-        held = scheduler.edgemon_stats.held_steps > held_before
-        if not done.scheduled:
-            return None
-        prefill_tokens = decode_seqs = 0
-        for request_id, tokens in done.scheduled.items():
-            before = computed.get(request_id, 0)
-            prompt = self._prompts[request_id]
-            if before < prompt:
-                prefill_tokens += min(tokens, prompt - before)
-            else:
-                decode_seqs += 1
-        ms = self.profile.step.step_ms(prefill_tokens, decode_seqs)
-        self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
-        end_ms = now_ms + ms
-        chunks = []
-        for request_id in done.produced:
-            chunk = self._frames[request_id].add(end_ms, self.step_estimate_ms)
-            if chunk is not None:
-                chunks.append(chunk)
-        for request_id in done.finished:
-            self._frames.pop(request_id, None)
-            self._prompts.pop(request_id, None)
-        return Step(
-            t_ms=now_ms,
-            ms=ms,
-            prefill_tokens=prefill_tokens,
-            decode_seqs=decode_seqs,
-            admitted=tuple(done.admitted),
-            held=held,
-            chunks=tuple(chunks),
-            finished=tuple(done.finished),
-        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
