@@ -90,3 +90,19 @@ def test_a_gate_that_always_throttles_holds_every_request() -> None:
     assert reporter.calls == []
     assert simulated.status.held
     assert simulated.status.waiting == score.requests
+
+
+def test_boxes_with_one_origin_count_the_same_requests() -> None:
+    """Two boxes on one seed and one origin, one holding everything: both count every
+    request due by the end, whatever each was doing when the time ran out."""
+
+    async def both() -> tuple[int, int]:
+        served, held = box(RecordingReporter()), box(RecordingReporter(), gate=lambda: True)
+        origin = served.clock()
+        one, two = await asyncio.gather(
+            served.run(0.5, origin_ms=origin), held.run(0.5, origin_ms=origin)
+        )
+        return one.requests, two.requests
+
+    served, held = asyncio.run(both())
+    assert served == held > 3

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgemon.simulate.engine import TtsEngine
 from edgemon.simulate.players import Delivery
-from edgemon.simulate.realtime import Box
+from edgemon.simulate.realtime import Box, wall_ms
 from edgemon.simulate.workload import Arrivals
 
 if TYPE_CHECKING:
@@ -91,9 +91,10 @@ class LoopBoxes:
 
     async def run(self, duration_s: float, stop: asyncio.Event) -> dict[str, Score]:
         """Serve for `duration_s` (or until `stop`); close the clients; each box's score."""
+        origin = wall_ms()
         try:
             scores = await asyncio.gather(
-                *(box.run(duration_s, stop) for box in self.boxes.values())
+                *(box.run(duration_s, stop, origin_ms=origin) for box in self.boxes.values())
             )
         finally:
             await asyncio.to_thread(self.close)

@@ -110,11 +110,21 @@ class Box:
     origin_ms: float = 0.0
     end_ms: float = 0.0
 
-    async def run(self, duration_s: float, stop: asyncio.Event | None = None) -> Score:
-        """Serve requests for `duration_s` (or until `stop`), then score the players."""
+    async def run(
+        self,
+        duration_s: float,
+        stop: asyncio.Event | None = None,
+        *,
+        origin_ms: float | None = None,
+    ) -> Score:
+        """Serve requests for `duration_s` (or until `stop`), then score the players.
+
+        Requests arrive at `origin_ms` (default: now) plus their offsets; boxes given one
+        origin see the same requests up to the same end, every request due by then counted.
+        """
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
-        self.origin_ms = origin = self.clock()
+        self.origin_ms = origin = self.clock() if origin_ms is None else origin_ms
         end = origin + duration_s * 1000.0
         engine, status = self.engine, self.status
         while not stop.is_set():
@@ -139,6 +149,8 @@ class Box:
                 loop.call_later(delay / 1000.0, self._deliver, chunk)
             await _sleep_or_stop(stop, max(0.0, step.end_ms - self.clock()) / 1000.0)
             status.max_lag_ms = max(status.max_lag_ms, self.clock() - step.end_ms)
+        for request in self.arrivals.due(min(self.clock(), end) - origin):
+            self._arrive(request, origin)  # arrived by the end, never served
         return self.finish()
 
     def finish(self) -> Score:
