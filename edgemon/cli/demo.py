@@ -92,7 +92,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "--devices", type=int, default=2, help="simulated fixed-RTF devices (default 2)"
     )
     parser.add_argument(
-        "--streams", type=int, default=4, help="concurrent streams per device (default 4)"
+        "--streams", type=int, default=4, help="concurrent streams per fixed-RTF device (default 4)"
     )
     parser.add_argument(
         "--listen",
@@ -100,7 +100,11 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="HOST:PORT",
         help="where the daemon serves /metrics (default 127.0.0.1:9857; port 0 picks a free one)",
     )
-    parser.add_argument("--seed", type=int, help="simulator seed (default: a random one)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the devices and of the engines' requests (default: random)",
+    )
     parser.add_argument(
         "--stall-rate",
         type=float,
