@@ -73,7 +73,7 @@ test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider tests/vllm
 
 # Does edgemon help? vLLM's real scheduler (step times from a hardware profile), real Mosquitto,
-# a real `edgemon run` and ThrottleGate, in real time: (6 + 8) runs × 60 s, about 15 minutes.
+# a real `edgemon run` and ThrottleGate, in real time: 14–15 runs × 60 s, about 17 minutes.
 # `make bench-loop BENCH_LOOP_ARGS="--profile x86-gpu"`; `--duration 20 --no-sweep` for a look.
 # It plots with matplotlib, which only this venv gets.
 .venv-vllm/.matplotlib: .venv-vllm/.installed
