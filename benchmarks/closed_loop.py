@@ -23,7 +23,8 @@ to `--out`.
 
 Run it from a fresh clone with `make bench-loop` (it builds `.venv-vllm`, vLLM's CPU build
 plus matplotlib) or: `.venv-vllm/bin/python benchmarks/closed_loop.py --profile jetson`.
-A full run is 14–15 runs of `--duration` seconds plus a few seconds each; `--duration 20 --no-sweep` is a quick look.
+A full run is 14–15 runs of `--duration` seconds plus a few seconds each;
+`--duration 20 --no-sweep` is a quick look.
 """
 
 from __future__ import annotations
