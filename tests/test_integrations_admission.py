@@ -59,9 +59,12 @@ def test_a_gate_handed_in_stays_the_callers() -> None:
 
 
 def test_importing_the_package_imports_no_engine() -> None:
-    """`import edgemon.integrations` loads neither vLLM nor vLLM-Omni nor torch."""
+    """`import edgemon.integrations` loads neither vLLM nor vLLM-Omni nor torch, and the vLLM
+    plugin is a no-op where vLLM-Omni is not installed (as here)."""
     code = (
         "import sys, edgemon.integrations, edgemon.integrations._admission\n"
+        "from edgemon.integrations.plugin import register_omni_pipelines\n"
+        "register_omni_pipelines()\n"
         "heavy = {'vllm', 'vllm_omni', 'torch'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )

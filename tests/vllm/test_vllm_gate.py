@@ -113,6 +113,17 @@ def test_gate_from_the_environment_is_owned(
     assert run_step(scheduler).admitted == ["held"]
 
 
+def test_a_bad_setting_stops_the_start(
+    tiny_model: Path, no_gate_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad EDGEMON_GATE_* value makes building the scheduler (the engine's start) fail with
+    an error naming the variable, rather than an engine that silently never throttles."""
+    monkeypatch.setenv("EDGEMON_GATE_DEVICE", DEVICE)
+    monkeypatch.setenv("EDGEMON_GATE_MAX_HOLD_MS", "two seconds")
+    with pytest.raises(ValueError, match="EDGEMON_GATE_MAX_HOLD_MS"):
+        build_scheduler(EdgemonScheduler, tiny_model)
+
+
 def test_max_hold_lets_one_step_through(
     tiny_model: Path, throttling: Probe, mosquitto_broker: tuple[str, int]
 ) -> None:

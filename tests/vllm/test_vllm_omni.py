@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
@@ -124,10 +126,18 @@ def test_pipeline_puts_edgemon_on_the_talker_only(tmp_path: Path) -> None:
 
 
 def test_plugin_entry_point_is_declared() -> None:
-    """edgemon's install declares `register_pipelines` as a `vllm_omni.general_plugins` entry
-    point, which vLLM-Omni loads in every process it starts."""
-    plugins = {ep.name: ep.value for ep in entry_points(group="vllm_omni.general_plugins")}
-    assert plugins.get("edgemon") == "edgemon.integrations.vllm_omni:register_pipelines"
+    """edgemon's install declares its vLLM general plugin, which vLLM runs at start-up in every
+    process; the plugin's module imports nothing heavy."""
+    plugins = {ep.name: ep for ep in entry_points(group="vllm.general_plugins")}
+    assert plugins["edgemon_omni_pipelines"].value == (
+        "edgemon.integrations.plugin:register_omni_pipelines"
+    )
+    code = (
+        "import sys\n"
+        "from edgemon.integrations.plugin import register_omni_pipelines\n"
+        "assert not {'vllm', 'vllm_omni', 'torch'} & set(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 @pytest.mark.integration

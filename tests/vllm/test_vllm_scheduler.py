@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -12,6 +14,7 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
+from edgemon.integrations.plugin import register_omni_pipelines
 from edgemon.integrations.vllm import EdgemonAsyncScheduler, EdgemonScheduler
 
 from admission_cases import *  # noqa: F403 - the shared admission tests run here too
@@ -91,3 +94,12 @@ def test_streaming_session_input_is_not_held(tiny_model: Path) -> None:
     assert step.scheduled == {"session": 6}
     assert waiting_ids(scheduler) == ["new"]
     assert scheduler.edgemon_stats.held_steps == 1
+
+
+def test_omni_plugin_does_nothing_without_vllm_omni() -> None:
+    """In a vLLM without vLLM-Omni, edgemon's general plugin (run by vLLM in every process) is
+    a no-op that imports no vLLM-Omni."""
+    if find_spec("vllm_omni") is not None:
+        pytest.skip("vLLM-Omni is installed here")
+    register_omni_pipelines()
+    assert "edgemon.integrations.vllm_omni" not in sys.modules
