@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test test-fleet test-vllm lint typecheck unit demo bench bench-fleet clean
+.PHONY: test test-fleet test-vllm lint typecheck unit demo bench bench-fleet bench-loop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -81,6 +81,17 @@ VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	$(VLLM_TEST_ENV) .venv-vllm/bin/pytest -p no:cacheprovider tests/vllm --ignore=tests/vllm/test_vllm_omni.py
 	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider tests/vllm
+
+# Does edgemon help? vLLM's real scheduler (step times from a hardware profile), real Mosquitto,
+# a real `edgemon run` and ThrottleGate, in real time: 14–15 runs × 60 s, about 17 minutes.
+# `make bench-loop BENCH_LOOP_ARGS="--profile x86-gpu"`; `--duration 20 --no-sweep` for a look.
+# It plots with matplotlib, which only this venv gets.
+.venv-vllm/.matplotlib: .venv-vllm/.installed
+	.venv-vllm/bin/python -m pip install --quiet matplotlib
+	touch $@
+
+bench-loop: .venv-vllm/.matplotlib
+	$(VLLM_TEST_ENV) .venv-vllm/bin/python benchmarks/closed_loop.py $(BENCH_LOOP_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-omni .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info

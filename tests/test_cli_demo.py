@@ -91,6 +91,26 @@ def test_view_caps_the_stream_rows_and_says_how_many_are_left_out() -> None:
     assert "… 2 more streams" in text
 
 
+def test_view_shows_what_each_engine_does_with_prefills() -> None:
+    """With `prefills`, the devices table gets a column: held, admitting, or an engine that
+    ignores the throttle; the status line carries the same word."""
+    monitor, wall = fed_monitor()
+    view = streams_view(monitor, wall)
+    console = Console(record=True, width=160)
+    prefills = {"box-a": "held", "box-b": "ignored"}
+    console.print(render_view(view, title="t", prefills=prefills))
+    lines = console.export_text().splitlines()
+    assert any("engine prefills" in line for line in lines)
+    [row_a] = [line for line in lines if "box-a" in line and "ON" in line]
+    assert "■ held" in row_a
+    [row_b] = [line for line in lines if "box-b" in line and "off" in line]
+    assert "ignores throttle" in row_b
+    line = status_line(view, prefills={"box-a": "held"})
+    assert line.startswith("box-a THROTTLED streams=1 at_risk=1 underruns=0 prefills=held | ")
+    assert "box-b ok streams=2 at_risk=0 underruns=0" in line
+    assert line.count("prefills=") == 1
+
+
 def test_status_line_is_one_line_per_frame() -> None:
     """Without a terminal a frame is one line: each device, its throttle state and counts."""
     monitor, wall = fed_monitor()
@@ -124,6 +144,9 @@ def test_view_rejects_what_is_not_a_streams_body(body: Any) -> None:
         (["--streams", "100000"], "--streams"),
         (["--listen", "nowhere"], "--listen"),
         (["--stall-rate", "2"], "--stall-rate"),
+        (["--load", "0"], "--load"),
+        (["--load", "nan"], "--load"),
+        (["--profile", "nope"], "--profile"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(
@@ -169,3 +192,17 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
     assert any("underruns" in line for line in lines[:-1])
     assert str(tmp_path) in summary["log"]
     assert 4.0 <= took < DEMO_TIMEOUT_S
+    # The loop: two engines served the same seeded requests; players reported through real
+    # Reporters (edgemon saw their streams), and the status lines say what each engine does
+    # with prefills.
+    loop = summary["loop"]
+    assert loop["profile"] == "jetson"
+    assert loop["loop-open"]["requests"] == loop["loop-closed"]["requests"] > 0
+    assert summary["streams_by_device"]["loop-open"] > 0
+    assert summary["streams_by_device"]["loop-closed"] > 0
+    assert any("loop-open" in line and "prefills=ignored" in line for line in lines[:-1])
+    assert any(
+        "loop-closed" in line and ("prefills=admitting" in line or "prefills=held" in line)
+        for line in lines[:-1]
+    )
+    assert any(line.startswith("  the loop, same requests") for line in lines)

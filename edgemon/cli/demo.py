@@ -1,13 +1,23 @@
 """`edgemon demo`: the whole product in one process, with nothing to set up (SPEC §4).
 
 An embedded broker on a free loopback port, the daemon on it (HTTP on `--listen`, no
-recording, its logs in a file so they do not fight the view), and simulated devices: all
-healthy at RTF 0.15 but the last, which is overloaded at RTF 1.1 and keeps underrunning. A
-terminal gets a live view (4 frames/s); a pipe gets one status line every few seconds.
+recording, its logs in a file so they do not fight the view), and two kinds of simulated
+devices:
 
-After `--duration` (or SIGINT/SIGTERM) it stops in order: the simulator (open streams are
-ended as cancelled), the daemon (it releases its throttles and goes offline), the broker.
-Then it prints a summary, whose last line is one JSON object for scripts.
+- `sim-<n>` (`--devices`): players of a fixed generation speed, all healthy at RTF 0.15 but
+  the last, which is overloaded at RTF 1.1 and keeps underrunning;
+- the loop (`demo_loop`): two simulated TTS engines (`--profile`) serving the same seeded
+  requests at `--load` times their estimated capacity, players reporting through real
+  Reporters; `loop-closed` holds new prefills through a real ThrottleGate while edgemon says
+  so, `loop-open` ignores the throttle.
+
+A terminal gets a live view (4 frames/s) that shows per device whether its engine holds
+prefills; a pipe gets one status line every few seconds.
+
+After `--duration` (or SIGINT/SIGTERM) it stops in order: the simulator and the engines (open
+streams are ended as cancelled), the daemon (it releases its throttles and goes offline), the
+broker. Then it prints a summary, with what the loop's listeners heard closed and open; its
+last line is one JSON object for scripts.
 """
 
 from __future__ import annotations
@@ -30,10 +40,12 @@ from rich.console import Console
 from rich.live import Live
 
 from edgemon.broker import EmbeddedBrokerError, embedded_broker
+from edgemon.cli import demo_loop
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from edgemon.cli.signals import on_stop_signals
 from edgemon.monitor import APPLIED
 from edgemon.settings import HttpSettings, LogSettings, MqttSettings, Settings, parse_listen
+from edgemon.simulate.profiles import PROFILES
 from edgemon.view import DeviceTotals, render_view, status_line
 
 if TYPE_CHECKING:
@@ -42,10 +54,14 @@ if TYPE_CHECKING:
 
     from edgemon.daemon import Daemon
     from edgemon.monitor import Monitor
+    from edgemon.simulate.players import Score
 
 HEALTHY_RTF = 0.15
 OVERLOADED_RTF = 1.1
 STALL_RATE = 0.01
+LOAD = 1.0
+"""The loop's engines serve this share of their estimated capacity: near the knee."""
+MAX_HOLD_MS = 2000.0
 MAX_DEVICES = 50
 MAX_STREAMS = 64
 READY_TIMEOUT_S = 10.0
@@ -63,16 +79,20 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "demo",
         help="zero set-up showcase: broker, simulated devices and the daemon in one process",
         description="Runs an embedded MQTT broker, the daemon and simulated TTS devices (the "
-        f"last one overloaded at RTF {OVERLOADED_RTF}, the others at {HEALTHY_RTF}) with a "
-        "live view, then prints a summary (its last line is JSON). Needs the embedded extra "
+        f"last one overloaded at RTF {OVERLOADED_RTF}, the others at {HEALTHY_RTF}), plus two "
+        "simulated TTS engines serving the same requests, one obeying edgemon's throttle and "
+        "one not, with a live view; then prints a summary comparing what their listeners "
+        "heard (its last line is JSON). Needs the embedded extra "
         "(`pip install edgemon[embedded]`).",
     )
     parser.add_argument(
-        "--duration", type=float, default=30.0, metavar="S", help="seconds to run (default 30)"
+        "--duration", type=float, default=60.0, metavar="S", help="seconds to run (default 60)"
     )
-    parser.add_argument("--devices", type=int, default=3, help="simulated devices (default 3)")
     parser.add_argument(
-        "--streams", type=int, default=4, help="concurrent streams per device (default 4)"
+        "--devices", type=int, default=2, help="simulated fixed-RTF devices (default 2)"
+    )
+    parser.add_argument(
+        "--streams", type=int, default=4, help="concurrent streams per fixed-RTF device (default 4)"
     )
     parser.add_argument(
         "--listen",
@@ -80,13 +100,30 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="HOST:PORT",
         help="where the daemon serves /metrics (default 127.0.0.1:9857; port 0 picks a free one)",
     )
-    parser.add_argument("--seed", type=int, help="simulator seed (default: a random one)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the devices and of the engines' requests (default: random)",
+    )
     parser.add_argument(
         "--stall-rate",
         type=float,
         default=STALL_RATE,
         metavar="P",
         help=f"probability per chunk of a 0.5–3 s stall (default {STALL_RATE})",
+    )
+    parser.add_argument(
+        "--profile",
+        default="jetson",
+        metavar="NAME",
+        help=f"hardware profile of the loop's two engines: {', '.join(PROFILES)} (default jetson)",
+    )
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=LOAD,
+        metavar="X",
+        help=f"the engines' request rate as a share of estimated capacity (default {LOAD:g})",
     )
     parser.set_defaults(handler=run)
 
@@ -101,6 +138,7 @@ class Plan:
     seed: int
     stall_rate: float
     rtf: tuple[float, ...]
+    loop: demo_loop.LoopPlan
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -120,6 +158,8 @@ class Outcome:
     throttle_engagements: dict[str, int]
     messages: int
     rejected: int
+    loop: dict[str, Score]
+    held_s: float
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
@@ -132,6 +172,10 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise UsageError(f"--streams must be between 1 and {MAX_STREAMS}")
     if not 0.0 <= args.stall_rate <= 1.0:
         raise UsageError("--stall-rate must be between 0 and 1")
+    if args.profile not in PROFILES:
+        raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not {args.profile!r}")
+    if not (math.isfinite(args.load) and 0.0 < args.load <= 3.0):
+        raise UsageError("--load must be a share of capacity > 0 and ≤ 3")
     try:
         parse_listen(args.listen)
     except ValueError as exc:
@@ -145,6 +189,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         seed=seed,
         stall_rate=args.stall_rate,
         rtf=rtf,
+        loop=demo_loop.LoopPlan(
+            profile=PROFILES[args.profile], load=args.load, seed=seed, max_hold_ms=MAX_HOLD_MS
+        ),
     )
 
 
@@ -222,6 +269,8 @@ async def _demo(plan: Plan, console: Console) -> Outcome:
         daemon_task.add_done_callback(lambda _: stop.set())  # a failed daemon ends the demo
         started = time.monotonic()
         metrics_url = ""
+        loop: dict[str, Score] = {}
+        held_s = 0.0
 
         def on_signal() -> None:
             """The first signal ends the demo cleanly; a second one forces the daemon down."""
@@ -242,22 +291,29 @@ async def _demo(plan: Plan, console: Console) -> Outcome:
                     seed=plan.seed,
                     start_ms=wall_ms(),
                 )
+                boxes = await asyncio.to_thread(
+                    demo_loop.LoopBoxes, plan.loop, settings.mqtt.url, settings.mqtt.topic_prefix
+                )
                 started = time.monotonic()
-                async with _showing(daemon, plan, console, metrics_url, started):
-                    await publish_simulation(
-                        simulation,
-                        hostname=host,
-                        port=port,
-                        duration_s=plan.duration_s,
-                        stop=stop,
-                        topic_prefix=settings.mqtt.topic_prefix,
+                async with _showing(daemon, plan, console, metrics_url, started, boxes):
+                    loop, _ = await asyncio.gather(
+                        boxes.run(plan.duration_s, stop),
+                        publish_simulation(
+                            simulation,
+                            hostname=host,
+                            port=port,
+                            duration_s=plan.duration_s,
+                            stop=stop,
+                            topic_prefix=settings.mqtt.topic_prefix,
+                        ),
                     )
+                    held_s = boxes.held_s()
                     await _drain(daemon.monitor, daemon_task)
             finally:
                 daemon.request_stop()
                 code = await daemon_task
         elapsed = time.monotonic() - started
-    return _outcome(daemon.monitor, elapsed, metrics_url, code)
+    return _outcome(daemon.monitor, elapsed, metrics_url, code, loop, held_s)
 
 
 async def _until_ready(daemon: Daemon, task: asyncio.Task[int]) -> None:
@@ -303,11 +359,18 @@ def _totals(monitor: Monitor) -> dict[str, DeviceTotals]:
 # ---------------------------------------------------------------------- the view
 @contextlib.asynccontextmanager
 async def _showing(
-    daemon: Daemon, plan: Plan, console: Console, metrics_url: str, started: float
+    daemon: Daemon,
+    plan: Plan,
+    console: Console,
+    metrics_url: str,
+    started: float,
+    boxes: demo_loop.LoopBoxes,
 ) -> AsyncIterator[None]:
     """Show the daemon's state while the block runs: live in a terminal, else lines."""
     show = _live if console.is_terminal else _lines
-    task = asyncio.create_task(show(daemon, plan, console, metrics_url, started), name="view")
+    task = asyncio.create_task(
+        show(daemon, plan, console, metrics_url, started, boxes), name="view"
+    )
     try:
         yield
     finally:
@@ -317,12 +380,18 @@ async def _showing(
 
 
 async def _live(
-    daemon: Daemon, plan: Plan, console: Console, metrics_url: str, started: float
+    daemon: Daemon,
+    plan: Plan,
+    console: Console,
+    metrics_url: str,
+    started: float,
+    boxes: demo_loop.LoopBoxes,
 ) -> None:
     """Frames built on the event loop (which owns the engine), drawn by rich's thread."""
     from edgemon.adapters.http import streams_view  # noqa: PLC0415 - aiohttp is loaded by now
 
     labels = {device: f"RTF {rtf:g}" for device, rtf in zip(plan.devices, plan.rtf, strict=True)}
+    labels |= dict.fromkeys(demo_loop.DEVICES, plan.loop.profile.name)
 
     def frame(*, last: bool = False) -> Any:
         elapsed = time.monotonic() - started
@@ -334,7 +403,8 @@ async def _live(
             status=status,
             totals=_totals(daemon.monitor),
             labels=labels,
-            max_streams=max(3, console.size.height - len(plan.rtf) - _FRAME_CHROME),
+            max_streams=max(3, console.size.height - len(plan.rtf) - _FRAME_CHROME - 2),
+            prefills=boxes.prefills(),
         )
 
     with Live(frame(), console=console, refresh_per_second=1 / FRAME_S) as live:
@@ -347,7 +417,12 @@ async def _live(
 
 
 async def _lines(
-    daemon: Daemon, plan: Plan, console: Console, metrics_url: str, started: float
+    daemon: Daemon,
+    plan: Plan,
+    console: Console,
+    metrics_url: str,
+    started: float,
+    boxes: demo_loop.LoopBoxes,
 ) -> None:
     """For pipes and CI: a status line every few seconds."""
     from edgemon.adapters.http import streams_view  # noqa: PLC0415
@@ -357,12 +432,19 @@ async def _lines(
     while True:
         await asyncio.sleep(LINE_EVERY_S)
         view = streams_view(daemon.monitor, daemon.clock.now_ms())
-        line = status_line(view, totals=_totals(daemon.monitor))
+        line = status_line(view, totals=_totals(daemon.monitor), prefills=boxes.prefills())
         print(f"{time.monotonic() - started:5.1f}s  {line}", flush=True)
 
 
 # ---------------------------------------------------------------------- summary
-def _outcome(monitor: Monitor, elapsed_s: float, metrics_url: str, code: int) -> Outcome:
+def _outcome(
+    monitor: Monitor,
+    elapsed_s: float,
+    metrics_url: str,
+    code: int,
+    loop: dict[str, Score],
+    held_s: float,
+) -> Outcome:
     devices = sorted(monitor.engine.devices(), key=lambda device: device.id)
     return Outcome(
         elapsed_s=elapsed_s,
@@ -373,6 +455,8 @@ def _outcome(monitor: Monitor, elapsed_s: float, metrics_url: str, code: int) ->
         throttle_engagements={d.id: d.stats.throttle_engagements for d in devices},
         messages=monitor.messages,
         rejected=sum(n for result, n in monitor.results.items() if result not in APPLIED),
+        loop=loop,
+        held_s=held_s,
     )
 
 
@@ -388,6 +472,9 @@ def _print_summary(plan: Plan, outcome: Outcome, log_path: str) -> None:
             f"{outcome.underruns.get(device, 0):>10} "
             f"{outcome.throttle_engagements.get(device, 0):>9}×"
         )
+    if outcome.loop:
+        for line in demo_loop.summary_lines(plan.loop, outcome.loop, outcome.held_s):
+            print(line)
     print(f"  rejected messages: {outcome.rejected}")
     print(f"  /metrics was served at {outcome.metrics_url} (it stopped with the demo)")
     print(f"  daemon log: {log_path}")
@@ -402,6 +489,9 @@ def _print_summary(plan: Plan, outcome: Outcome, log_path: str) -> None:
         "throttle_engagements": outcome.throttle_engagements,
         "messages": outcome.messages,
         "rejected": outcome.rejected,
+        "loop": demo_loop.summary_json(plan.loop, outcome.loop, outcome.held_s)
+        if outcome.loop
+        else None,
         "metrics_url": outcome.metrics_url,
         "log": log_path,
     }

@@ -131,11 +131,14 @@ def render_view(
     totals: Mapping[str, DeviceTotals] | None = None,
     labels: Mapping[str, str] | None = None,
     max_streams: int = 12,
+    prefills: Mapping[str, str] | None = None,
 ) -> RenderableType:
     """One frame: a title line, the devices table and the streams lowest in headroom.
 
     `totals` gives cumulative underruns and throttle engagements per device (without it the
-    underruns of the streams tracked now are shown); `labels` a note per device (e.g. its RTF).
+    underruns of the streams tracked now are shown); `labels` a note per device (e.g. its RTF);
+    `prefills`, when given, adds a column with each engine's prefill state: `held` (obeying a
+    throttle), `admitting`, or `ignored` (an engine that does not read the throttle).
     Raises `ViewError` when `view` is not a `/api/v1/streams` body.
     """
     devices = _read(view)
@@ -143,7 +146,7 @@ def render_view(
     if status is not None:
         header.append("  ")
         header.append(status if isinstance(status, Text) else Text(status))
-    parts: list[RenderableType] = [header, _devices_table(devices, totals, labels or {})]
+    parts: list[RenderableType] = [header, _devices_table(devices, totals, labels or {}, prefills)]
     streams = sorted(
         (s for d in devices for s in d.streams),
         key=lambda s: (s.headroom_ms is None, s.headroom_ms or 0.0, s.device, s.stream),
@@ -157,7 +160,10 @@ def render_view(
 
 
 def _devices_table(
-    devices: list[_Device], totals: Mapping[str, DeviceTotals] | None, labels: Mapping[str, str]
+    devices: list[_Device],
+    totals: Mapping[str, DeviceTotals] | None,
+    labels: Mapping[str, str],
+    prefills: Mapping[str, str] | None,
 ) -> Table:
     table = Table(title="devices", title_justify="left", expand=False)
     table.add_column("device", no_wrap=True)
@@ -168,6 +174,8 @@ def _devices_table(
     table.add_column("min headroom", justify="right")
     table.add_column("underruns", justify="right")
     table.add_column("engaged", justify="right")
+    if prefills is not None:
+        table.add_column("engine prefills", no_wrap=True)
     if not devices:
         table.add_row(Text("no device has published yet", style="dim"))
     for device in devices:
@@ -181,7 +189,7 @@ def _devices_table(
         )
         underruns = _underruns(device, totals)
         known = None if totals is None else totals.get(device.device)
-        table.add_row(
+        cells: list[RenderableType] = [
             name,
             throttle,
             _ms(device.margin_ms),
@@ -190,7 +198,10 @@ def _devices_table(
             _headroom(device.min_headroom_ms, device.margin_ms),
             Text(str(underruns), style="red" if underruns else ""),
             "–" if known is None else str(known.throttle_engagements),
-        )
+        ]
+        if prefills is not None:
+            cells.append(_prefills(prefills.get(device.device)))
+        table.add_row(*cells)
     return table
 
 
@@ -219,6 +230,18 @@ def _streams_table(streams: list[_Stream]) -> Table:
             Text(_state(stream), style=style),
         )
     return table
+
+
+_PREFILLS = {
+    "held": ("■ held", "bold yellow"),
+    "admitting": ("admitting", "green"),
+    "ignored": ("ignores throttle", "dim"),
+}
+
+
+def _prefills(state: str | None) -> Text:
+    text, style = _PREFILLS.get(state or "", (state or "–", "dim"))
+    return Text(text, style=style)
 
 
 def _style(stream: _Stream) -> str:
@@ -271,14 +294,22 @@ def _seconds(value: float | None) -> str:
 
 # ---------------------------------------------------------------------- plain
 def status_line(
-    view: Mapping[str, Any], *, totals: Mapping[str, DeviceTotals] | None = None
+    view: Mapping[str, Any],
+    *,
+    totals: Mapping[str, DeviceTotals] | None = None,
+    prefills: Mapping[str, str] | None = None,
 ) -> str:
-    """One line per frame for logs and pipes: every device's throttle, streams and underruns."""
+    """One line per frame for logs and pipes: every device's throttle, streams and underruns
+    (and what its engine does with prefills, when `prefills` says)."""
     parts = []
     for device in _read(view):
         throttle = "THROTTLED" if device.throttle else "ok"
-        parts.append(
+        part = (
             f"{device.device} {throttle} streams={len(device.streams)} "
             f"at_risk={device.at_risk} underruns={_underruns(device, totals)}"
         )
+        state = None if prefills is None else prefills.get(device.device)
+        if state is not None:
+            part += f" prefills={state}"
+        parts.append(part)
     return " | ".join(parts) if parts else "no device has published yet"

@@ -32,16 +32,19 @@ def build_scheduler(
     max_num_batched_tokens: int = 64,
     max_num_seqs: int = 8,
     num_blocks: int = 1000,
+    max_model_len: int = 1024,
     **kwargs: Any,
 ) -> Any:
-    """A scheduler of class `cls` over a hand-made KV cache of `num_blocks` blocks."""
+    """A scheduler of class `cls` over a hand-made KV cache of `num_blocks` blocks.
+
+    `max_model_len` must not exceed the model config's `max_position_embeddings`."""
     model_config = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=1024
+        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=max_model_len
     )
     scheduler_config = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=1024,
+        max_model_len=max_model_len,
         is_encoder_decoder=False,
         enable_chunked_prefill=True,
     )

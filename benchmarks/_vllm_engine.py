@@ -1,0 +1,93 @@
+"""vLLM's real V1 scheduler as a simulated TTS engine: vLLM decides, a step-time model times.
+
+`VllmEngine` has the `Engine` shape of `edgemon.simulate.realtime` (`submit`, `step`,
+`waiting`, `running`), so the real-time `Box` drives it exactly as it drives the pure
+`TtsEngine`. Each `step()` runs one `schedule()` and one `update_from_output()` through the
+vLLM tier's harness (`tests/vllm/harness.py`, which must be importable: the caller puts
+`tests/vllm` on `sys.path`), counts the prompt tokens and decodes vLLM batched, and returns the
+step with the profile's duration and the audio chunks its sampled tokens (one codec frame
+each) complete. `tests/vllm/test_closed_loop_engine.py` checks that it and `TtsEngine` agree
+step by step.
+
+A request vLLM preempts loses its KV and comes back as a re-prefill of prompt and output so
+far; its output part is counted as decodes here (the benchmark's KV cache is large enough that
+vLLM never preempts).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from edgemon.simulate.engine import STEP_EWMA_ALPHA, Frames, Step
+
+from harness import make_request, run_step
+
+if TYPE_CHECKING:
+    from edgemon.simulate.profiles import Profile
+    from edgemon.simulate.workload import Request
+
+
+class VllmEngine:
+    """vLLM's scheduler as the simulated engine: it decides, the step-time model times it."""
+
+    def __init__(self, scheduler: Any, profile: Profile) -> None:
+        self.scheduler = scheduler
+        self.profile = profile
+        self.step_estimate_ms = profile.step.step_ms(0, 1)
+        self._frames: dict[str, Frames] = {}
+        self._prompts: dict[str, int] = {}
+
+    @property
+    def waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def running(self) -> int:
+        return len(self.scheduler.running)
+
+    def submit(self, request: Request) -> None:
+        self.scheduler.add_request(
+            make_request(request.id, request.prompt_tokens, max_tokens=request.frames)
+        )
+        self._frames[request.id] = Frames(self.profile, request.id, request.frames)
+        self._prompts[request.id] = request.prompt_tokens
+
+    def step(self, now_ms: float) -> Step | None:
+        scheduler = self.scheduler
+        if not scheduler.has_unfinished_requests():
+            return None
+        computed = {r.request_id: r.num_computed_tokens for r in scheduler.running}
+        held_before = scheduler.edgemon_stats.held_steps
+        done = run_step(scheduler)
+        held = scheduler.edgemon_stats.held_steps > held_before
+        if not done.scheduled:
+            return None
+        prefill_tokens = decode_seqs = 0
+        for request_id, tokens in done.scheduled.items():
+            before = computed.get(request_id, 0)
+            prompt = self._prompts[request_id]
+            if before < prompt:
+                prefill_tokens += min(tokens, prompt - before)
+            else:
+                decode_seqs += 1
+        ms = self.profile.step.step_ms(prefill_tokens, decode_seqs)
+        self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
+        end_ms = now_ms + ms
+        chunks = []
+        for request_id in done.produced:
+            chunk = self._frames[request_id].add(end_ms, self.step_estimate_ms)
+            if chunk is not None:
+                chunks.append(chunk)
+        for request_id in done.finished:
+            self._frames.pop(request_id, None)
+            self._prompts.pop(request_id, None)
+        return Step(
+            t_ms=now_ms,
+            ms=ms,
+            prefill_tokens=prefill_tokens,
+            decode_seqs=decode_seqs,
+            admitted=tuple(done.admitted),
+            held=held,
+            chunks=tuple(chunks),
+            finished=tuple(done.finished),
+        )

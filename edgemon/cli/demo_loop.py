@@ -1,0 +1,176 @@
+"""The demo's closed loop: two simulated TTS boxes, one request stream, one obeys edgemon.
+
+Both boxes run the same engine model (`--profile`) on the same seeded requests, at `--load`
+times the profile's estimated capacity. Their players report every chunk through a real
+`edgemon.client.Reporter`; edgemon (the demo's daemon) judges both and publishes a throttle for
+both. `loop-closed` reads it through a real `ThrottleGate` and holds new prefills while it
+says so; `loop-open` ignores it. The players score underruns on their own clocks, so the
+summary compares what listeners heard with the loop closed and open, for one seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from edgemon.simulate.engine import TtsEngine
+from edgemon.simulate.players import Delivery
+from edgemon.simulate.realtime import Box, wall_ms
+from edgemon.simulate.workload import Arrivals
+
+if TYPE_CHECKING:
+    from edgemon.client import Reporter, ThrottleGate
+    from edgemon.simulate.players import Score
+    from edgemon.simulate.profiles import Profile
+
+OPEN = "loop-open"
+CLOSED = "loop-closed"
+DEVICES = (OPEN, CLOSED)
+#: Client threads get this long to flush and disconnect at the end.
+CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopPlan:
+    """What the two boxes serve."""
+
+    profile: Profile
+    load: float
+    seed: int
+    max_hold_ms: float
+
+    @property
+    def rate_rps(self) -> float:
+        """Requests per second."""
+        return self.load * self.profile.capacity_rps()
+
+
+class LoopBoxes:
+    """The two boxes with their reporters and the closed one's gate; `run` serves, then closes."""
+
+    __slots__ = ("boxes", "gate", "plan", "reporters")
+
+    def __init__(self, plan: LoopPlan, broker_url: str, topic_prefix: str) -> None:
+        from edgemon.client import Reporter, ThrottleGate  # noqa: PLC0415 - paho loads here
+
+        self.plan = plan
+        self.reporters: dict[str, Reporter] = {}
+        self.gate: ThrottleGate | None = None
+        self.boxes: dict[str, Box] = {}
+        try:
+            self.gate = ThrottleGate(
+                broker_url,
+                CLOSED,
+                max_hold_ms=plan.max_hold_ms,
+                topic_prefix=topic_prefix,
+                client_id=f"edgemon-demo-gate-{plan.seed}",
+            ).open()
+            for device in DEVICES:
+                reporter = Reporter(
+                    broker_url,
+                    device,
+                    topic_prefix=topic_prefix,
+                    client_id=f"edgemon-demo-{device}-{plan.seed}",
+                ).open()
+                self.reporters[device] = reporter
+                gate = self.gate.should_throttle_prefills if device == CLOSED else None
+                self.boxes[device] = Box(
+                    device=device,
+                    engine=TtsEngine(plan.profile, gate=gate),
+                    arrivals=Arrivals(plan.rate_rps, plan.profile.workload, seed=plan.seed),
+                    delivery=Delivery(
+                        plan.profile.network_ms, plan.profile.network_jitter_ms, plan.seed
+                    ),
+                    reporter=reporter,
+                    margin_ms=plan.profile.margin_ms,
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    async def run(self, duration_s: float, stop: asyncio.Event) -> dict[str, Score]:
+        """Serve for `duration_s` (or until `stop`); close the clients; each box's score."""
+        origin = wall_ms()
+        try:
+            scores = await asyncio.gather(
+                *(box.run(duration_s, stop, origin_ms=origin) for box in self.boxes.values())
+            )
+        finally:
+            await asyncio.to_thread(self.close)
+        return dict(zip(self.boxes, scores, strict=True))
+
+    def close(self) -> None:
+        """Flush and disconnect every client (idempotent)."""
+        for reporter in self.reporters.values():
+            reporter.close(CLOSE_TIMEOUT_S)
+        if self.gate is not None:
+            self.gate.close(CLOSE_TIMEOUT_S)
+
+    def prefills(self) -> dict[str, str]:
+        """Per box, for the live view: is its engine holding new prefills right now?"""
+        return {
+            device: "ignored" if device == OPEN else "held" if box.status.held else "admitting"
+            for device, box in self.boxes.items()
+        }
+
+    def held_s(self) -> float:
+        """Seconds the closed box's gate held admissions."""
+        return 0.0 if self.gate is None else self.gate.stats.held_s
+
+
+def summary_lines(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> list[str]:
+    """The comparison for people: the loop open next to closed, same seed."""
+    profile = plan.profile
+    title = (
+        f"  the loop, same requests (seed {plan.seed}) on two {profile.name} boxes at "
+        f"{plan.load:.0%} of estimated capacity ({plan.rate_rps:.2f} req/s):"
+    )
+    header = (
+        f"  {'box':<12} {'requests':>8} {'underruns':>10} {'/stream-min':>11} "
+        f"{'underrun s':>10} {'TTFA p50':>9} {'TTFA p99':>9} {'held s':>7}"
+    )
+    lines = [title, header]
+    for device in DEVICES:
+        score = scores[device]
+        held = f"{held_s:7.1f}" if device == CLOSED else f"{'–':>7}"
+        lines.append(
+            f"  {device:<12} {score.requests:>8} {score.underruns:>10} "
+            f"{score.underruns_per_stream_minute:>11.2f} {score.underrun_s:>10.1f} "
+            f"{_ms(score.ttfa_p50_ms):>9} {_ms(score.ttfa_p99_ms):>9} {held}"
+        )
+    opened, closed = scores[OPEN], scores[CLOSED]
+    if opened.underrun_s > 0:
+        cut = 1.0 - closed.underrun_s / opened.underrun_s
+        lines.append(f"  closing the loop cut underrun time by {cut:.0%} for this seed")
+    return lines
+
+
+def summary_json(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> dict[str, Any]:
+    """The same, for the summary's JSON line."""
+    out: dict[str, Any] = {
+        "profile": plan.profile.name,
+        "load": plan.load,
+        "rate_rps": round(plan.rate_rps, 3),
+        "held_s": round(held_s, 3),
+    }
+    for device, score in scores.items():
+        out[device] = {
+            "requests": score.requests,
+            "streams": score.streams,
+            "completed": score.completed,
+            "underruns": score.underruns,
+            "underruns_per_stream_minute": round(score.underruns_per_stream_minute, 3),
+            "underrun_s": round(score.underrun_s, 3),
+            "ttfa_p50_ms": _round(score.ttfa_p50_ms),
+            "ttfa_p99_ms": _round(score.ttfa_p99_ms),
+        }
+    return out
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f} ms"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

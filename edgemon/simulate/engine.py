@@ -1,0 +1,218 @@
+"""A simulated TTS engine: a vLLM-like scheduler loop whose steps take what a profile says.
+
+Pure and clock-injected: `step(now_ms)` plans one scheduler step at `now_ms` and returns what
+it does (its duration from the profile's step-time model, the prefill tokens and decodes it
+batches, the requests it admitted, the audio chunks that are complete when it ends). The
+caller owns time: a virtual clock in tests, `asyncio.sleep(step.ms)` in the demo.
+
+The scheduling follows vLLM V1's shape, reduced to what decides step times:
+
+- running requests go first: a decode costs one token of the step's budget
+  (`max_num_batched_tokens`) and emits one codec frame; a prefill under way (chunked prefill)
+  takes as many prompt tokens as the budget still allows;
+- then, unless the gate says throttle, waiting requests are admitted in arrival order while
+  there is budget and a free sequence slot (`max_num_seqs`); an admitted request starts its
+  prefill in the same step;
+- the step that finishes a prompt also emits the request's first frame (the first sampled
+  token); every later step of it emits one frame;
+- frames become audio chunks as vLLM-Omni's Qwen3-TTS streaming cuts them: a short first chunk
+  (`initial_chunk_frames`), then `chunk_frames` each, the rest as the final chunk.
+
+The gate is a callable consulted at every step that has requests waiting; while it returns
+True the step admits nothing (running work continues), as `EdgemonScheduler` does with
+`ThrottleGate.should_throttle_prefills`. A step with nothing to run returns None: the caller
+waits for the next arrival, or a short poll when everything is held (no busy spinning).
+
+Each chunk carries an `eta_ms` hint: the frames until the next chunk times the engine's
+running estimate of its step time (an EWMA). A server could send this along with the audio;
+the players pass it on to the Reporter (SPEC §1 `eta_ms`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from edgemon.simulate.profiles import Profile
+    from edgemon.simulate.workload import Request
+
+STEP_EWMA_ALPHA = 0.2
+"""Weight of the newest step in the engine's step-time estimate."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """An audio chunk of a request, complete at `t_ms` (the end of the step that made it)."""
+
+    request: str
+    seq: int
+    frames: int
+    audio_ms: float
+    final: bool
+    t_ms: float
+    eta_ms: float | None
+    """Expected time until the next chunk (None on the final chunk)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One scheduler step that starts at `t_ms` and lasts `ms`."""
+
+    t_ms: float
+    ms: float
+    prefill_tokens: int
+    decode_seqs: int
+    admitted: tuple[str, ...]
+    held: bool
+    """The gate said throttle while requests were waiting: none was admitted."""
+    chunks: tuple[Chunk, ...]
+    finished: tuple[str, ...]
+
+    @property
+    def end_ms(self) -> float:
+        """When the step ends and its chunks are complete."""
+        return self.t_ms + self.ms
+
+
+class Frames:
+    """Counts one request's codec frames and cuts them into audio chunks as they come."""
+
+    __slots__ = ("chunks", "emitted", "pending", "profile", "request", "total")
+
+    def __init__(self, profile: Profile, request: str, total: int) -> None:
+        self.profile = profile
+        self.request = request
+        self.total = total
+        self.emitted = 0
+        self.pending = 0
+        self.chunks = 0
+
+    @property
+    def done(self) -> bool:
+        """Every frame of the request was emitted."""
+        return self.emitted >= self.total
+
+    def add(self, end_ms: float, step_estimate_ms: float) -> Chunk | None:
+        """Count one frame made by a step ending at `end_ms`; the chunk it completes, if any."""
+        profile = self.profile
+        self.emitted += 1
+        self.pending += 1
+        final = self.emitted >= self.total
+        size = profile.chunk_frames
+        if self.chunks == 0 and profile.initial_chunk_frames > 0:
+            size = profile.initial_chunk_frames
+        if not final and self.pending < size:
+            return None
+        frames, self.pending = self.pending, 0
+        seq = self.chunks
+        self.chunks += 1
+        eta = None
+        if not final:
+            eta = min(profile.chunk_frames, self.total - self.emitted) * step_estimate_ms
+        return Chunk(
+            request=self.request,
+            seq=seq,
+            frames=frames,
+            audio_ms=frames * profile.frame_ms,
+            final=final,
+            t_ms=end_ms,
+            eta_ms=eta,
+        )
+
+
+class _Running:
+    """A request in the running set: its prefill progress and its frames."""
+
+    __slots__ = ("frames", "prefilled", "request")
+
+    def __init__(self, request: Request, profile: Profile) -> None:
+        self.request = request
+        self.prefilled = 0
+        self.frames = Frames(profile, request.id, request.frames)
+
+
+class TtsEngine:
+    """The simulated engine of one box; see the module docstring."""
+
+    __slots__ = ("_gate", "_running", "_waiting", "profile", "step_estimate_ms")
+
+    def __init__(self, profile: Profile, *, gate: Callable[[], bool] | None = None) -> None:
+        self.profile = profile
+        self._gate = gate
+        self._waiting: deque[Request] = deque()
+        self._running: list[_Running] = []
+        #: The engine's running estimate of a step's duration (for the `eta_ms` hints).
+        self.step_estimate_ms = profile.step.step_ms(0, 1)
+
+    @property
+    def waiting(self) -> int:
+        """Requests not yet admitted."""
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        """Requests admitted and not finished."""
+        return len(self._running)
+
+    def submit(self, request: Request) -> None:
+        """Queue a request (it waits for admission in arrival order)."""
+        self._waiting.append(request)
+
+    def step(self, now_ms: float) -> Step | None:
+        """Plan and account one step starting at `now_ms`; None when there is nothing to run."""
+        profile = self.profile
+        budget = profile.max_num_batched_tokens
+        prefill_tokens = decode_seqs = 0
+        framed: list[_Running] = []
+        for run in self._running:
+            if budget <= 0:
+                break
+            remaining = run.request.prompt_tokens - run.prefilled
+            if remaining > 0:
+                take = min(remaining, budget)
+                run.prefilled += take
+                prefill_tokens += take
+                budget -= take
+                if take == remaining:
+                    framed.append(run)
+            else:
+                decode_seqs += 1
+                budget -= 1
+                framed.append(run)
+        held = bool(self._waiting) and self._gate is not None and self._gate()
+        admitted: list[str] = []
+        if not held:
+            while self._waiting and budget > 0 and len(self._running) < profile.max_num_seqs:
+                run = _Running(self._waiting.popleft(), profile)
+                take = min(run.request.prompt_tokens, budget)
+                run.prefilled = take
+                prefill_tokens += take
+                budget -= take
+                self._running.append(run)
+                admitted.append(run.request.id)
+                if take == run.request.prompt_tokens:
+                    framed.append(run)
+        if prefill_tokens == 0 and decode_seqs == 0:
+            return None
+        ms = profile.step.step_ms(prefill_tokens, decode_seqs)
+        self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
+        end_ms = now_ms + ms
+        estimate = self.step_estimate_ms
+        chunks = [c for run in framed if (c := run.frames.add(end_ms, estimate)) is not None]
+        finished = tuple(run.request.id for run in framed if run.frames.done)
+        if finished:
+            self._running = [run for run in self._running if not run.frames.done]
+        return Step(
+            t_ms=now_ms,
+            ms=ms,
+            prefill_tokens=prefill_tokens,
+            decode_seqs=decode_seqs,
+            admitted=tuple(admitted),
+            held=held,
+            chunks=tuple(chunks),
+            finished=finished,
+        )

@@ -1,0 +1,254 @@
+"""The whole loop on a virtual clock: engine, network, players, edgemon's monitor, the gate.
+
+Pure and deterministic, for tests and for choosing loads: a run of minutes takes a fraction of
+a second. It drives the same parts the demo and the benchmark run in real time, except the two
+ends that need a broker: what a `Reporter` would publish is handed to edgemon's `Monitor`
+after `report_latency_ms`, and edgemon's throttle changes reach a `HoldGate` (the
+`ThrottleGate` rules: throttle only while edgemon says so and the hold is younger than
+`max_hold_ms`, then one admission step goes through) after `gate_latency_ms`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from edgemon.engine import EngineConfig
+from edgemon.engine.outputs import ThrottleChanged
+from edgemon.monitor import Monitor
+from edgemon.simulate.engine import TtsEngine
+from edgemon.simulate.players import Delivery, Player, Score, score
+from edgemon.simulate.workload import Arrivals
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from edgemon.engine.outputs import Output
+    from edgemon.simulate.engine import Chunk
+    from edgemon.simulate.profiles import Profile
+
+DEVICE = "box"
+TOPIC = f"edgemon/v1/{DEVICE}/events"
+IDLE_POLL_MS = 5.0
+"""How often an engine with everything held asks the gate again."""
+
+
+class HoldGate:
+    """The ThrottleGate's decision rule on an injected clock (milliseconds)."""
+
+    __slots__ = ("_since", "held_ms", "holds", "max_hold_ms", "throttle")
+
+    def __init__(self, max_hold_ms: float) -> None:
+        self.max_hold_ms = max_hold_ms
+        self.throttle = False
+        self.holds = 0
+        self.held_ms = 0.0
+        self._since: float | None = None
+
+    def set(self, throttle: bool, now_ms: float) -> None:
+        """edgemon's throttle object changed (as seen at `now_ms`)."""
+        self.throttle = throttle
+        if not throttle:
+            self._end(now_ms)
+
+    def should_throttle(self, now_ms: float) -> bool:
+        """True while throttled and the current hold is younger than `max_hold_ms`."""
+        if not self.throttle:
+            return False
+        if self._since is None:
+            self._since = now_ms
+            self.holds += 1
+        if now_ms - self._since >= self.max_hold_ms:
+            self._end(now_ms)  # one step goes through; the next call starts a new hold
+            return False
+        return True
+
+    def _end(self, now_ms: float) -> None:
+        if self._since is not None:
+            self.held_ms += now_ms - self._since
+            self._since = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopResult:
+    """A virtual run: what the players heard and how much edgemon throttled."""
+
+    score: Score
+    throttle_share: float
+    """Share of the run edgemon's throttle was on."""
+    holds: int
+    steps: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopPlan:
+    """One virtual run."""
+
+    profile: Profile
+    rate_rps: float
+    seed: int
+    duration_ms: float
+    gated: bool
+    margin_ms: float | None = None
+    max_hold_ms: float = 2000.0
+    eta_hints: bool = True
+    report_latency_ms: float = 6.0
+    gate_latency_ms: float = 3.0
+
+
+def run_loop(plan: LoopPlan) -> LoopResult:
+    """Run `plan` to its end; players are scored at `duration_ms`."""
+    return _VirtualLoop(plan).run()
+
+
+class _VirtualLoop:
+    """One run's state: a time-ordered queue of what happens next, handled kind by kind."""
+
+    __slots__ = (
+        "arrivals",
+        "delivery",
+        "engine",
+        "gate",
+        "margin_ms",
+        "monitor",
+        "now",
+        "order",
+        "plan",
+        "players",
+        "queue",
+        "requests",
+        "steps",
+        "throttle_since",
+        "throttled_ms",
+    )
+
+    def __init__(self, plan: LoopPlan) -> None:
+        profile = plan.profile
+        self.plan = plan
+        self.margin_ms = profile.margin_ms if plan.margin_ms is None else plan.margin_ms
+        self.now = 0.0
+        self.gate = HoldGate(plan.max_hold_ms)
+        gate: Callable[[], bool] | None = (
+            (lambda: self.gate.should_throttle(self.now)) if plan.gated else None
+        )
+        self.engine = TtsEngine(profile, gate=gate)
+        self.arrivals = Arrivals(plan.rate_rps, profile.workload, seed=plan.seed)
+        self.delivery = Delivery(profile.network_ms, profile.network_jitter_ms, plan.seed)
+        self.monitor = Monitor(EngineConfig())
+        self.players: dict[str, Player] = {}
+        self.queue: list[tuple[float, int, str, Any]] = []
+        self.order = itertools.count()
+        self.throttle_since: float | None = None
+        self.throttled_ms = 0.0
+        self.steps = 0
+        self.requests = 0
+
+    def run(self) -> LoopResult:
+        plan = self.plan
+        handlers: dict[str, Callable[[Any], None]] = {
+            "engine": self._engine,
+            "chunk": self._chunk,
+            "message": self._message,
+            "timer": self._timer,
+            "gate": self._gate,
+        }
+        self._at(0.0, "engine")
+        while self.queue:
+            t, _, kind, value = heapq.heappop(self.queue)
+            if t > plan.duration_ms:
+                break
+            self.now = t
+            handlers[kind](value)
+        if self.throttle_since is not None:
+            self.throttled_ms += plan.duration_ms - self.throttle_since
+        return LoopResult(
+            score=score(self.players.values(), plan.duration_ms, requests=self.requests),
+            throttle_share=self.throttled_ms / plan.duration_ms,
+            holds=self.gate.holds,
+            steps=self.steps,
+        )
+
+    def _at(self, t: float, kind: str, value: Any = None) -> None:
+        heapq.heappush(self.queue, (t, next(self.order), kind, value))
+
+    def _engine(self, _: Any) -> None:
+        t, engine = self.now, self.engine
+        for request in self.arrivals.due(t):
+            self.requests += 1
+            self.players[request.id] = Player(request.id, request.arrival_ms)
+            engine.submit(request)
+        step = engine.step(t)
+        if step is None:
+            self._at(t + IDLE_POLL_MS if engine.waiting else self.arrivals.next_ms, "engine")
+            return
+        self.steps += 1
+        for chunk in step.chunks:
+            self._at(self.delivery.arrival_ms(chunk), "chunk", chunk)
+        self._at(step.end_ms, "engine")
+
+    def _chunk(self, chunk: Chunk) -> None:
+        player = self.players[chunk.request]
+        player.receive(chunk, self.now)
+        body = json.dumps(self._report(player, chunk)).encode()
+        self._at(self.now + self.plan.report_latency_ms, "message", body)
+
+    def _report(self, player: Player, chunk: Chunk) -> list[dict[str, Any]]:
+        """The batch a Reporter would publish for this arrival."""
+        t = self.now
+        events: list[dict[str, Any]] = []
+        if chunk.seq == 0:
+            events.append(
+                {
+                    "type": "start",
+                    "stream": player.stream,
+                    "t_ms": t,
+                    "play_start_ms": player.start_ms,
+                    "margin_ms": self.margin_ms,
+                }
+            )
+        event: dict[str, Any] = {
+            "type": "chunk",
+            "stream": player.stream,
+            "t_ms": t,
+            "seq": chunk.seq,
+            "audio_ms": chunk.audio_ms,
+            "audio_total_ms": player.audio_ms,
+        }
+        if chunk.final:
+            event["final"] = True
+        elif self.plan.eta_hints and chunk.eta_ms is not None:
+            event["eta_ms"] = chunk.eta_ms
+        events.append(event)
+        return events
+
+    def _message(self, body: bytes) -> None:
+        out: list[Output] = []
+        self.monitor.receive(TOPIC, body, self.now, out)
+        self.monitor.advance(self.now, out)
+        self._outputs(out)
+
+    def _timer(self, _: Any) -> None:
+        out: list[Output] = []
+        self.monitor.advance(self.now, out)
+        self._outputs(out)
+
+    def _outputs(self, out: list[Output]) -> None:
+        for output in out:
+            if isinstance(output, ThrottleChanged):
+                self._at(self.now + self.plan.gate_latency_ms, "gate", output.active)
+        deadline = self.monitor.next_deadline()
+        if deadline is not None:
+            self._at(max(deadline, self.now), "timer")
+
+    def _gate(self, throttle: bool) -> None:
+        """A throttle change reaches the engine's gate."""
+        t = self.now
+        self.gate.set(throttle, t)
+        if throttle and self.throttle_since is None:
+            self.throttle_since = t
+        elif not throttle and self.throttle_since is not None:
+            self.throttled_ms += t - self.throttle_since
+            self.throttle_since = None

@@ -1,0 +1,170 @@
+"""Players: when each stream's chunks arrive, when playback starts, and what underran.
+
+Pure. A `Player` is told each chunk's arrival on its own clock and keeps the score the way the
+listener would (player model `conceal`, SPEC §2.2: slack = Σ audio − (t − start); audio that
+is missing is concealed and the player clock runs on), independently of edgemon: the
+benchmark's underrun figures come from here, never from the monitor it is judging.
+
+Playback does not start at the first chunk: a short first chunk would run dry long before the
+second one is decoded. The player starts `max(0, eta − first audio) + cushion` after the first
+chunk arrives, the least prebuffer that covers the announced wait for the second chunk, plus a
+cushion (which should exceed edgemon's margin, or every new stream starts at risk).
+
+`Delivery` models the network between engine and players: a seeded delay per chunk that never
+reorders a stream's chunks.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from edgemon.simulate.engine import Chunk
+
+PLAYER_CUSHION_MS = 200.0
+"""Prebuffer a player keeps beyond the announced wait for the second chunk."""
+
+
+@dataclass(slots=True)
+class Player:
+    """One stream's player; times are milliseconds on the player's clock."""
+
+    stream: str
+    requested_ms: float
+    cushion_ms: float = PLAYER_CUSHION_MS
+    first_ms: float | None = None
+    start_ms: float | None = None
+    audio_ms: float = 0.0
+    last_ms: float = 0.0
+    chunks: int = 0
+    final: bool = False
+    underruns: int = 0
+    underrun_ms: float = 0.0
+    in_underrun: bool = False
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        """Time to first audio: request to the first chunk's arrival."""
+        return None if self.first_ms is None else self.first_ms - self.requested_ms
+
+    def receive(self, chunk: Chunk, t_ms: float) -> None:
+        """The chunk arrived at `t_ms`."""
+        if self.final:
+            raise ValueError(f"{self.stream}: a chunk after the final one")
+        if self.start_ms is None:
+            self.first_ms = t_ms
+            wait = 0.0 if chunk.eta_ms is None else max(0.0, chunk.eta_ms - chunk.audio_ms)
+            self.start_ms = t_ms + wait + self.cushion_ms
+        else:
+            self._run_dry_until(t_ms)
+        self.audio_ms += chunk.audio_ms
+        self.last_ms = t_ms
+        self.chunks += 1
+        self.final = chunk.final
+        if self.in_underrun and self.slack_ms(t_ms) > 0:
+            self.in_underrun = False
+
+    def slack_ms(self, t_ms: float) -> float:
+        """Audio buffered ahead of the player at `t_ms` (negative: concealed audio)."""
+        if self.start_ms is None:
+            return 0.0
+        return self.audio_ms - max(0.0, t_ms - self.start_ms)
+
+    def settle(self, t_ms: float) -> None:
+        """Account underrun time up to `t_ms` (the end of a run) without a chunk arriving."""
+        if self.start_ms is not None and not self.final:
+            self._run_dry_until(t_ms)
+            self.last_ms = max(self.last_ms, t_ms)
+
+    def played_ms(self, t_ms: float) -> float:
+        """How long the stream has been playing by `t_ms` (its stream time)."""
+        if self.start_ms is None or t_ms <= self.start_ms:
+            return 0.0
+        end = self.start_ms + self.audio_ms if self.final else t_ms
+        return max(0.0, min(t_ms, end) - self.start_ms)
+
+    def _run_dry_until(self, t_ms: float) -> None:
+        assert self.start_ms is not None
+        dry_at = self.start_ms + self.audio_ms
+        if t_ms > dry_at:
+            self.underrun_ms += t_ms - max(dry_at, self.last_ms)
+            if not self.in_underrun:
+                self.underruns += 1
+                self.in_underrun = True
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The `q`-quantile (0–1) by linear interpolation; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Score:
+    """What the players of a run heard, computed on their own clocks."""
+
+    requests: int
+    streams: int
+    completed: int
+    stream_minutes: float
+    underruns: int
+    underrun_s: float
+    ttfa_p50_ms: float | None
+    ttfa_p99_ms: float | None
+
+    @property
+    def underruns_per_stream_minute(self) -> float:
+        """Underruns per minute of stream playback."""
+        return self.underruns / self.stream_minutes if self.stream_minutes else 0.0
+
+
+def score(players: Iterable[Player], end_ms: float, *, requests: int | None = None) -> Score:
+    """Settle every player at `end_ms` and add up what they heard."""
+    listed = list(players)
+    for player in listed:
+        player.settle(end_ms)
+    ttfa = [p.ttfa_ms for p in listed if p.ttfa_ms is not None]
+    return Score(
+        requests=len(listed) if requests is None else requests,
+        streams=len(ttfa),
+        completed=sum(p.final for p in listed),
+        stream_minutes=sum(p.played_ms(end_ms) for p in listed) / 60_000.0,
+        underruns=sum(p.underruns for p in listed),
+        underrun_s=sum(p.underrun_ms for p in listed) / 1000.0,
+        ttfa_p50_ms=percentile(ttfa, 0.5),
+        ttfa_p99_ms=percentile(ttfa, 0.99),
+    )
+
+
+@dataclass(slots=True)
+class Delivery:
+    """Network delay from engine to players: `median + Exp(jitter)`, never reordering a stream."""
+
+    median_ms: float
+    jitter_ms: float
+    seed: int
+    _rng: random.Random = field(init=False, repr=False)
+    _last: dict[str, float] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(f"network/{self.seed}")  # noqa: S311 - a simulation
+
+    def arrival_ms(self, chunk: Chunk) -> float:
+        """When `chunk` reaches its player."""
+        jitter = self._rng.expovariate(1.0 / self.jitter_ms) if self.jitter_ms > 0 else 0.0
+        t = max(chunk.t_ms + self.median_ms + jitter, self._last.get(chunk.request, 0.0))
+        if chunk.final:
+            self._last.pop(chunk.request, None)
+        else:
+            self._last[chunk.request] = t
+        return t

@@ -1,0 +1,150 @@
+"""Hardware profiles for the simulated TTS engine: what one scheduler step costs, and the load.
+
+The step-time model is linear in the work a step batches:
+
+    step_ms = base_ms + per_prefill_token_ms × prefill tokens + per_decode_seq_ms × decode seqs
+
+`base_ms` is the fixed cost of a forward pass (weights read once per step: a decode step is
+memory-bound), `per_decode_seq_ms` what each further decoding sequence adds (its KV reads and
+its share of the code predictor), `per_prefill_token_ms` what each prompt token of a prefill
+chunk adds (compute-bound). Each decoding sequence emits one codec frame per step; Qwen3-TTS's
+codec runs at 12.5 Hz, so a frame is 80 ms of audio and a stream keeps up with its player only
+while steps take less than 80 ms.
+
+**The constants are estimates, not measurements on the named hardware.** They are derived
+from public specifications and rules of thumb (bandwidth-bound decode, compute-bound prefill)
+and stated with their derivation in each profile's `source`, so that anyone with the box can
+replace them by measured ones. What matters for the closed-loop question is their ratios:
+how expensive a prefill is next to a decode step, and how close the box runs to real time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+FRAME_MS = 80.0
+"""Audio of one codec frame (Qwen3-TTS 12 Hz tokenizer: 12.5 frames per second)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepModel:
+    """What one scheduler step costs in milliseconds, given the work it batches."""
+
+    base_ms: float
+    per_prefill_token_ms: float
+    per_decode_seq_ms: float
+
+    def __post_init__(self) -> None:
+        for name in ("base_ms", "per_prefill_token_ms", "per_decode_seq_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number ≥ 0")
+
+    def step_ms(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """The duration of a step with `prefill_tokens` prompt tokens and `decode_seqs` decodes."""
+        return (
+            self.base_ms
+            + self.per_prefill_token_ms * prefill_tokens
+            + self.per_decode_seq_ms * decode_seqs
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """The requests a box serves: Poisson arrivals, log-normal prompt lengths and audio lengths.
+
+    Prompt tokens of a TTS request are its text plus, for voice cloning, the reference audio's
+    codes (12.5 per second of reference): a few hundred tokens, sometimes well over a thousand.
+    """
+
+    prompt_median_tokens: float = 300.0
+    prompt_sigma: float = 0.6
+    prompt_max_tokens: int = 2048
+    audio_median_s: float = 7.0
+    audio_sigma: float = 0.5
+    audio_max_s: float = 30.0
+
+    def mean_prompt_tokens(self) -> float:
+        """Mean prompt length (log-normal mean; the clip at the maximum is ignored)."""
+        return self.prompt_median_tokens * math.exp(self.prompt_sigma**2 / 2)
+
+    def mean_frames(self, frame_ms: float = FRAME_MS) -> float:
+        """Mean codec frames per request (log-normal mean; the clip is ignored)."""
+        return self.audio_median_s * 1000.0 / frame_ms * math.exp(self.audio_sigma**2 / 2)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """A box: its step-time model, scheduler limits, codec chunking and network to players."""
+
+    name: str
+    title: str
+    source: str
+    step: StepModel
+    margin_ms: float
+    """The margin players ask edgemon for on this box (SPEC §2.4 margins per hardware class)."""
+    hardware_class: str
+    frame_ms: float = FRAME_MS
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 512
+    """Chunked prefill: the token budget of one step (decodes count one token each)."""
+    initial_chunk_frames: int = 5
+    """Frames of a stream's first audio chunk (vLLM-Omni's `initial_codec_chunk_frames`)."""
+    chunk_frames: int = 25
+    """Frames of every later chunk (vLLM-Omni's `codec_chunk_frames`: 25 frames = 2 s)."""
+    network_ms: float = 15.0
+    """One-way delay from the engine to a player (median)."""
+    network_jitter_ms: float = 10.0
+    """Extra delay, exponentially distributed with this mean."""
+    workload: Workload = Workload()
+
+    def capacity_rps(self) -> float:
+        """Arrival rate at which steps average one frame's duration: beyond it streams fall behind.
+
+        In steady state with rate λ (per ms) a step of length s carries λ·P·s prefill tokens and
+        n = λ·F·s decoding sequences (Little's law), so s = base / (1 − λ(P·c_p + F·c_d)).
+        Setting s = frame_ms gives λ. A first-order estimate: it ignores chunk boundaries,
+        batch limits and the variance that makes the real knee softer.
+        """
+        p = self.workload.mean_prompt_tokens()
+        f = self.workload.mean_frames(self.frame_ms)
+        per_request_ms = p * self.step.per_prefill_token_ms + f * self.step.per_decode_seq_ms
+        spare = 1.0 - self.step.base_ms / self.frame_ms
+        return max(0.0, spare) / per_request_ms * 1000.0
+
+
+JETSON = Profile(
+    name="jetson",
+    title="Qwen3-TTS 1.7B talker on a Jetson AGX Orin-class box (estimates)",
+    source=(
+        "base 30 ms: the talker's 1.7 B bf16 weights (3.4 GB) read once per step at the Orin's "
+        "204.8 GB/s is 17 ms at full bandwidth; the 15-codebook code predictor runs after it "
+        "each step, so ~30 ms. per decode seq 4 ms: KV reads plus that sequence's code-predictor "
+        "work. per prefill token 0.2 ms: 2 × 1.7 GFLOP per token at ~17 TFLOPS achieved bf16. "
+        "Margin 80 ms: the jetson class of SPEC §2.4."
+    ),
+    step=StepModel(base_ms=30.0, per_prefill_token_ms=0.2, per_decode_seq_ms=4.0),
+    margin_ms=80.0,
+    hardware_class="jetson",
+    max_num_seqs=16,
+    max_num_batched_tokens=512,
+)
+
+X86_GPU = Profile(
+    name="x86-gpu",
+    title="Qwen3-TTS 1.7B talker on an x86 box with a discrete GPU (RTX 4090 class, estimates)",
+    source=(
+        "base 12 ms: 3.4 GB of weights at ~1 TB/s is 3.4 ms, plus the code predictor's 15 "
+        "small sequential passes and launch overheads. per decode seq 1 ms. per prefill token "
+        "0.04 ms: 3.4 GFLOP per token at ~85 TFLOPS achieved bf16. Margin 50 ms: the cuda "
+        "class of SPEC §2.4."
+    ),
+    step=StepModel(base_ms=12.0, per_prefill_token_ms=0.04, per_decode_seq_ms=1.0),
+    margin_ms=50.0,
+    hardware_class="cuda",
+    max_num_seqs=64,
+    max_num_batched_tokens=1024,
+)
+
+PROFILES: dict[str, Profile] = {profile.name: profile for profile in (JETSON, X86_GPU)}

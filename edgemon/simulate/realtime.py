@@ -1,0 +1,196 @@
+"""A simulated box in real time: engine steps take their modelled time, players report.
+
+`Box.run()` is the asyncio driver the demo and the benchmark share. Requests arrive on the
+wall clock (`Arrivals` offsets from the run's start); the engine steps, and the driver sleeps
+each step's modelled duration; every chunk reaches its player after the network delay, and the
+player hands it to its reporter (a real `edgemon.client.Reporter` in the demo and benchmark)
+at that instant, so `t_ms` is stamped on the player's clock. Which engine runs, and whether it
+obeys a gate, is the caller's choice: anything with `submit`/`step`/`waiting`/`running`.
+
+Each stream is reported as the loop expects it: `start` when its first chunk arrives (with the
+`play_start_ms` the player chose and the margin it asks for), a `chunk` per arrival with the
+engine's `eta_ms` hint, `final` on the last; at the end of a run every unfinished stream is
+ended as `cancelled`, and the players are scored at that instant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from edgemon.simulate.players import Delivery, Player, Score, score
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from edgemon.simulate.engine import Chunk, Step
+    from edgemon.simulate.workload import Arrivals, Request
+
+IDLE_POLL_S = 0.005
+"""How often an engine with everything held asks its gate again."""
+
+
+class Engine(Protocol):
+    """What the driver needs of an engine (`TtsEngine`, or vLLM's scheduler in a wrapper)."""
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def running(self) -> int: ...
+
+    def submit(self, request: Request) -> None: ...
+
+    def step(self, now_ms: float) -> Step | None: ...
+
+
+class Reporting(Protocol):
+    """The part of `edgemon.client.Reporter` a player uses."""
+
+    def start(
+        self,
+        stream: str,
+        *,
+        play_start_ms: float | None = None,
+        margin_ms: float | None = None,
+        player: str | None = None,
+    ) -> None: ...
+
+    def chunk(
+        self,
+        stream: str,
+        *,
+        audio_ms: float | None = None,
+        eta_ms: float | None = None,
+        final: bool = False,
+    ) -> None: ...
+
+    def end(self, stream: str, reason: str = "completed") -> None: ...
+
+
+def wall_ms() -> float:
+    """The players' and engine's clock: Unix epoch milliseconds."""
+    return time.time() * 1000.0
+
+
+@dataclass(slots=True)
+class BoxStatus:
+    """What the engine is doing now, for a live view."""
+
+    held: bool = False
+    """The last step (or idle poll) was held by the gate with requests waiting."""
+    waiting: int = 0
+    running: int = 0
+    steps: int = 0
+    held_steps: int = 0
+    requests: int = 0
+    last_step_ms: float = 0.0
+    max_lag_ms: float = 0.0
+    """The latest a step began after its predecessor's modelled end: how far the driver fell
+    behind the model (a loaded machine, a blocked event loop). Steps of a run are only as
+    long as modelled while this stays small."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Box:
+    """One simulated box: an engine, its request stream, its players and their reporter."""
+
+    device: str
+    engine: Engine
+    arrivals: Arrivals
+    delivery: Delivery
+    reporter: Reporting | None
+    margin_ms: float | None = None
+    eta_hints: bool = True
+    clock: Callable[[], float] = wall_ms
+    players: dict[str, Player] = field(default_factory=dict)
+    status: BoxStatus = field(default_factory=BoxStatus)
+    origin_ms: float = 0.0
+    end_ms: float = 0.0
+
+    async def run(
+        self,
+        duration_s: float,
+        stop: asyncio.Event | None = None,
+        *,
+        origin_ms: float | None = None,
+    ) -> Score:
+        """Serve requests for `duration_s` (or until `stop`), then score the players.
+
+        Requests arrive at `origin_ms` (default: now) plus their offsets; boxes given one
+        origin see the same requests up to the same end, every request due by then counted.
+        """
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.origin_ms = origin = self.clock() if origin_ms is None else origin_ms
+        end = origin + duration_s * 1000.0
+        engine, status = self.engine, self.status
+        while not stop.is_set():
+            now = self.clock()
+            if now >= end:
+                break
+            for request in self.arrivals.due(now - origin):
+                self._arrive(request, origin)
+            step = engine.step(now)
+            status.waiting, status.running = engine.waiting, engine.running
+            if step is None:
+                status.held = engine.waiting > 0
+                wait_ms = IDLE_POLL_S * 1000.0 if engine.waiting else self._until_next(now)
+                await _sleep_or_stop(stop, min(wait_ms, end - now) / 1000.0)
+                continue
+            status.steps += 1
+            status.held = step.held
+            status.held_steps += step.held
+            status.last_step_ms = step.ms
+            for chunk in step.chunks:
+                delay = self.delivery.arrival_ms(chunk) - now
+                loop.call_later(delay / 1000.0, self._deliver, chunk)
+            await _sleep_or_stop(stop, max(0.0, step.end_ms - self.clock()) / 1000.0)
+            status.max_lag_ms = max(status.max_lag_ms, self.clock() - step.end_ms)
+        for request in self.arrivals.due(min(self.clock(), end) - origin):
+            self._arrive(request, origin)  # arrived by the end, never served
+        return self.finish()
+
+    def finish(self) -> Score:
+        """End every unfinished stream as cancelled; score the players now."""
+        self.end_ms = now = self.clock()
+        if self.reporter is not None:
+            for player in self.players.values():
+                if player.chunks and not player.final:
+                    self.reporter.end(player.stream, "cancelled")
+        return score(self.players.values(), now, requests=self.status.requests)
+
+    def _until_next(self, now: float) -> float:
+        return max(0.0, self.origin_ms + self.arrivals.next_ms - now)
+
+    def _arrive(self, request: Request, origin: float) -> None:
+        self.status.requests += 1
+        self.players[request.id] = Player(request.id, origin + request.arrival_ms)
+        self.engine.submit(request)
+
+    def _deliver(self, chunk: Chunk) -> None:
+        """The chunk reaches its player now (after the run ended: dropped, nobody listens)."""
+        if self.end_ms:
+            return
+        player = self.players[chunk.request]
+        first = player.chunks == 0
+        player.receive(chunk, self.clock())
+        reporter = self.reporter
+        if reporter is None:
+            return
+        if first:
+            reporter.start(player.stream, play_start_ms=player.start_ms, margin_ms=self.margin_ms)
+        eta = chunk.eta_ms if self.eta_hints and not chunk.final else None
+        reporter.chunk(player.stream, audio_ms=chunk.audio_ms, eta_ms=eta, final=chunk.final)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    if seconds <= 0:
+        await asyncio.sleep(0)
+        return
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return
