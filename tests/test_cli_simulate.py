@@ -14,6 +14,8 @@ import pytest
 
 from edgemon.cli.main import main
 
+from mqtt_probe import Probe
+
 
 def _simulate(*args: str) -> list[str]:
     return [sys.executable, "-m", "edgemon", "simulate", *args]
@@ -46,11 +48,16 @@ def test_sigterm_stops_cleanly(mosquitto_broker: tuple[str, int]) -> None:
     """Without `--duration` it runs until SIGTERM, then cancels open streams, prints the
     summary and exits 0."""
     host, port = mosquitto_broker
+    probe = Probe(host, port, "edgemon/v1/+/events")
     process = subprocess.Popen(
         _simulate(f"--broker=mqtt://{host}:{port}", "--seed=1"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(1.0)
+    try:
+        # Signal once it is publishing (a loaded machine takes over a second to start it).
+        assert probe.wait_for(bool, timeout=30), "the simulator published nothing"
+    finally:
+        probe.close()
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=10)
     assert process.returncode == 0, stderr
