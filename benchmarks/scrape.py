@@ -130,9 +130,13 @@ def load_fleet(mqtt: Mqtt) -> None:
     for d in range(DEVICES):
         events = [
             {
-                "type": "chunk", "stream": f"s{s}", "t_ms": round(now, 3), "seq": 0,
-                "audio_ms": 600_000.0, "eta_ms": 3_600_000.0 if s % 10 == 0 else 1000.0,
-            }  # fmt: skip
+                "type": "chunk",
+                "stream": f"s{s}",
+                "t_ms": round(now, 3),
+                "seq": 0,
+                "audio_ms": 600_000.0,
+                "eta_ms": 3_600_000.0 if s % 10 == 0 else 1000.0,
+            }
             for s in range(STREAMS_PER_DEVICE)
         ]
         mqtt.publish(f"{PREFIX}/fleet-{d:03d}/events", dumps(events))
@@ -277,11 +281,13 @@ def lateness_histogram(base: str) -> str:
     buckets = samples(text, "edgemon_deadline_lateness_seconds_bucket")
     if not buckets:
         return "  edgemon_deadline_lateness_seconds: not exported"
-    cells = ", ".join(f"{labels.split('=')[1].strip(chr(34))}: {n:.0f}" for labels, n in buckets.items())
+    cells = ", ".join(
+        f"{labels.split('=')[1].strip(chr(34))}: {n:.0f}" for labels, n in buckets.items()
+    )
     return f"  edgemon_deadline_lateness_seconds buckets (le: count) {cells}"
 
 
-def main() -> None:  # noqa: PLR0915
+def main() -> None:
     """Measure and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer scrapes and probes")

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from edgemon.engine.stream import Stream
     from edgemon.monitor import Monitor
 
-__all__ = ["ConnectionState", "EdgemonCollector", "build_registry"]
+__all__ = ["ConnectionState", "DeadlineLatenessCollector", "EdgemonCollector", "build_registry"]
 
 _MS = 1000.0
 _INF = float("inf")
@@ -306,6 +306,32 @@ class EdgemonCollector:
             f.kv_max_num_seqs.add_metric(labels, kv.max_num_seqs)
         if kv.admission_ok is not None:
             f.kv_admission_ok.add_metric(labels, 1.0 if kv.admission_ok else 0.0)
+
+
+class DeadlineLatenessCollector:
+    """`edgemon_deadline_lateness_seconds`: how late the deadline task fired (SPEC §5).
+
+    `histogram` is the scheduler's (milliseconds), read at each scrape.
+    """
+
+    __slots__ = ("_histogram",)
+
+    def __init__(self, histogram: Histogram) -> None:
+        self._histogram = histogram
+
+    def collect(self) -> Iterator[Metric]:
+        """The histogram now."""
+        family = HistogramMetricFamily(
+            "edgemon_deadline_lateness_seconds",
+            "How late the deadline task fired each transition.",
+            labels=(),
+        )
+        histogram = self._histogram
+        buckets = [
+            ("+Inf" if le == _INF else repr(le / _MS), float(n)) for le, n in histogram.cumulative()
+        ]
+        family.add_metric([], buckets, histogram.total / _MS)
+        yield family
 
 
 def build_registry(
