@@ -27,15 +27,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from edgemon.adapters.state import ConnectionState
 from edgemon.engine.stats import FINISH_REASONS
+from edgemon.engine.views import device_view, device_views
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
     from prometheus_client.metrics_core import Metric
 
-    from edgemon.engine.device import Device
     from edgemon.engine.histogram import Histogram
-    from edgemon.engine.stream import Stream
+    from edgemon.engine.views import DeviceView
     from edgemon.monitor import Monitor
 
 __all__ = ["ConnectionState", "DeadlineLatenessCollector", "EdgemonCollector", "build_registry"]
@@ -175,13 +175,6 @@ class _Families:
         return iter(self._all)
 
 
-def _by_headroom(device: Device, now: float) -> list[tuple[float, Stream]]:
-    """The device's live streams with their headroom at `now`, lowest first (ties by id)."""
-    ranked = [(stream.headroom_at(now), stream) for stream in device.live_streams()]
-    ranked.sort(key=lambda pair: (pair[0], pair[1].id))
-    return ranked
-
-
 def _histogram(family: HistogramMetricFamily, device: str, histogram: Histogram) -> None:
     buckets = [
         ("+Inf" if le == _INF else repr(le / _MS), float(n)) for le, n in histogram.cumulative()
@@ -221,12 +214,31 @@ class EdgemonCollector:
         yield from self._global_families()
 
     def collect(self) -> Iterator[Metric]:
-        """Every family, computed now."""
+        """Every family, computed now (all devices at once)."""
         wall_ms = self._wall_clock()
         families = _Families(per_stream=self._per_stream > 0)
-        for device in self._monitor.engine.devices():
-            self._add_device(families, device, device.clock.now(wall_ms))
+        for view in device_views(self._monitor.engine):
+            self._add_device(families, view, view.now(wall_ms))
         yield from families
+        yield from self._daemon_families()
+
+    async def collect_sliced(self, pause: Callable[[], Awaitable[None]]) -> list[Metric]:
+        """Every family, one device at a time with `await pause()` in between.
+
+        For a caller on the event loop that owns the engine: each device is read whole at
+        its own clock's current time, between two messages; between devices the loop runs
+        whatever is due (a deadline waits for one device's reading, not the fleet's).
+        """
+        families = _Families(per_stream=self._per_stream > 0)
+        engine = self._monitor.engine
+        for device_id in [view.id for view in device_views(engine)]:
+            view = device_view(engine, device_id)
+            if view is not None:  # else it was forgotten meanwhile
+                self._add_device(families, view, view.now(self._wall_clock()))
+            await pause()
+        return [*families, *self._daemon_families()]
+
+    def _daemon_families(self) -> Iterator[Metric]:
         messages, connected, reconnects = self._global_families()
         results = self._monitor.results
         for result in (*KNOWN_RESULTS, *sorted(results.keys() - set(KNOWN_RESULTS))):
@@ -248,35 +260,29 @@ class EdgemonCollector:
             CounterMetricFamily("edgemon_mqtt_reconnects_total", "Broker sessions re-established."),
         )
 
-    def _add_device(self, f: _Families, device: Device, now: float) -> None:
+    def _add_device(self, f: _Families, device: DeviceView, now: float) -> None:
         labels = [device.id]
         stats = device.stats
-        ranked = _by_headroom(device, now)
-        f.streams_active.add_metric(labels, len(device.streams))
-        f.streams_at_risk.add_metric(labels, sum(1 for h, s in ranked if h < s.margin))
-        if ranked:
-            f.headroom_min.add_metric(labels, ranked[0][0] / _MS)
-            f.slack_min.add_metric(labels, min(s.slack_at(now) for _, s in ranked) / _MS)
+        live = device.summary(now, self._per_stream)
+        f.streams_active.add_metric(labels, device.stream_count)
+        f.streams_at_risk.add_metric(labels, live.at_risk)
+        if live.min_headroom is not None:
+            f.headroom_min.add_metric(labels, live.min_headroom / _MS)
+        if live.min_slack is not None:
+            f.slack_min.add_metric(labels, live.min_slack / _MS)
         if f.stream_slack is not None and f.stream_headroom is not None:
-            for head, stream in ranked[: self._per_stream]:
-                f.stream_slack.add_metric([device.id, stream.id], stream.slack_at(now) / _MS)
-                f.stream_headroom.add_metric([device.id, stream.id], head / _MS)
+            for stream_id, slack, head in live.lowest:
+                f.stream_slack.add_metric([device.id, stream_id], slack / _MS)
+                f.stream_headroom.add_metric([device.id, stream_id], head / _MS)
         f.margin.add_metric(labels, device.margin / _MS)
         f.throttle_active.add_metric(labels, 1.0 if device.throttle_on else 0.0)
-        f.clock_offset.add_metric(labels, device.clock.offset_ms / _MS)
+        f.clock_offset.add_metric(labels, device.clock_offset_ms / _MS)
         f.last_event.add_metric(labels, device.last_message_wall_ms / _MS)
         self._add_kv(f, device)
 
-        throttle_ms = stats.throttle_ms
-        if device.throttle_on:
-            throttle_ms += max(0.0, now - device.throttle_since)
-        underrun_ms = stats.underrun_ms
-        for stream in device.streams.values():
-            if stream.underrun_since is not None:
-                underrun_ms += max(0.0, now - stream.underrun_since)
         last_throttle, last_underrun = self._high_water.get(device.id, (0.0, 0.0))
-        throttle_s = max(last_throttle, throttle_ms / _MS)
-        underrun_s = max(last_underrun, underrun_ms / _MS)
+        throttle_s = max(last_throttle, device.throttle_ms(now) / _MS)
+        underrun_s = max(last_underrun, device.underrun_ms(now) / _MS)
         self._high_water[device.id] = (throttle_s, underrun_s)
 
         f.engagements.add_metric(labels, stats.throttle_engagements)
@@ -294,9 +300,8 @@ class EdgemonCollector:
         _histogram(f.time_to_first_audio, device.id, stats.time_to_first_audio)
 
     @staticmethod
-    def _add_kv(f: _Families, device: Device) -> None:
-        info = device.engine_info
-        kv = None if info is None else info.kv
+    def _add_kv(f: _Families, device: DeviceView) -> None:
+        kv = device.kv
         if kv is None:
             return
         labels = [device.id]
