@@ -38,7 +38,13 @@ if TYPE_CHECKING:
     from edgemon.engine.views import DeviceView
     from edgemon.monitor import Monitor
 
-__all__ = ["ConnectionState", "DeadlineLatenessCollector", "EdgemonCollector", "build_registry"]
+__all__ = [
+    "ConnectionState",
+    "DeadlineLatenessCollector",
+    "EdgemonCollector",
+    "EdgemonRegistry",
+    "build_registry",
+]
 
 _MS = 1000.0
 _INF = float("inf")
@@ -339,6 +345,27 @@ class DeadlineLatenessCollector:
         yield family
 
 
+class EdgemonRegistry(CollectorRegistry):
+    """A registry whose engine families come first, from `edgemon` (not registered).
+
+    `collect()` reads every device at once, as any registry does; a caller on the event loop
+    uses `edgemon.collect_sliced` and then `collect_others()` instead (`adapters/exposition`).
+    """
+
+    def __init__(self, edgemon: EdgemonCollector) -> None:
+        super().__init__()
+        self.edgemon = edgemon
+
+    def collect(self) -> Iterator[Metric]:
+        """The engine's families, then every registered collector's."""
+        yield from self.edgemon.collect()
+        yield from super().collect()
+
+    def collect_others(self) -> Iterator[Metric]:
+        """The registered collectors' families (build, process, deadline lateness)."""
+        yield from super().collect()
+
+
 def build_registry(
     monitor: Monitor,
     *,
@@ -346,10 +373,9 @@ def build_registry(
     connection: ConnectionState,
     per_stream_series: int,
     version: str,
-) -> CollectorRegistry:
+) -> EdgemonRegistry:
     """A new registry (never the global one) with edgemon's, build and process metrics."""
-    registry = CollectorRegistry()
-    registry.register(
+    registry = EdgemonRegistry(
         EdgemonCollector(
             monitor,
             wall_clock=wall_clock,
