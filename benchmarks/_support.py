@@ -145,14 +145,22 @@ class Edgemon:
     """`python -m edgemon run` as a subprocess, its CPU time, memory and message counts."""
 
     def __init__(
-        self, directory: Path, broker_port: int, *, config: str = "", profile: Path | None = None
+        self,
+        directory: Path,
+        broker_port: int,
+        *,
+        config: str = "",
+        profile: Path | None = None,
+        mqtt: str = "",
+        client_id: str = "edgemon-bench",
     ) -> None:
         """Start it on the broker at 127.0.0.1:`broker_port`, HTTP on a free port, logging
-        warnings only; `config` adds TOML sections; `profile` runs it under cProfile."""
+        warnings only, state in `directory`; `config` adds lines to `[state]` and then TOML
+        sections, `mqtt` lines to `[mqtt]`; `profile` runs it under cProfile."""
         self.http_port = free_port()
         config_path = directory / "edgemon.toml"
         config_path.write_text(
-            f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "edgemon-bench"\n'
+            f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "{client_id}"\n{mqtt}'
             f'[http]\nlisten = "127.0.0.1:{self.http_port}"\n'
             '[log]\nlevel = "warning"\nformat = "json"\n'
             f'[state]\ndir = "{directory}"\n{config}',

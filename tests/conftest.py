@@ -9,12 +9,31 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from structlog.testing import capture_logs
 
 from ports import Servers, accepts, end_process, free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, MutableMapping
     from pathlib import Path
+    from typing import Any
+
+
+# ------------------------------------------------------------------ logs and environment
+@pytest.fixture
+def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """Every line logged through structlog during the test, as a dict (`event`, `log_level`
+    and the fields). Loggers must be made (`structlog.get_logger()`) inside the test."""
+    with capture_logs() as logs:
+        yield logs
+
+
+@pytest.fixture(autouse=True)
+def own_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon started by a test without a state directory falls back to
+    `$XDG_STATE_HOME/edgemon` (SPEC §7): each test gets its own, never the user's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+
 
 # ------------------------------------------------------------------ mosquitto_broker
 _MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
@@ -70,10 +89,11 @@ class MosquittoServer:
     """A Mosquitto on one fixed port that a test can stop and start again (broker loss).
 
     With `persistence`, its database lives in `directory`, so sessions (edgemon's, with what
-    is queued for it) survive a stop and start, as on a real edge box.
+    is queued for it) survive a stop and start, as on a real edge box. `options` are more
+    lines of its config (queue limits, say).
     """
 
-    def __init__(self, directory: Path, *, persistence: bool = False) -> None:
+    def __init__(self, directory: Path, *, persistence: bool = False, options: str = "") -> None:
         self.host = "127.0.0.1"
         self.port = free_port()
         self._conf = directory / "mosquitto-restartable.conf"
@@ -85,7 +105,8 @@ class MosquittoServer:
             else "persistence false\n"
         )
         self._conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{stored}log_dest stderr\n",
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{stored}log_dest stderr\n"
+            + options,
             encoding="utf-8",
         )
         self._log = directory / "mosquitto-restartable.log"

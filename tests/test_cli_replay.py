@@ -50,9 +50,13 @@ def expected(policy: SlackPolicy, sample_ms: float) -> list[dict[str, Any]]:
     return [json.loads(json.dumps(line)) for line in lines]
 
 
-def edgemon_replay(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run `python -m edgemon replay ARGS` without any EDGEMON_* variable in its environment."""
+def edgemon_replay(
+    *args: str, stdin: bytes | None = None, environ: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run `python -m edgemon replay ARGS` without any EDGEMON_* variable in its environment
+    but those of `environ`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMON_")}
+    env.update(environ or {})
     return subprocess.run(
         [sys.executable, "-m", "edgemon", "replay", *args],
         input=stdin if stdin is not None else b"",
@@ -166,6 +170,23 @@ def test_config_file_applies_and_flags_override(trace_file: Path, tmp_path: Path
     )
     assert overridden.returncode == 0, overridden.stderr
     policy = SlackPolicy(player="conceal", default_margin_ms=80, hysteresis_ms=0, min_on_ms=0)
+    assert json_lines(overridden) == expected(policy, 100)
+
+
+def test_the_environment_applies_as_for_run(trace_file: Path) -> None:
+    """The `EDGEMON_<SECTION>__<KEY>` variables that `run` reads apply to replay too (the
+    same settings, so a replay judges as the daemon did); a flag overrides them."""
+    environ = {
+        "EDGEMON_SLACK__PLAYER": "rebuffer",
+        "EDGEMON_SLACK__DEFAULT_MARGIN_MS": "120",
+        "EDGEMON_SLACK__HYSTERESIS_MS": "0",
+        "EDGEMON_SLACK__MIN_ON_MS": "0",
+    }
+    from_environment = edgemon_replay(str(trace_file), environ=environ)
+    assert from_environment.returncode == 0, from_environment.stderr
+    assert json_lines(from_environment) == expected(FLAGGED, 100)
+    overridden = edgemon_replay(str(trace_file), "--margin-ms", "80", environ=environ)
+    policy = SlackPolicy(player="rebuffer", default_margin_ms=80, hysteresis_ms=0, min_on_ms=0)
     assert json_lines(overridden) == expected(policy, 100)
 
 

@@ -168,11 +168,12 @@ async def test_once_with_basic_auth(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_once_unreachable_is_one_line_and_exit_2() -> None:
-    """Nothing listening: `--once` prints one line on stderr naming the URL, exit 2."""
+async def test_once_unreachable_is_one_line_and_exit_1() -> None:
+    """Nothing listening: `--once` prints one line on stderr naming the URL, exit 1 — the
+    code `simulate` gives for an unreachable broker (SPEC §4: a failure, not bad usage)."""
     url = f"http://127.0.0.1:{free_port()}"
     code, out, err = await top("--once", "--url", url)
-    assert (code, out) == (2, "")
+    assert (code, out) == (1, "")
     assert err.count("\n") == 1
     assert err.startswith(f"edgemon top: {url}: connection refused")
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 
 import pytest
+from test_broker_outage import RecordingLog
+from test_daemon_app import settings_for
 
 from edgemon.adapters.state import ConnectionState
+from edgemon.daemon import Daemon
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.settings import MqttSettings
 from edgemon.wire.topics import Topics
@@ -19,7 +23,6 @@ async def test_the_link_disables_nagle_so_throttles_are_not_held_back() -> None:
     PUBACK of the chunk that caused it must not wait ~40 ms for the broker's delayed ACK."""
     hooks = LinkHooks(
         on_message=lambda *_: None,
-        on_drop=lambda _: None,
         status_payload=lambda state: state.encode(),
     )
     link = MqttLink(
@@ -31,3 +34,39 @@ async def test_the_link_disables_nagle_so_throttles_are_not_held_back() -> None:
     )
     client = link._new_client()
     assert (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) in client._socket_options
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_two_instances_sharing_a_client_id_are_reported_and_back_off(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """Two daemons with the same client id take each other's session in a loop. Each notices
+    that its sessions keep ending right after they begin and logs `mqtt_session_taken_over`
+    (an error naming the client id and the likely cause), and its reconnect delays keep
+    growing instead of restarting from the first one after every short session."""
+    _, port = mosquitto_broker
+    logs = [RecordingLog(), RecordingLog()]
+    daemons = [
+        Daemon(settings_for(port, "edgemon-twin"), environ={}, log=log,
+               install_signal_handlers=False)
+        for log in logs
+    ]  # fmt: skip
+    tasks = [asyncio.create_task(daemon.run()) for daemon in daemons]
+    try:
+        async with asyncio.timeout(30):
+            while not any(log.events("mqtt_session_taken_over") for log in logs):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    finally:
+        for daemon in daemons:
+            daemon.request_stop()
+        async with asyncio.timeout(10):
+            await asyncio.gather(*tasks, return_exceptions=True)
+    log = next(log for log in logs if log.events("mqtt_session_taken_over"))
+    report = log.events("mqtt_session_taken_over")[0]
+    assert report["client_id"] == "edgemon-twin"
+    assert report["sessions_lost"] >= 3
+    assert "same client id" in report["cause"]
+    delays = [fields["delay_s"] for fields in log.events("mqtt_reconnect_scheduled")]
+    assert len(delays) >= 3
+    assert delays[2] >= 0.5 * 2**2 * 0.5 - 1e-3  # the third delay: no reset in between

@@ -11,7 +11,7 @@ import pytest
 from test_daemon_app import running, throttle_on_then_off, watching
 
 from edgemon.daemon.app import Daemon
-from edgemon.daemon.mqtt import session_options
+from edgemon.daemon.mqtt import RECEIVE_MAXIMUM, session_options
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
 pytestmark = pytest.mark.integration
@@ -33,6 +33,13 @@ def test_session_options_by_protocol() -> None:
     assert v5["properties"].SessionExpiryInterval == 600
     fleeting = session_options(MqttSettings(protocol="5", persistent_session=False))
     assert (fleeting["clean_start"], fleeting["properties"].SessionExpiryInterval) == (True, 0)
+
+
+def test_v5_declares_a_receive_maximum() -> None:
+    """Flow control on MQTT 5 (SPEC §7): CONNECT carries a Receive Maximum, so the broker
+    keeps at most that many unacknowledged QoS 1 messages out to edgemon and holds the rest."""
+    v5 = session_options(MqttSettings(protocol="5"))
+    assert v5["properties"].ReceiveMaximum == RECEIVE_MAXIMUM
 
 
 @pytest.mark.asyncio

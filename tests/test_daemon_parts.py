@@ -8,7 +8,8 @@ import math
 import random
 import socket
 import statistics
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -214,3 +215,39 @@ async def test_scheduler_fires_transitions_on_time_without_messages() -> None:
     print(f"scheduler lateness ms: n={len(lateness)} p50={p50:.3f} p99={p99:.3f}")
     assert p50 < 5.0
     assert max(late) < 50.0  # generous: shared CI machines stall
+
+
+def test_a_flood_of_new_device_ids_is_logged_within_a_global_bound(
+    captured_logs: list[dict[str, Any]],
+) -> None:
+    """4,500 new device ids rejected within 3 s (each its own (device, reason) key, so the
+    per-key limit lets every one through): at most 10 `message_rejected` lines per second in
+    all, then one `message_rejections_suppressed` line per second counting the rest by reason;
+    lines plus suppressed counts add up to exactly the 4,500 rejections. (Before the global
+    bound: 4,500 lines.)"""
+    import structlog  # noqa: PLC0415 - the logger must be made inside capture_logs
+
+    now = [0.0]
+    limiter = RejectionLog(structlog.get_logger(), now_ms=lambda: now[0])
+    for n in range(4_500):
+        limiter(Rejected(now[0], f"p/dev{n}/events", f"dev{n}", "device_limit", "x"))
+        if n % 7 == 0:
+            limiter(Rejected(now[0], f"p/dev{n}/events", f"dev{n}", "invalid_json", "x"))
+        now[0] += 3_000.0 / 4_500
+    now[0] += 1_000.0
+    limiter.flush()
+    kinds = [e["event"] for e in captured_logs]
+    summaries = [e for e in captured_logs if e["event"] == "message_rejections_suppressed"]
+    lines = kinds.count("message_rejected")
+    bad_json = len(range(0, 4_500, 7))
+    per_interval = " ".join(kinds).split("message_rejections_suppressed")
+    assert all(part.split().count("message_rejected") <= 10 for part in per_interval)
+    assert 3 <= len(summaries) <= 5  # one per second of the flood, the last one flushed
+    assert lines <= 10 * len(per_interval)
+    assert lines + sum(e["total"] for e in summaries) == 4_500 + bad_json
+    suppressed: Counter[str] = Counter()
+    for summary in summaries:
+        assert summary["log_level"] == "warning"
+        assert sum(summary["suppressed"].values()) == summary["total"]
+        suppressed.update(summary["suppressed"])
+    assert set(suppressed) == {"device_limit", "invalid_json"}

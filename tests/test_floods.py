@@ -47,8 +47,8 @@ RSS_BOUND_MB = 100.0
 HISTOGRAM_SERIES = (
     (len(SLACK_AT_ARRIVAL_MS) + 1) + (len(CHUNK_GAP_MS) + 1 + 2) + (len(TIME_TO_FIRST_AUDIO_MS) + 3)
 )
-#: Every `result` label the daemon can count (the known ones, overloaded, internal_error).
-RESULT_LABELS = (*KNOWN_RESULTS, "overloaded", "internal_error")
+#: Every `result` label the daemon can count.
+RESULT_LABELS = KNOWN_RESULTS
 
 
 def series_per_device(limits: Limits) -> int:

@@ -340,3 +340,11 @@ def test_daemon_wide_series_clock_offset_and_last_event() -> None:
     assert rig.scrape().get("edgemon_mqtt_connected") == 0
     # The registry is private: nothing leaked into prometheus_client's global one.
     assert REGISTRY.get_sample_value("edgemon_mqtt_reconnects_total") is None
+
+
+def test_every_result_the_daemon_counts_is_exported_from_the_start() -> None:
+    """`overloaded` and `internal_error` are results the daemon can count like the others:
+    a fresh daemon exports them at 0, so an alert on `increase(...)` works from the start."""
+    scrape = Rig().scrape()
+    for result in ("overloaded", "internal_error", "accepted", "gap"):
+        assert scrape.get("edgemon_messages_total", result=result) == 0.0, result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 from pathlib import Path
 from types import MappingProxyType
 
@@ -12,13 +13,16 @@ from edgemon.engine.config import DeviceOverride, EngineConfig, Limits, SlackPol
 from edgemon.settings import (
     Broker,
     ConfigError,
+    MqttSettings,
     Settings,
+    environment_warnings,
     load_settings,
     masked_dump,
     parse_broker_url,
     parse_listen,
     permission_warnings,
 )
+from edgemon.settings._models import default_client_id
 
 FULL = """
 [mqtt]
@@ -101,7 +105,7 @@ def test_defaults_without_a_file(tmp_path: Path) -> None:
     assert settings == Settings()
     assert settings.mqtt.url == "mqtt://127.0.0.1:1883"
     assert settings.mqtt.broker == Broker("127.0.0.1", 1883)
-    assert settings.mqtt.client_id == "edgemon"
+    assert settings.mqtt.client_id == default_client_id(socket.gethostname())
     assert settings.mqtt.topic_prefix == "edgemon/v1"
     assert (settings.mqtt.qos, settings.mqtt.persistent_session) == (1, True)
     assert settings.mqtt.keepalive_s == 30
@@ -113,6 +117,7 @@ def test_defaults_without_a_file(tmp_path: Path) -> None:
     assert settings.devices == {}
     assert (settings.log.format, settings.log.level) == ("auto", "info")
     assert settings.state.dir == Path("/var/lib/edgemon")
+    assert settings.state.wal is True
 
 
 def test_default_path_is_read_when_it_exists(tmp_path: Path) -> None:
@@ -552,3 +557,33 @@ def test_device_ids_from_the_environment_keep_their_case(tmp_path: Path) -> None
     assert set(devices) == {"Cam1", "Kiosk-2"}
     assert (devices["Cam1"].margin_ms, devices["Cam1"].player) == (120, "rebuffer")
     assert devices["Kiosk-2"].margin_ms == 90
+
+
+def test_the_default_client_id_names_the_host() -> None:
+    """Two instances on two boxes never share a broker session by default: the client id is
+    `edgemon-<host>` (first label, topic-safe characters), not a fixed `edgemon`."""
+    assert MqttSettings().client_id == default_client_id(socket.gethostname())
+    assert MqttSettings().client_id.startswith("edgemon-")
+    assert default_client_id("box-7.fleet.example") == "edgemon-box-7"
+    assert default_client_id("we ird#host") == "edgemon-we-ird-host"
+    assert default_client_id("") == "edgemon"
+
+
+def test_an_edgemon_variable_that_sets_nothing_is_warned_about() -> None:
+    """`EDGEMON_SLACK_DEFAULT_MARGIN_MS` (one underscore) sets nothing: it is named in a
+    warning that gives the right spelling; settings and `EDGEMON_GATE_*` (the engine gate's,
+    SPEC §9) are not warned about; the variable really is ignored by the settings."""
+    environ = {
+        "EDGEMON_SLACK_DEFAULT_MARGIN_MS": "120",
+        "EDGEMON_SLACK__HYSTERESIS_MS": "5",
+        "EDGEMON_GATE_DEVICE": "jetson-1",
+        "EDGEMON_VERBOSE": "1",
+        "HOME": "/root",
+    }
+    warnings = environment_warnings(environ)
+    assert len(warnings) == 2
+    assert warnings[0].startswith("EDGEMON_SLACK_DEFAULT_MARGIN_MS: not an edgemon setting")
+    assert "did you mean EDGEMON_SLACK__DEFAULT_MARGIN_MS?" in warnings[0]
+    assert warnings[1].startswith("EDGEMON_VERBOSE: not an edgemon setting")
+    settings = load_settings(environ=environ, default_path=None)
+    assert (settings.slack.default_margin_ms, settings.slack.hysteresis_ms) == (80, 5)

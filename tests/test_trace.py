@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgemon.trace import TraceError, TraceRecord, encode_record, read_records
+from edgemon.trace import TraceError, TraceRecord, encode_line, encode_record, read_records
 
 TOPIC = "edgemon/v1/d1/events"
 
@@ -79,6 +79,20 @@ def test_round_trip(recv_ms: float, topic: str, payload: bytes) -> None:
     text = encode_record(record)
     assert "\n" not in text
     assert list(read_records([text + "\n"])) == [record]
+
+
+@given(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=40),
+    st.binary(max_size=64) | st.text(max_size=32).map(str.encode),
+)
+def test_the_fast_line_is_the_record_line(recv_ms: float, topic: str, payload: bytes) -> None:
+    """`encode_line` (the write-ahead log's hot path) writes byte for byte what
+    `encode_record` does, plus the newline."""
+    expected = (encode_record(TraceRecord(recv_ms, topic, payload)) + "\n").encode(
+        "utf-8", "surrogatepass"
+    )
+    assert encode_line(recv_ms, topic, payload) == expected
 
 
 def test_records_in_file_order_blank_lines_skipped() -> None:

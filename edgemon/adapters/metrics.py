@@ -64,6 +64,8 @@ KNOWN_RESULTS = (
     "device_limit",
     "stream_limit",
     "clock_jump",
+    "overloaded",
+    "internal_error",
 )
 #: Every value of `edgemon_streams_finished_total{reason}` (`fold_reason` bounds them).
 FINISHED_REASONS = (*sorted(FINISH_REASONS), "other")

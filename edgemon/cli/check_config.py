@@ -15,6 +15,7 @@ from edgemon.cli.errors import EXIT_OK, EXIT_USAGE
 from edgemon.settings import (
     DEFAULT_CONFIG_PATH,
     ConfigError,
+    environment_warnings,
     load_settings,
     masked_dump,
     permission_warnings,
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         _write(sys.stdout, f"# effective settings from {origin} and the environment")
         _write(sys.stdout, render_toml(data))
     for warning in permission_warnings(settings, config_path):
+        _write(sys.stderr, f"{_PROG}: warning: {warning}")
+    for warning in environment_warnings(os.environ):
         _write(sys.stderr, f"{_PROG}: warning: {warning}")
     return EXIT_OK
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,8 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("trace", type=Path, help="trace file, or - for standard input")
     parser.add_argument("--config", type=Path, help="config file whose [slack], [limits] and "
-                        "[devices] apply (default: built-in defaults)")  # fmt: skip
+                        "[devices] apply (default: /etc/edgemon/edgemon.toml if it exists, as "
+                        "for run; EDGEMON_<SECTION>__<KEY> variables apply too)")  # fmt: skip
     parser.add_argument("--player", choices=("conceal", "rebuffer"))
     parser.add_argument("--margin-ms", type=float, help="default safety margin")
     parser.add_argument("--hysteresis-ms", type=float)
@@ -56,9 +58,8 @@ def run(args: argparse.Namespace) -> int:
         if value is not None
     }
     try:
-        settings = load_settings(
-            args.config, overrides={"slack": flags}, environ={}, default_path=None
-        )
+        # The settings `run` would use (file, then environment), then the flags.
+        settings = load_settings(args.config, overrides={"slack": flags}, environ=os.environ)
     except ConfigError as exc:
         raise UsageError("; ".join(exc.problems)) from None
     write = sys.stdout.write

@@ -13,6 +13,7 @@ import structlog
 from edgemon.cli.errors import UsageError
 from edgemon.settings import (
     ConfigError,
+    environment_warnings,
     load_settings,
     permission_warnings,
     resolve_config_path,
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     log = structlog.get_logger("edgemon")
     for warning in permission_warnings(settings, resolve_config_path(args.config)):
         log.warning("insecure_permissions", problem=warning)
+    for warning in environment_warnings(environ):
+        log.warning("unknown_environment_variable", problem=warning)
     with contextlib.ExitStack() as stack:
         record = None
         if args.record is not None:

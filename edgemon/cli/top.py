@@ -2,9 +2,10 @@
 
 Polls `/api/v1/streams` every `--interval` seconds and draws the same view as `edgemon demo`.
 It also reads `/metrics`, when it can, for what the streams body does not carry: underruns
-and throttle engagements since the daemon started. `--once` prints one frame and exits (2
-with one line on stderr when the daemon cannot be read); otherwise an unreachable daemon is
-shown as such and polled again. Not a terminal: one status line per poll instead of frames.
+and throttle engagements since the daemon started. `--once` prints one frame and exits (1
+with one line on stderr when the daemon cannot be reached: a failure, not bad usage, the same
+code as `simulate` for an unreachable broker); otherwise an unreachable daemon is shown as
+such and polled again. Not a terminal: one status line per poll instead of frames.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +28,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from edgemon.cli.errors import EXIT_OK, UsageError
+from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from edgemon.cli.signals import on_stop_signals
 from edgemon.view import DeviceTotals, ViewError, render_view, status_line
 
@@ -45,6 +47,10 @@ _FRAME_CHROME = 12
 
 class UnreachableError(Exception):
     """The daemon could not be read; the message says why, in a few words."""
+
+
+class RefusedError(UnreachableError):
+    """The daemon answered, but refused our credentials: bad input, not a failure."""
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -66,7 +72,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--once",
         action="store_true",
-        help="print one frame and exit (2 if the daemon cannot be read)",
+        help="print one frame and exit (1 if the daemon cannot be reached)",
     )
     parser.add_argument("--user", metavar="U", help="HTTP basic auth user")
     parser.add_argument(
@@ -135,7 +141,7 @@ async def _get(session: aiohttp.ClientSession, url: str, *, optional: bool = Fal
     try:
         async with session.get(url) as response:
             if response.status == 401:
-                raise UnreachableError("401 unauthorized (give --user and --password-file)")
+                raise RefusedError("401 unauthorized (give --user and --password-file)")
             if response.status != 200:
                 if optional:
                     return None
@@ -216,8 +222,11 @@ async def _once(base: str, auth: aiohttp.BasicAuth | None, console: Console) -> 
     async with _session(auth) as session:
         try:
             view, totals = await fetch(session, base)
-        except UnreachableError as exc:
+        except RefusedError as exc:
             raise UsageError(f"{base}: {exc}") from None
+        except UnreachableError as exc:
+            print(f"edgemon top: {base}: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
     try:
         frame = render_view(view, title=f"edgemon top  {base}", totals=totals, max_streams=20)
     except ViewError as exc:

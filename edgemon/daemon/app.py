@@ -1,9 +1,13 @@
 """The daemon's lifecycle: build everything once from Settings, run named tasks, stop cleanly.
 
 Like uvicorn's server: signal handlers only set flags; one `asyncio.TaskGroup` owns the named
-tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog` and `reloader`. On
-SIGTERM/SIGINT intake stops, the timer stops, every throttled device gets `throttle: false`,
-the status goes `offline`, the session is closed, and `run()` returns 0, all within
+tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog`, `log-summaries`,
+`reloader` and `snapshots`. Every message is logged (write-ahead log), applied on the loop as
+it is read, and acknowledged once the log has it on disk (`persistence`, `intake`). At the
+first CONNACK the last snapshot and the log after it are restored, before any message is
+read. On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
+the timer stops, every throttled device gets `throttle: false`, the status goes `offline`,
+the session is closed, a last snapshot is written, and `run()` returns 0, all within
 `shutdown_timeout_s` (4 s: below the 5 s promised and far below systemd's stop timeout);
 what is still running then is cancelled and named in the log. A second signal cancels at
 once. SIGHUP reloads the config file into the running engine, keeping every stream.
@@ -18,6 +22,7 @@ import signal
 from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
+from prometheus_client import Gauge, Histogram
 
 from edgemon import __version__
 from edgemon.adapters.http import (
@@ -31,9 +36,10 @@ from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.logs import RejectionLog
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
+from edgemon.daemon.persistence import Persistence
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
 from edgemon.daemon.scheduler import Scheduler
-from edgemon.daemon.state import StateStore
+from edgemon.daemon.state import resolve_state_dir
 from edgemon.daemon.systemd import Notifier
 from edgemon.engine.outputs import Rejected, StreamEnded, ThrottleChanged, UnderrunBegan
 from edgemon.monitor import Monitor
@@ -47,6 +53,8 @@ if TYPE_CHECKING:
     from edgemon.settings import Settings
 
 SHUTDOWN_TIMEOUT_S = 4.0
+#: `edgemon_wal_commit_seconds` buckets: a page-cache write is ~10 µs, a disk flush ms.
+WAL_COMMIT_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 STATUS_EVERY_S = 5.0
 
 
@@ -74,10 +82,6 @@ class Daemon:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._install_signals = install_signal_handlers
         self.monitor = Monitor(settings.engine_config())
-        #: Snapshots go to the state directory when it exists (systemd's StateDirectory=).
-        state_dir = settings.state.dir
-        self.state = StateStore(state_dir) if snapshots and state_dir.is_dir() else None
-        self._restored = False
         self.connection = ConnectionState()
         self.notifier = Notifier(environ)
         self.registry = build_registry(
@@ -88,15 +92,18 @@ class Daemon:
             version=__version__,
         )
         self._rejections = RejectionLog(self.log, now_ms=self.clock.now_ms)
+        #: Snapshots and the write-ahead log (None: no state directory, or `snapshots=False`).
+        self.state = self._persistence(environ) if snapshots else None
         self.link = MqttLink(
             settings.mqtt,
             topics=self.monitor.topics,
             connection=self.connection,
             hooks=LinkHooks(
                 on_message=self._on_message,
-                on_drop=self._on_drop,
                 status_payload=self._status_payload,
                 on_subscribed=self._on_subscribed,
+                on_connected=self._on_connected,
+                when_durable=self._when_durable,
             ),
             log=self.log,
         )
@@ -106,6 +113,7 @@ class Daemon:
         self.scheduler = Scheduler(self.monitor, clock=self.clock, handle=self._dispatch)
         self.registry.register(DeadlineLatenessCollector(self.scheduler.lateness))
         self._out: list[Output] = []
+        self._restored = False
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._reload = asyncio.Event()
@@ -152,6 +160,7 @@ class Daemon:
                     http,
                     group.create_task(self.publisher.run(), name="publisher"),
                     group.create_task(self._watchdog(), name="watchdog"),
+                    group.create_task(self._log_summaries(), name="log-summaries"),
                     group.create_task(self._reloader(), name="reloader"),
                     group.create_task(self._snapshots(), name="snapshots"),
                 ]
@@ -162,7 +171,10 @@ class Daemon:
                 await self._finish(ingest)
                 for task in rest:
                     task.cancel()
+                await asyncio.gather(*rest, return_exceptions=True)  # no snapshot under way
                 await self._snapshot()  # after the releases: what a restart continues from
+                if self.state is not None:
+                    await self.state.close()
         except* Exception as group_error:
             failed = True
             for error in group_error.exceptions:
@@ -248,6 +260,12 @@ class Daemon:
             notifier.status(self.status_line())
             await asyncio.sleep(period)
 
+    async def _log_summaries(self) -> None:
+        """The rejection log's summary line comes out even when the flood has stopped."""
+        while True:
+            await asyncio.sleep(1.0)
+            self._rejections.flush()
+
     async def _reloader(self) -> None:
         while True:
             await self._reload.wait()
@@ -255,27 +273,52 @@ class Daemon:
             self.reload()
 
     # ------------------------------------------------------------------ state
+    def _persistence(self, environ: Mapping[str, str]) -> Persistence | None:
+        directory, chosen = resolve_state_dir(self.settings.state.dir, environ)
+        if directory is None:
+            self.log.warning("state_disabled", reason=chosen, dir=str(self.settings.state.dir))
+            return None
+        self.log.info("state_dir", dir=str(directory), chosen=chosen)
+        commit = Histogram(
+            "edgemon_wal_commit_seconds",
+            "Time to write and fdatasync one group of messages to the write-ahead log.",
+            buckets=WAL_COMMIT_BUCKETS_S,
+            registry=self.registry,
+        )
+        persistence = Persistence(
+            directory,
+            monitor=self.monitor,
+            replay=self._replay,
+            wal=self.settings.state.wal,
+            log=self.log,
+            on_commit=commit.observe,
+        )
+        Gauge(
+            "edgemon_wal_bytes",
+            "Bytes in the write-ahead log now: what a start would replay.",
+            registry=self.registry,
+        ).set_function(lambda: 0 if persistence.wal is None else persistence.wal.size)
+        return persistence
+
     def _restore(self) -> None:
-        """Continue from the last snapshot, if any (a bad one is set aside, with a log)."""
-        self._restored = True
+        """Continue from the last snapshot and the log after it (a bad snapshot is set aside,
+        with a log); then log every message from here on."""
         if self.state is None:
-            self.log.warning("state_disabled", reason="no state directory", dir=str(
-                self.settings.state.dir))  # fmt: skip
             return
-        try:
-            data = self.state.load()
-            if data is not None:
-                self.monitor.restore(data, self.clock.now_ms())
-        except (OSError, ValueError) as exc:  # SnapshotError is a ValueError
-            self.log.error("state_restore_failed", path=str(self.state.path), error=str(exc))  # noqa: TRY400
-            return
-        if data is not None:
-            devices = list(self.monitor.engine.devices())
-            self.log.info(
-                "state_restored",
-                devices=len(devices),
-                streams=sum(len(device.streams) for device in devices),
-            )
+        replayed = self.state.restore(self.clock.now_ms())
+        self.link.intake.expect_redelivery(replayed)
+
+    def _replay(self, record: TraceRecord) -> None:
+        """One logged message, through the live path at its own time; outputs were acted on
+        by the process that logged it."""
+        self._apply(record.topic, record.payload, record.recv_ms)
+        self._out.clear()
+
+    def _when_durable(self, callback: Callable[[], None]) -> None:
+        if self.state is None:
+            callback()
+        else:
+            self.state.when_durable(callback)
 
     async def _snapshots(self) -> None:
         while True:
@@ -283,17 +326,13 @@ class Daemon:
             await self._snapshot()
 
     async def _snapshot(self) -> None:
-        """Take the state on the loop (it owns the engine); write it in a thread. Never before
-        the last snapshot was restored: an empty state must not overwrite it."""
-        if self.state is None or not self._restored:
+        """Take the state on the loop (it owns the engine); write it on the state worker.
+        Never before the last snapshot was restored: an empty state must not overwrite it."""
+        if self.state is None:
             return
-        data = self.monitor.snapshot(self.clock.now_ms())
-        try:
-            size = await asyncio.to_thread(self.state.save, data)
-        except OSError as exc:
-            self.log.error("snapshot_failed", path=str(self.state.path), error=str(exc))  # noqa: TRY400
-            return
-        self.log.debug("snapshot_written", bytes=size)
+        size = await self.state.snapshot(self.clock.now_ms())
+        if size is not None:
+            self.log.debug("snapshot_written", bytes=size)
 
     def reload(self) -> bool:
         """Adopt the config file again, keeping every stream; False (and a log) if invalid."""
@@ -327,23 +366,31 @@ class Daemon:
 
     # ------------------------------------------------------------------ hot path
     def _on_message(self, topic: str, payload: bytes) -> None:
-        """One MQTT message: record it, apply it, act on what it changed."""
+        """One MQTT message: log it, record it, apply it, act on what it changed."""
         now = self.clock.now_ms()
+        if self.state is not None:
+            self.state.append(now, topic, payload)
         if self._record is not None:
             self._write_record(TraceRecord(now, topic, payload))
+        self._apply(topic, payload, now)
+        out = self._out
+        if out:
+            self._dispatch(out)
+            out.clear()
+        self.scheduler.poke()
+
+    def _apply(self, topic: str, payload: bytes, now: float) -> None:
+        """The engine path of every message, live or replayed from the log: due timers, the
+        message, the throttle decision at this instant (outputs in `self._out`)."""
         out = self._out
         engine = self.monitor.engine
         try:
             engine.advance(now, out, inclusive=False)  # as replay: due timers, then the message
             self.monitor.receive(topic, payload, now, out)
-            engine.advance(now, out)  # the throttle decision at this instant
+            engine.advance(now, out)
         except Exception:  # no message may stop the daemon
             self.monitor.results["internal_error"] += 1
             self.log.exception("message_failed", topic=topic)
-        if out:
-            self._dispatch(out)
-            out.clear()
-        self.scheduler.poke()
 
     def _write_record(self, record: TraceRecord) -> None:
         assert self._record is not None
@@ -352,11 +399,6 @@ class Daemon:
         except OSError as exc:  # a full disk stops the recording, not the daemon
             self.log.error("record_failed", error=str(exc))  # noqa: TRY400 - no traceback
             self._record = None
-
-    def _on_drop(self, topic: str) -> None:
-        self.monitor.messages += 1
-        self._rejections(Rejected(self.clock.now_ms(), topic, None, "overloaded", "queue full"))
-        self.monitor.results["overloaded"] += 1
 
     def _dispatch(self, outputs: list[Output]) -> None:
         log = self.log
@@ -380,12 +422,16 @@ class Daemon:
                           reason=output.reason, underruns=output.underruns)  # fmt: skip
 
     # ------------------------------------------------------------------ edges
+    def _on_connected(self) -> None:
+        if not self._restored:
+            # Restored at the first CONNACK, not at process start: the devices' clocks
+            # resume when their queued messages can flow (a broker still down at start
+            # costs no buffer), and before the first of them is read.
+            self._restored = True
+            self._restore()
+
     def _on_subscribed(self) -> None:
         if not self.ready.is_set():
-            # Restored now, not at process start: the devices' clocks resume when their
-            # queued messages can flow (a broker still down at start costs no buffer), and
-            # before the first of them is applied (the message pump starts after this).
-            self._restore()
             self.ready.set()
             self.notifier.ready(self.status_line())
 

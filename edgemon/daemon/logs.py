@@ -2,13 +2,16 @@
 
 JSON lines when stdout is not a terminal (journald collects them), a readable console
 otherwise. Rejected messages are logged at most once per second per (device, reason), with
-the number suppressed since the last line, so a misbehaving device cannot flood the journal.
+the number suppressed since the last line, so a misbehaving device cannot flood the journal;
+and at most `max_lines` (10) lines per second in all, so a flood of new device ids cannot
+either: beyond that, one summary line per second counts what was suppressed, by reason.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections import Counter
 from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
@@ -47,9 +50,21 @@ def configure_logging(settings: LogSettings, *, stream: TextIO | None = None) ->
 
 
 class RejectionLog:
-    """Logs a rejected message at most once per `interval_ms` per (device, reason)."""
+    """Logs a rejected message at most once per `interval_ms` per (device, reason), and at
+    most `max_lines` lines per `interval_ms` in all, then one summary line per interval."""
 
-    __slots__ = ("_interval_ms", "_last", "_log", "_max_keys", "_now_ms", "_suppressed")
+    __slots__ = (
+        "_interval_ms",
+        "_last",
+        "_lines",
+        "_log",
+        "_max_keys",
+        "_max_lines",
+        "_now_ms",
+        "_over",
+        "_suppressed",
+        "_window_ms",
+    )
 
     def __init__(
         self,
@@ -58,6 +73,7 @@ class RejectionLog:
         now_ms: Callable[[], float],
         interval_ms: float = 1000.0,
         max_keys: int = 10_000,
+        max_lines: int = 10,
     ) -> None:
         self._log = log
         self._now_ms = now_ms
@@ -65,6 +81,12 @@ class RejectionLog:
         self._last: dict[tuple[str | None, str], float] = {}
         self._suppressed: dict[tuple[str | None, str], int] = {}
         self._max_keys = max_keys
+        self._max_lines = max_lines
+        #: The current interval of the global bound: when it began, lines written in it,
+        #: and what the bound suppressed in it, by reason.
+        self._window_ms = -float("inf")
+        self._lines = 0
+        self._over: Counter[str] = Counter()
 
     def __call__(self, rejected: Rejected) -> None:
         """Log `rejected` now, or count it as suppressed."""
@@ -74,6 +96,11 @@ class RejectionLog:
         if last is not None and now - last < self._interval_ms:
             self._suppressed[key] = self._suppressed.get(key, 0) + 1
             return
+        self.flush(now)
+        if self._lines >= self._max_lines:
+            self._over[rejected.reason] += 1
+            return
+        self._lines += 1
         if last is None and len(self._last) >= self._max_keys:
             self._forget(now)
         self._last[key] = now
@@ -85,6 +112,25 @@ class RejectionLog:
             topic=rejected.topic,
             suppressed=self._suppressed.pop(key, 0),
         )
+
+    def flush(self, now: float | None = None) -> None:
+        """Once the interval is over: the summary of what the global bound suppressed in it
+        (called with each rejection, and every second by the daemon so the last one of a
+        flood is not held back until the next rejection)."""
+        now = self._now_ms() if now is None else now
+        if now - self._window_ms < self._interval_ms:
+            return
+        if self._over:
+            self._log.warning(
+                "message_rejections_suppressed",
+                interval_s=self._interval_ms / 1000.0,
+                suppressed=dict(sorted(self._over.items())),
+                total=sum(self._over.values()),
+                logged=self._lines,
+            )
+            self._over.clear()
+        self._window_ms = now
+        self._lines = 0
 
     def _forget(self, now: float) -> None:
         """Drop keys idle for longer than the interval, so memory stays bounded."""

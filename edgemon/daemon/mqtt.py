@@ -5,9 +5,11 @@
 - On every connect: retained `online` status, then subscribe `P/+/events` and `P/+/engine`
   (as `$share/<group>/...` when a shared group is configured), then messages flow.
 - A lost session is re-established with jittered exponential backoff capped at 30 s; nothing
-  of the engine's state is touched, the same client (and its queue) is reused.
-- Incoming messages wait in a queue bounded in count and bytes between the network and the
-  engine; beyond it a message is dropped and reported (`on_drop`) instead of growing memory.
+  of the engine's state is touched.
+- Incoming messages are applied as they are read and acknowledged once durable (`intake`):
+  flow control by TCP backpressure, nothing shed; on MQTT 5 a Receive Maximum is declared.
+- A session that keeps ending right after it began (another instance with the same client id
+  takes it over, and is taken over in turn) is reported, and reconnecting backs off.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import random
 import socket
 import ssl
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +26,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from edgemon.daemon.intake import PENDING_BYTES, PENDING_MESSAGES, Intake
 from edgemon.daemon.publisher import PublishError
 from edgemon.settings import ConfigError
 
@@ -33,10 +37,16 @@ if TYPE_CHECKING:
     from edgemon.settings import MqttSettings
     from edgemon.wire.topics import Topics
 
-#: Incoming messages waiting for the engine: at most this many, and this many payload bytes.
-QUEUE_MESSAGES = 4096
-QUEUE_BYTES = 16 * 1024 * 1024
 PUBLISH_TIMEOUT_S = 5.0
+#: MQTT 5: QoS 1 messages the broker may have out to edgemon unacknowledged at once.
+RECEIVE_MAXIMUM = 256
+#: A session that lasted less than this is not proof that the broker is reachable for good:
+#: the backoff is not reset, and a run of them is reported as a likely takeover.
+STABLE_SESSION_S = 60.0
+#: So many short sessions in a row, each lost without our asking: report a takeover.
+TAKEOVER_STREAK = 3
+#: MQTT 5 DISCONNECT reason code "Session taken over".
+SESSION_TAKEN_OVER = 142
 
 
 class Backoff:
@@ -80,52 +90,20 @@ def subscriptions(topics: Topics, *, shared_group: str | None) -> list[str]:
     return [share + topic for topic in topics.subscriptions]
 
 
-def _bounded_queue(
-    on_create: Callable[[asyncio.Queue[aiomqtt.Message]], None],
-    on_drop: Callable[[aiomqtt.Message], None],
-    max_messages: int,
-    max_bytes: int,
-) -> type[asyncio.Queue[aiomqtt.Message]]:
-    """An asyncio queue class bounded in messages and payload bytes, reporting what it drops."""
-
-    class BoundedQueue(asyncio.Queue[aiomqtt.Message]):
-        def __init__(self, maxsize: int = 0) -> None:
-            super().__init__(maxsize)
-            self.payload_bytes = 0
-            on_create(self)
-
-        def put_nowait(self, item: aiomqtt.Message) -> None:
-            size = _size(item.payload)
-            if self.qsize() >= max_messages or self.payload_bytes + size > max_bytes:
-                on_drop(item)
-                return
-            self.payload_bytes += size
-            super().put_nowait(item)
-
-        def get_nowait(self) -> aiomqtt.Message:
-            item = super().get_nowait()
-            self.payload_bytes -= _size(item.payload)
-            return item
-
-    return BoundedQueue
-
-
-def _size(payload: object) -> int:
-    return len(payload) if isinstance(payload, bytes | bytearray | str) else 8
-
-
 @dataclass(frozen=True, slots=True)
 class LinkHooks:
     """What the link calls back into: the daemon's side of the session."""
 
     #: One message (topic, payload), in arrival order; must not block.
     on_message: Callable[[str, bytes], None]
-    #: A message dropped because the incoming queue was full (its topic).
-    on_drop: Callable[[str], None]
     #: The status payload for `online` / `offline`, built when needed.
     status_payload: Callable[[str], bytes]
     #: Subscriptions acknowledged (every session).
     on_subscribed: Callable[[], None] = lambda: None
+    #: CONNACK received, before any message of the session is read (every session).
+    on_connected: Callable[[], None] = lambda: None
+    #: Call the callback once every message given to `on_message` so far is durable.
+    when_durable: Callable[[Callable[[], None]], None] = lambda callback: callback()
 
 
 class MqttLink:
@@ -140,14 +118,14 @@ class MqttLink:
         hooks: LinkHooks,
         log: Any,
         backoff: Backoff | None = None,
-        queue_limits: tuple[int, int] = (QUEUE_MESSAGES, QUEUE_BYTES),
+        pending_limits: tuple[int, int] = (PENDING_MESSAGES, PENDING_BYTES),
     ) -> None:
         self._settings = settings
         self._status_topic = topics.status(settings.client_id)
         self._filters = subscriptions(topics, shared_group=settings.shared_group)
         self.connection = connection
-        self._on_message = hooks.on_message
         self._on_subscribed = hooks.on_subscribed
+        self._on_connected = hooks.on_connected
         self._status_payload = hooks.status_payload
         self._log = log
         self._backoff = backoff or Backoff()
@@ -155,16 +133,12 @@ class MqttLink:
         #: Set when the current session ends: publishes waiting for an ack give up at once.
         self._lost = asyncio.Event()
         self._client: aiomqtt.Client | None = None
-        self._queue_messages, queue_bytes = queue_limits
-        on_drop = hooks.on_drop
-        self._queue: asyncio.Queue[aiomqtt.Message] | None = None
-        self._queue_type = _bounded_queue(
-            self._adopt_queue,
-            lambda message: self._shed(message, on_drop),
-            self._queue_messages,
-            queue_bytes,
+        self.intake = Intake(
+            hooks.on_message, when_durable=hooks.when_durable, pending_limits=pending_limits
         )
         self._sessions = 0
+        #: Sessions in a row that the broker ended soon after they began.
+        self._short_sessions = 0
 
     def _new_client(self) -> aiomqtt.Client:
         settings = self._settings
@@ -186,14 +160,23 @@ class MqttLink:
                 self._status_topic, self._status_payload("offline"), qos=1, retain=True
             ),
             tls_context=tls_context(settings),
-            queue_type=self._queue_type,
-            max_queued_incoming_messages=self._queue_messages + 1,
             timeout=10,
         )
-        # Acknowledge each message only once the engine has applied it (before any message
-        # can arrive: a persistent session's queue comes right after CONNACK). A crash before
-        # that leaves it unacknowledged, and the broker delivers it again to the next session.
-        client._client.manual_ack_set(on=True)  # noqa: SLF001 - paho's API; aiomqtt 2 has none
+        paho_client = client._client  # noqa: SLF001 - aiomqtt 2 exposes no message callback
+        # Every message goes straight to the intake, which acknowledges it once applied and
+        # durable; a crash before that leaves it unacknowledged, and the broker delivers it
+        # again. Set before connecting: a persistent session's queue comes right after CONNACK.
+        self.intake.attach(paho_client)
+        connected = paho_client.on_connect
+        assert connected is not None  # aiomqtt's
+
+        def on_connect(*args: Any) -> None:
+            # args: client, userdata, flags, reason code, properties (paho's VERSION2)
+            if not args[3].is_failure:
+                self._on_connected()  # before the first message of the session is read
+            connected(*args)
+
+        paho_client.on_connect = on_connect
         return client
 
     # ------------------------------------------------------------------ out
@@ -217,7 +200,7 @@ class MqttLink:
             lost.cancel()
             if not sending.done():
                 sending.cancel()
-        if sending.cancelled():
+        if not sending.done() or sending.cancelled():  # cancelled just now, or before
             raise PublishError("session lost before the broker acknowledged")
         error = sending.exception()
         if error is not None:
@@ -230,13 +213,16 @@ class MqttLink:
         This is the `mqtt-ingest` task: it returns after a clean disconnect once `stop` is
         set (the farewell is skipped when no session is up at that moment).
         """
+        persistent = self._settings.persistent_session
         while not stop.is_set():
             # A fresh client per session: aiomqtt 2.5 does not reset its connection future
             # after an unexpected disconnect, so a reused client can report "connected"
             # before the broker's CONNACK. The password file is read again on each attempt.
+            began: float | None = None
             try:
                 self._client = client = self._new_client()
                 async with client:
+                    began = time.monotonic()
                     await self._session(client, stop, farewell)
             except ConfigError as exc:
                 # A password file missing or empty right now (being rotated, say): a failed
@@ -248,11 +234,13 @@ class MqttLink:
                     broker=self._settings.url,
                     error=str(exc),
                 )
+                if began is not None:
+                    self._session_lost(time.monotonic() - began, exc)
             finally:
+                self.intake.end(persistent=persistent)
                 self._down()
             if stop.is_set():
                 return
-            self._drain()
             delay = self._backoff.next_delay()
             self._log.info("mqtt_reconnect_scheduled", delay_s=round(delay, 3))
             try:
@@ -260,6 +248,28 @@ class MqttLink:
                     await stop.wait()
             except TimeoutError:
                 pass
+
+    def _session_lost(self, lasted_s: float, error: aiomqtt.MqttError) -> None:
+        """A session the broker ended: a stable one resets the backoff; a run of short ones
+        is what two instances sharing a client id do to each other, and is reported."""
+        if lasted_s >= STABLE_SESSION_S:
+            self._short_sessions = 0
+            self._backoff.reset()
+            return
+        self._short_sessions += 1
+        taken_over = getattr(error, "rc", None) == SESSION_TAKEN_OVER
+        if taken_over or self._short_sessions >= TAKEOVER_STREAK:
+            self._log.error(
+                "mqtt_session_taken_over",
+                client_id=self._settings.client_id,
+                sessions_lost=self._short_sessions,
+                lasted_s=round(lasted_s, 3),
+                cause="the broker reported the session taken over"
+                if taken_over
+                else "sessions keep ending right after they begin: another client is "
+                "probably connecting with the same client id",
+                fix="give every edgemon instance its own [mqtt] client_id",
+            )
 
     async def _session(
         self,
@@ -273,62 +283,44 @@ class MqttLink:
         self.connection.connected = True
         self._lost.clear()
         self._connected.set()
+        disconnected = client._disconnected  # noqa: SLF001 - aiomqtt's end-of-session future
+
+        def fail(exc: BaseException) -> None:
+            if not disconnected.done():
+                disconnected.set_exception(exc)
+
+        self.intake.begin(fail, persistent=self._settings.persistent_session)
         await client.publish(self._status_topic, self._status_payload("online"), qos=1, retain=True)
         qos = self._settings.qos
         await client.subscribe([(topic, qos) for topic in self._filters])
         self.connection.subscribed = True
-        self._backoff.reset()
+        if self._sessions == 1:
+            self._backoff.reset()
         self._log.info("mqtt_subscribed", broker=self._settings.url, topics=self._filters)
         self._on_subscribed()
-        pump = asyncio.create_task(self._pump(client), name="mqtt-pump")
-        stopped = asyncio.create_task(stop.wait(), name="mqtt-stop")
+        stopped = asyncio.ensure_future(stop.wait())
         try:
-            await asyncio.wait((pump, stopped), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((disconnected, stopped), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (pump, stopped):
-                task.cancel()
-            await asyncio.gather(pump, stopped, return_exceptions=True)
-        if not pump.cancelled() and pump.exception() is not None:
-            raise pump.exception()  # type: ignore[misc]
+            stopped.cancel()
+        if disconnected.done():
+            error = disconnected.exception()
+            raise aiomqtt.MqttError("disconnected") if error is None else _as_mqtt_error(error)
         self.connection.subscribed = False  # intake stops here: no more messages are taken
+        await self.intake.settle()  # what was applied is durable and acknowledged
         await farewell()
-
-    async def _pump(self, client: aiomqtt.Client) -> None:
-        deliver = self._deliver
-        ack = client._client.ack  # noqa: SLF001 - paho's manual acknowledgement
-        async for message in client.messages:
-            deliver(message)
-            if message.qos:
-                ack(message.mid, message.qos)
-
-    def _shed(self, message: aiomqtt.Message, on_drop: Callable[[str], None]) -> None:
-        """A message the full queue cannot take: reported, and acknowledged all the same —
-        shed on purpose, it must not hold one of the broker's in-flight slots forever."""
-        on_drop(message.topic.value)
-        client = self._client
-        if client is not None and message.qos:
-            client._client.ack(message.mid, message.qos)  # noqa: SLF001
-
-    def _deliver(self, message: aiomqtt.Message) -> None:
-        payload = message.payload
-        if not isinstance(payload, bytes):  # paho always gives bytes; the type says more
-            payload = b"" if payload is None else str(payload).encode()
-        self._on_message(message.topic.value, payload)
-
-    def _adopt_queue(self, queue: asyncio.Queue[aiomqtt.Message]) -> None:
-        self._queue = queue
-
-    def _drain(self) -> None:
-        """Messages the lost session had received (and acknowledged) still go to the engine."""
-        queue = self._queue
-        while queue is not None and not queue.empty():
-            self._deliver(queue.get_nowait())
 
     def _down(self) -> None:
         self._connected.clear()
         self._lost.set()
         self.connection.connected = False
         self.connection.subscribed = False
+
+
+def _as_mqtt_error(error: BaseException) -> aiomqtt.MqttError:
+    if isinstance(error, aiomqtt.MqttError):
+        return error
+    return aiomqtt.MqttError(f"connection lost ({error!r})")
 
 
 def session_options(settings: MqttSettings) -> dict[str, Any]:
@@ -339,6 +331,8 @@ def session_options(settings: MqttSettings) -> dict[str, Any]:
         properties.SessionExpiryInterval = (
             settings.session_expiry_s if settings.persistent_session else 0
         )
+        # Flow control: at most this many unacknowledged QoS 1 messages out to us at once.
+        properties.ReceiveMaximum = RECEIVE_MAXIMUM
         return {
             "protocol": aiomqtt.ProtocolVersion.V5,
             "clean_start": not settings.persistent_session,

@@ -1,13 +1,18 @@
-"""The snapshot file in the state directory: written atomically, read once at start."""
+"""The state directory (where it is) and the snapshot file in it (written atomically, read
+once at start)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgemon.settings import DEFAULT_STATE_DIR
+
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Mapping
 
 SNAPSHOT_NAME = "snapshot.json"
 
@@ -17,13 +22,15 @@ class StateStore:
 
     Writing goes to a temporary file in the same directory, which is flushed and fsynced,
     then renamed over the snapshot; the directory is fsynced so the rename survives power
-    loss too.
+    loss too. Each write has a temporary file of its own, so two writes at once (the periodic
+    snapshot and the final one) cannot write into each other's file.
     """
 
-    __slots__ = ("path",)
+    __slots__ = ("_writes", "path")
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / SNAPSHOT_NAME
+        self._writes = itertools.count()
 
     def load(self) -> dict[str, Any] | None:
         """The last snapshot, or None if there is none. A file that is not JSON raises
@@ -45,7 +52,7 @@ class StateStore:
     def save(self, data: dict[str, Any]) -> int:
         """Write `data` atomically; the number of bytes written."""
         body = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
-        temporary = self.path.with_name(f".{SNAPSHOT_NAME}.{os.getpid()}.tmp")
+        temporary = self.path.with_name(f".{SNAPSHOT_NAME}.{os.getpid()}.{next(self._writes)}.tmp")
         with temporary.open("wb") as file:
             file.write(body)
             file.flush()
@@ -57,3 +64,29 @@ class StateStore:
         finally:
             os.close(directory)
         return len(body)
+
+
+def resolve_state_dir(configured: Path, environ: Mapping[str, str]) -> tuple[Path | None, str]:
+    """The state directory to use, created if needed, and how it was chosen (or why none).
+
+    `configured` as it is when it exists. The default `/var/lib/edgemon` (systemd's
+    `StateDirectory=`) missing means a hand-started daemon: `$XDG_STATE_HOME/edgemon`, else
+    `$HOME/.local/state/edgemon` (SPEC §7), from the environment given, never the process's.
+    """
+    if configured.is_dir():
+        return configured, "configured"
+    path, chosen = configured, "configured, created"
+    if configured == DEFAULT_STATE_DIR:
+        xdg = Path(environ.get("XDG_STATE_HOME", ""))
+        home = Path(environ.get("HOME", ""))
+        if xdg.is_absolute():
+            path, chosen = xdg / "edgemon", "XDG_STATE_HOME"
+        elif home.is_absolute():
+            path, chosen = home / ".local" / "state" / "edgemon", "HOME"
+        else:
+            return None, f"no {DEFAULT_STATE_DIR}, and neither XDG_STATE_HOME nor HOME is set"
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        return None, f"cannot create {path}: {exc.strerror}"
+    return path, chosen

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 from edgemon.settings._display import masked_dump, permission_warnings
 from edgemon.settings._errors import ConfigError
-from edgemon.settings._loading import DEFAULT_CONFIG_PATH, load_settings, resolve_config_path
+from edgemon.settings._loading import (
+    DEFAULT_CONFIG_PATH,
+    environment_warnings,
+    load_settings,
+    resolve_config_path,
+)
 from edgemon.settings._models import (
+    DEFAULT_STATE_DIR,
     DEVICE_ID_PATTERN,
     ENV_PREFIX,
     Broker,
@@ -30,6 +36,7 @@ from edgemon.settings._models import (
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "DEFAULT_STATE_DIR",
     "DEVICE_ID_PATTERN",
     "ENV_PREFIX",
     "Broker",
@@ -42,6 +49,7 @@ __all__ = [
     "Settings",
     "SlackSettings",
     "StateSettings",
+    "environment_warnings",
     "load_settings",
     "masked_dump",
     "parse_broker_url",

@@ -116,6 +116,31 @@ def load_settings(
     return settings
 
 
+#: `EDGEMON_GATE_*` configure the engine-side gate and scheduler (SPEC §9), not the daemon.
+_OTHER_PREFIXES = (f"{ENV_PREFIX}GATE_",)
+
+
+def environment_warnings(environ: Mapping[str, str]) -> list[str]:
+    """`EDGEMON_*` variables that set nothing: a setting is `EDGEMON_<SECTION>__<KEY>` (two
+    underscores), so `EDGEMON_SLACK_DEFAULT_MARGIN_MS` would otherwise be ignored silently.
+    (Names with `__` that match no setting are errors, reported by `load_settings`.)"""
+    warnings = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or "__" in name or upper.startswith(_OTHER_PREFIXES):
+            continue
+        rest = name[len(ENV_PREFIX) :]
+        section = next((f for f in Settings.model_fields if rest.lower().startswith(f + "_")), None)
+        hint = ""
+        if section is not None:
+            hint = f" (did you mean {ENV_PREFIX}{section.upper()}__{rest[len(section) + 1 :]}?)"
+        warnings.append(
+            f"{name}: not an edgemon setting, ignored; settings are "
+            f"{ENV_PREFIX}<SECTION>__<KEY>, with two underscores{hint}"
+        )
+    return warnings
+
+
 def _read_file(path: Path, problems: list[str]) -> dict[str, Any]:
     try:
         with path.open("rb") as file:

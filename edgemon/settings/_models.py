@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -72,6 +74,13 @@ def parse_broker_url(url: str) -> Broker:
     return Broker(parts.hostname, port or (8883 if tls else 1883), tls=tls)
 
 
+def default_client_id(hostname: str) -> str:
+    """`edgemon-<host>`, the host name cut to its first label and to topic-safe characters
+    (the client id is also a topic level of the status topic)."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "-", hostname.split(".", 1)[0])[:40].strip("-")
+    return f"edgemon-{host}" if host else "edgemon"
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     """`HOST:PORT` (an IPv6 host in brackets) as (host, port); port 0 picks a free one."""
     host, sep, port_text = listen.rpartition(":")
@@ -111,7 +120,8 @@ class MqttSettings(_Section):
     """`[mqtt]`: the broker connection and the topic layout."""
 
     url: str = "mqtt://127.0.0.1:1883"
-    client_id: NonEmpty = "edgemon"
+    #: `edgemon-<host name>`: two instances on two boxes never share a session by default.
+    client_id: NonEmpty = Field(default_factory=lambda: default_client_id(socket.gethostname()))
     username: NonEmpty | None = None
     #: From the environment or flags only; the file names `password_file` instead.
     password: SecretStr | None = None
@@ -267,11 +277,17 @@ class LogSettings(_Section):
         return value.lower() if isinstance(value, str) else value
 
 
-class StateSettings(_Section):
-    """`[state]`: where stream state is snapshotted across restarts."""
+#: systemd's `StateDirectory=edgemon`; without it the XDG state directory is used.
+DEFAULT_STATE_DIR = Path("/var/lib/edgemon")
 
-    dir: Path = Path("/var/lib/edgemon")
+
+class StateSettings(_Section):
+    """`[state]`: where stream state is snapshotted across restarts, and the write-ahead log
+    that makes a crash lose nothing (SPEC §7)."""
+
+    dir: Path = DEFAULT_STATE_DIR
     snapshot_interval_s: Annotated[float, Field(gt=0)] = 10.0
+    wal: bool = True
 
 
 class Settings(BaseSettings):

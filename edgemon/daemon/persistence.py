@@ -1,0 +1,165 @@
+"""What survives the process: snapshots and the write-ahead log in the state directory.
+
+On start (at the first CONNACK, before any message of the session is read): restore the
+last snapshot at the wall time it was taken, replay the log written after it through the
+same Monitor path as live messages (at each record's `recv_ms`), then cut the downtime out
+of the devices' timelines as a plain restore does (snapshot at the last replayed instant,
+restored now). Every few seconds and at stop: a snapshot, which moves the log on to a new
+generation and lets the older files go (`edgemon/daemon/wal.py`).
+
+All file operations run on one worker thread, in the order they are asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from edgemon.daemon.state import StateStore
+from edgemon.daemon.wal import WriteAheadLog, generations, recover
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from edgemon.monitor import Monitor
+    from edgemon.trace import TraceRecord
+
+#: The key of a snapshot that says which log generations it covers (all older ones).
+WAL_GENERATION = "wal_generation"
+
+
+class Persistence:
+    """The state directory of one daemon: restore once, then log, snapshot, prune."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        monitor: Monitor,
+        replay: Callable[[TraceRecord], None],
+        wal: bool,
+        log: Any,
+        on_commit: Callable[[float], None] = lambda _seconds: None,
+    ) -> None:
+        self.directory = directory
+        self.store = StateStore(directory)
+        self._monitor = monitor
+        self._replay = replay
+        self._wal_enabled = wal
+        self._log = log
+        self._on_commit = on_commit
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgemon-state")
+        #: The log, once restored (None before, or when `[state] wal = false`).
+        self.wal: WriteAheadLog | None = None
+        self.restored = False
+        self._generation = 0
+
+    # ------------------------------------------------------------------ start
+    def restore(self, now_ms: float) -> list[tuple[str, bytes]]:
+        """Snapshot, then log; the messages replayed (the broker may deliver them again)."""
+        self.restored = True
+        data = self._load()
+        covered = _covered(data)
+        found = recover(self.directory, covered)
+        monitor = self._monitor
+        if found.records:  # on top of the snapshot, restored at its own wall time
+            first = found.records[0].recv_ms
+            resumed = float(data["engine"]["wall_ms"]) if data is not None else first
+            for record in found.records:
+                self._replay(record)
+            data = monitor.snapshot(max(resumed, found.records[-1].recv_ms))
+        if data is not None:
+            monitor.restore(data, now_ms)  # the device clocks resume now
+            devices = list(monitor.engine.devices())
+            self._log.info(
+                "state_restored",
+                devices=len(devices),
+                streams=sum(len(device.streams) for device in devices),
+            )
+        if found.files:
+            self._log.info(
+                "wal_replayed",
+                records=len(found.records),
+                files=found.files,
+                bytes=found.bytes,
+                torn_lines=found.torn,
+            )
+        if found.torn:
+            self._log.warning("wal_torn_lines_skipped", lines=found.torn, dir=str(self.directory))
+        existing = generations(self.directory)
+        self._generation = max([covered, *existing]) + 1
+        if self._wal_enabled:
+            self.wal = WriteAheadLog(
+                self.directory,
+                self._generation,
+                executor=self._executor,
+                on_commit=self._on_commit,
+                log=self._log,
+                size=found.bytes,
+            )
+        return [(record.topic, record.payload) for record in found.records]
+
+    def _load(self) -> dict[str, Any] | None:
+        try:
+            data = self.store.load()
+            if data is not None:
+                _covered(data)  # a malformed generation is a bad snapshot
+                self._monitor.restore(data, float(data["engine"]["wall_ms"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # SnapshotError: ValueError
+            self._log.error("state_restore_failed", path=str(self.store.path), error=str(exc))
+            return None
+        return data
+
+    # ------------------------------------------------------------------ running
+    def append(self, recv_ms: float, topic: str, payload: bytes) -> None:
+        """Log one received message (before it is applied)."""
+        if self.wal is not None:
+            self.wal.append(recv_ms, topic, payload)
+
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once what was logged so far is on disk (at once without a log)."""
+        if self.wal is not None:
+            self.wal.when_durable(callback)
+        else:
+            callback()
+
+    async def snapshot(self, now_ms: float) -> int | None:
+        """Take the state on the loop, write it on the worker, then drop the log files it
+        covers; the bytes written (None when not restored yet: an empty state must not
+        overwrite the last snapshot, or when the write failed)."""
+        if not self.restored:
+            return None
+        wal = self.wal
+        if wal is not None:
+            self._generation = wal.rotate()
+        else:
+            self._generation += 1
+        data = self._monitor.snapshot(now_ms)
+        data[WAL_GENERATION] = covered = self._generation
+        loop = asyncio.get_running_loop()
+        try:
+            size = await loop.run_in_executor(self._executor, self.store.save, data)
+        except OSError as exc:
+            self._log.error("snapshot_failed", path=str(self.store.path), error=str(exc))
+            return None
+        if wal is not None:
+            await wal.prune(covered)
+        return size
+
+    async def close(self) -> None:
+        """After the last snapshot: close the log and end the worker."""
+        if self.wal is not None:
+            await self.wal.close()
+        self._executor.shutdown(wait=True)
+
+
+def _covered(data: dict[str, Any] | None) -> int:
+    """The generation from which the log is newer than the snapshot (0: all of it)."""
+    if data is None:
+        return 0
+    value = data.get(WAL_GENERATION, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{WAL_GENERATION} must be an integer ≥ 0")
+    return value
