@@ -15,24 +15,28 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client.exposition import choose_encoder
 
 from edgemon.adapters.metrics import EdgemonRegistry
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
+
+    from edgemon.adapters.metrics import EdgemonCollector
 
 __all__ = ["Slicer", "render"]
 
 #: Samples encoded between two looks at the clock.
 SAMPLES_PER_PIECE: Final = 64
 _EOF: Final = b"# EOF\n"
+_HELP: Final = re.compile(rb"^# HELP ", re.MULTILINE)
 
 
 class Slicer:
@@ -84,24 +88,53 @@ async def render(
     """The exposition for an `Accept` header: (body, content type)."""
     slicer = slicer or Slicer()
     encoder, content_type = choose_encoder(accept)
-    if isinstance(registry, EdgemonRegistry):
-        families = await registry.edgemon.collect_sliced(slicer)
-        families.extend(registry.collect_others())
-    else:
-        families = list(registry.collect())
     openmetrics = content_type.startswith("application/openmetrics-text")
     parts: list[bytes] = []
+    if isinstance(registry, EdgemonRegistry):
+        parts.extend(await _engine_families(registry.edgemon, encoder, slicer))
+        families = [*registry.edgemon.daemon_families(), *registry.collect_others()]
+    else:
+        families = list(registry.collect())
     for family in families:
         for n, piece in enumerate(_pieces(family)):
             text = encoder(_Families(piece))
-            if openmetrics and text.endswith(_EOF):
-                text = text[: -len(_EOF)]
-            if n:  # a continuation: its samples only, not the family's header again
-                text = b"".join(
-                    line for line in text.splitlines(keepends=True) if not line.startswith(b"# ")
-                )
-            parts.append(text)
+            if openmetrics:
+                text = text.removesuffix(_EOF)
+            parts.append(_samples_only(text) if n else text)
             await slicer()
     if openmetrics:
         parts.append(_EOF)
     return b"".join(parts), content_type
+
+
+async def _engine_families(
+    collector: EdgemonCollector, encoder: Callable[[Any], bytes], slicer: Slicer
+) -> list[bytes]:
+    """The engine's families, encoded one device at a time: each device's samples become
+    text at once (bytes, which the garbage collector does not track), so that a scrape leaves
+    no tens of thousands of sample objects alive across slices to be promoted and then swept
+    by a full collection on the loop."""
+    headers: dict[int, bytes] = {}
+    bodies: dict[int, list[bytes]] = {}
+    for device_id in collector.device_ids():
+        families = collector.device_families(device_id)
+        if families is not None:
+            sampled = [(i, family) for i, family in enumerate(families) if family.samples]
+            await slicer()  # reading and encoding a device are two slices
+            text = encoder(_Families(*(family for _, family in sampled)))
+            text = text.removesuffix(_EOF)
+            blocks = _HELP.split(text)[1:]
+            for (i, _), block in zip(sampled, blocks, strict=True):
+                head, _, samples = block.partition(b"\n")
+                while samples.startswith(b"# "):  # TYPE, UNIT
+                    line, _, samples = samples.partition(b"\n")
+                    head += b"\n" + line
+                headers.setdefault(i, b"# HELP " + head + b"\n")
+                bodies.setdefault(i, []).append(samples)
+        await slicer()
+    return [headers[i] + b"".join(bodies[i]) for i in sorted(headers)]
+
+
+def _samples_only(text: bytes) -> bytes:
+    """A family's text without its header lines (a continuation piece)."""
+    return b"".join(line for line in text.splitlines(keepends=True) if not line.startswith(b"# "))

@@ -30,7 +30,7 @@ from edgemon.engine.stats import FINISH_REASONS
 from edgemon.engine.views import device_view, device_views
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Callable, Iterator
 
     from prometheus_client.metrics_core import Metric
 
@@ -230,21 +230,24 @@ class EdgemonCollector:
         yield from families
         yield from self._daemon_families()
 
-    async def collect_sliced(self, pause: Callable[[], Awaitable[None]]) -> list[Metric]:
-        """Every family, one device at a time with `await pause()` in between.
+    def device_ids(self) -> list[str]:
+        """The devices tracked now."""
+        return [view.id for view in device_views(self._monitor.engine)]
 
-        For a caller on the event loop that owns the engine: each device is read whole at
-        its own clock's current time, between two messages; between devices the loop runs
-        whatever is due (a deadline waits for one device's reading, not the fleet's).
-        """
+    def device_families(self, device_id: str) -> list[Metric] | None:
+        """Every family (sampled or not, in `describe` order) with one device's samples, read
+        now at its clock; None if the device is no longer tracked. For a caller that reads
+        the fleet one device at a time (`edgemon.adapters.exposition`)."""
+        view = device_view(self._monitor.engine, device_id)
+        if view is None:
+            return None
         families = _Families(per_stream=self._per_stream > 0)
-        engine = self._monitor.engine
-        for device_id in [view.id for view in device_views(engine)]:
-            view = device_view(engine, device_id)
-            if view is not None:  # else it was forgotten meanwhile
-                self._add_device(families, view, view.now(self._wall_clock()))
-            await pause()
-        return [*families, *self._daemon_families()]
+        self._add_device(families, view, view.now(self._wall_clock()))
+        return list(families.declared())
+
+    def daemon_families(self) -> list[Metric]:
+        """The daemon-wide families (messages by result, MQTT connection)."""
+        return list(self._daemon_families())
 
     def _daemon_families(self) -> Iterator[Metric]:
         messages, connected, reconnects = self._global_families()
@@ -351,7 +354,7 @@ class EdgemonRegistry(CollectorRegistry):
     """A registry whose engine families come first, from `edgemon` (not registered).
 
     `collect()` reads every device at once, as any registry does; a caller on the event loop
-    uses `edgemon.collect_sliced` and then `collect_others()` instead (`adapters/exposition`).
+    reads `edgemon` a device at a time, then `collect_others()` (`adapters/exposition`).
     """
 
     def __init__(self, edgemon: EdgemonCollector) -> None:
