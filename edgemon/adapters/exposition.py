@@ -41,21 +41,48 @@ _HELP: Final = re.compile(rb"^# HELP ", re.MULTILINE)
 
 class Slicer:
     """`await slicer()` yields to the event loop once `budget_s` of work has run since the
-    last yield; otherwise it returns at once."""
+    last yield; otherwise it returns at once.
 
-    __slots__ = ("_budget", "_since", "yields")
+    With `until_deadline` (ms until the engine's next transition, None if none), a slice
+    does not start within `clear_ms` of a transition: the slicer sleeps past it first (at
+    most `max_wait_s` per call, so a fleet with transitions every millisecond still gets
+    scraped), and the deadline task fires with nothing in its way.
+    """
 
-    def __init__(self, budget_s: float = 0.0005) -> None:
+    __slots__ = ("_budget", "_clear", "_max_wait", "_since", "_until", "yields")
+
+    def __init__(
+        self,
+        budget_s: float = 0.0005,
+        *,
+        until_deadline: Callable[[], float | None] | None = None,
+        clear_ms: float = 2.0,
+        max_wait_s: float = 0.02,
+    ) -> None:
         self._budget = budget_s
+        self._until = until_deadline
+        self._clear = clear_ms
+        self._max_wait = max_wait_s
         self._since = time.perf_counter()
         self.yields = 0
 
     async def __call__(self) -> None:
         """A possible yield point."""
-        if time.perf_counter() - self._since >= self._budget:
-            self.yields += 1
-            await asyncio.sleep(0)
-            self._since = time.perf_counter()
+        if time.perf_counter() - self._since < self._budget:
+            return
+        self.yields += 1
+        await asyncio.sleep(0)
+        until = self._until
+        if until is not None:
+            waited = 0.0
+            while waited < self._max_wait:
+                left = until()
+                if left is None or left > self._clear:
+                    break
+                pause = max(0.0, left / 1000.0) + 0.0002  # just past it, then it fires
+                await asyncio.sleep(pause)
+                waited += pause
+        self._since = time.perf_counter()
 
 
 class _Families:
