@@ -178,6 +178,7 @@ async def test_deadline_lateness_is_exported(mosquitto_broker: tuple[str, int]) 
     async with watching(port) as watcher, running(daemon):
         await watcher.until(lambda: "online" in watcher.statuses())
         await throttle_on_then_off(port, watcher, "dev1")
+        assert daemon.http_port is not None
         status, text = await scrape(daemon.http_port, "/metrics")
     assert status == 200
     name = "edgemon_deadline_lateness_seconds"
