@@ -225,14 +225,23 @@ class EdgemonCollector:
         """Every family, computed now (all devices at once)."""
         wall_ms = self._wall_clock()
         families = _Families(per_stream=self._per_stream > 0)
-        for view in device_views(self._monitor.engine):
+        views = device_views(self._monitor.engine)
+        self._forget_gone({view.id for view in views})
+        for view in views:
             self._add_device(families, view, view.now(wall_ms))
         yield from families
         yield from self._daemon_families()
 
     def device_ids(self) -> list[str]:
         """The devices tracked now."""
-        return [view.id for view in device_views(self._monitor.engine)]
+        ids = [view.id for view in device_views(self._monitor.engine)]
+        self._forget_gone(set(ids))
+        return ids
+
+    def _forget_gone(self, present: set[str]) -> None:
+        """Devices the engine no longer tracks leave no trace here either."""
+        if self._high_water.keys() - present:
+            self._high_water = {k: v for k, v in self._high_water.items() if k in present}
 
     def device_families(self, device_id: str) -> list[Metric] | None:
         """Every family (sampled or not, in `describe` order) with one device's samples, read
