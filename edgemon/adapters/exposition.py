@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import re
 import time
 from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.utils import floatToGoString
 
 from edgemon.adapters.metrics import EdgemonRegistry
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
+    from prometheus_client.samples import Sample
 
     from edgemon.adapters.metrics import EdgemonCollector
 
@@ -36,7 +37,6 @@ __all__ = ["Slicer", "render"]
 #: Samples encoded between two looks at the clock.
 SAMPLES_PER_PIECE: Final = 64
 _EOF: Final = b"# EOF\n"
-_HELP: Final = re.compile(rb"^# HELP ", re.MULTILINE)
 
 
 class Slicer:
@@ -138,28 +138,46 @@ async def _engine_families(
     collector: EdgemonCollector, encoder: Callable[[Any], bytes], slicer: Slicer
 ) -> list[bytes]:
     """The engine's families, encoded one device at a time: each device's samples become
-    text at once (bytes, which the garbage collector does not track), so that a scrape leaves
-    no tens of thousands of sample objects alive across slices to be promoted and then swept
-    by a full collection on the loop."""
+    text at once (strings, which the garbage collector does not track), so that a scrape
+    leaves no tens of thousands of sample objects alive across slices to be promoted and
+    then swept by a full collection on the loop.
+
+    Sample lines are written here (the engine's names and label names are plain, only label
+    values need escaping): the same text as prometheus_client's, in both formats, at a
+    fraction of its per-sample cost. Each family's header comes from the encoder.
+    """
     headers: dict[int, bytes] = {}
-    bodies: dict[int, list[bytes]] = {}
+    bodies: dict[int, list[str]] = {}
     for device_id in collector.device_ids():
         families = collector.device_families(device_id)
         if families is not None:
-            sampled = [(i, family) for i, family in enumerate(families) if family.samples]
             await slicer()  # reading and encoding a device are two slices
-            text = encoder(_Families(*(family for _, family in sampled)))
-            text = text.removesuffix(_EOF)
-            blocks = _HELP.split(text)[1:]
-            for (i, _), block in zip(sampled, blocks, strict=True):
-                head, _, samples = block.partition(b"\n")
-                while samples.startswith(b"# "):  # TYPE, UNIT
-                    line, _, samples = samples.partition(b"\n")
-                    head += b"\n" + line
-                headers.setdefault(i, b"# HELP " + head + b"\n")
-                bodies.setdefault(i, []).append(samples)
+            for i, family in enumerate(families):
+                if not family.samples:
+                    continue
+                if i not in headers:
+                    bare = copy.copy(family)
+                    bare.samples = []
+                    headers[i] = encoder(_Families(bare)).removesuffix(_EOF)
+                    bodies[i] = []
+                bodies[i].extend(_line(sample) for sample in family.samples)
         await slicer()
-    return [headers[i] + b"".join(bodies[i]) for i in sorted(headers)]
+    return [headers[i] + "".join(bodies[i]).encode() for i in sorted(headers)]
+
+
+def _line(sample: Sample) -> str:
+    """One sample as a line of text (no timestamp, no exemplar: the engine sets neither)."""
+    value: str = floatToGoString(sample.value)  # type: ignore[no-untyped-call]
+    if not sample.labels:
+        return f"{sample.name} {value}\n"
+    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(sample.labels.items()))
+    return f"{sample.name}{{{labels}}} {value}\n"
+
+
+def _escape(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
 
 
 def _samples_only(text: bytes) -> bytes:
