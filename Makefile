@@ -52,7 +52,7 @@ bench-fleet: $(STAMP)
 # edgemon goes in with --no-deps so that pip never re-resolves torch.
 # edgemon's own runtime dependencies (the end-to-end test runs `edgemon run` from these venvs).
 VLLM_TEST_DEPS = paho-mqtt pytest pytest-asyncio 'aiohttp>=3.9,<4' 'aiomqtt>=2.5,<3' \
-	'prometheus-client>=0.20' 'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'rich>=13' \
+	'prometheus-client>=0.20' 'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' \
 	'structlog>=24.1'
 VLLM_UNMATCHED = torchvision torchaudio torchcodec
 VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1

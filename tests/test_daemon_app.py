@@ -169,6 +169,26 @@ async def test_scenario_publishes_throttle_on_then_off(mosquitto_broker: tuple[s
     assert watcher.statuses()[-1] == "offline"  # clean stop
 
 
+async def test_deadline_lateness_is_exported(mosquitto_broker: tuple[str, int]) -> None:
+    """Every transition the deadline task fires counts in `edgemon_deadline_lateness_seconds`
+    (SPEC §5): after a timer-driven throttle onset the histogram has observations, each in a
+    finite bucket (no deadline here is served a second late)."""
+    _, port = mosquitto_broker
+    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
+    async with watching(port) as watcher, running(daemon):
+        await watcher.until(lambda: "online" in watcher.statuses())
+        await throttle_on_then_off(port, watcher, "dev1")
+        assert daemon.http_port is not None
+        status, text = await scrape(daemon.http_port, "/metrics")
+    assert status == 200
+    name = "edgemon_deadline_lateness_seconds"
+    count = sample(text, f"{name}_count", {})
+    assert count is not None
+    assert count >= 1
+    assert sample(text, f"{name}_bucket", {"le": "1.0"}) == count
+    assert sample(text, f"{name}_sum", {}) is not None
+
+
 async def test_throttle_objects_are_retained(mosquitto_broker: tuple[str, int]) -> None:
     """A subscriber arriving later gets the device's last throttle object (retained)."""
     _, port = mosquitto_broker

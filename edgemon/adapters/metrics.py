@@ -27,18 +27,24 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from edgemon.adapters.state import ConnectionState
 from edgemon.engine.stats import FINISH_REASONS
+from edgemon.engine.views import device_view, device_views
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from prometheus_client.metrics_core import Metric
 
-    from edgemon.engine.device import Device
     from edgemon.engine.histogram import Histogram
-    from edgemon.engine.stream import Stream
+    from edgemon.engine.views import DeviceView
     from edgemon.monitor import Monitor
 
-__all__ = ["ConnectionState", "EdgemonCollector", "build_registry"]
+__all__ = [
+    "ConnectionState",
+    "DeadlineLatenessCollector",
+    "EdgemonCollector",
+    "EdgemonRegistry",
+    "build_registry",
+]
 
 _MS = 1000.0
 _INF = float("inf")
@@ -177,13 +183,6 @@ class _Families:
         return iter(self._all)
 
 
-def _by_headroom(device: Device, now: float) -> list[tuple[float, Stream]]:
-    """The device's live streams with their headroom at `now`, lowest first (ties by id)."""
-    ranked = [(stream.headroom_at(now), stream) for stream in device.live_streams()]
-    ranked.sort(key=lambda pair: (pair[0], pair[1].id))
-    return ranked
-
-
 def _histogram(family: HistogramMetricFamily, device: str, histogram: Histogram) -> None:
     buckets = [
         ("+Inf" if le == _INF else repr(le / _MS), float(n)) for le, n in histogram.cumulative()
@@ -223,12 +222,43 @@ class EdgemonCollector:
         yield from self._global_families()
 
     def collect(self) -> Iterator[Metric]:
-        """Every family, computed now."""
+        """Every family, computed now (all devices at once)."""
         wall_ms = self._wall_clock()
         families = _Families(per_stream=self._per_stream > 0)
-        for device in self._monitor.engine.devices():
-            self._add_device(families, device, device.clock.now(wall_ms))
+        views = device_views(self._monitor.engine)
+        self._forget_gone({view.id for view in views})
+        for view in views:
+            self._add_device(families, view, view.now(wall_ms))
         yield from families
+        yield from self._daemon_families()
+
+    def device_ids(self) -> list[str]:
+        """The devices tracked now."""
+        ids = [view.id for view in device_views(self._monitor.engine)]
+        self._forget_gone(set(ids))
+        return ids
+
+    def _forget_gone(self, present: set[str]) -> None:
+        """Devices the engine no longer tracks leave no trace here either."""
+        if self._high_water.keys() - present:
+            self._high_water = {k: v for k, v in self._high_water.items() if k in present}
+
+    def device_families(self, device_id: str) -> list[Metric] | None:
+        """Every family (sampled or not, in `describe` order) with one device's samples, read
+        now at its clock; None if the device is no longer tracked. For a caller that reads
+        the fleet one device at a time (`edgemon.adapters.exposition`)."""
+        view = device_view(self._monitor.engine, device_id)
+        if view is None:
+            return None
+        families = _Families(per_stream=self._per_stream > 0)
+        self._add_device(families, view, view.now(self._wall_clock()))
+        return list(families.declared())
+
+    def daemon_families(self) -> list[Metric]:
+        """The daemon-wide families (messages by result, MQTT connection)."""
+        return list(self._daemon_families())
+
+    def _daemon_families(self) -> Iterator[Metric]:
         messages, connected, reconnects = self._global_families()
         results = self._monitor.results
         for result in (*KNOWN_RESULTS, *sorted(results.keys() - set(KNOWN_RESULTS))):
@@ -250,35 +280,29 @@ class EdgemonCollector:
             CounterMetricFamily("edgemon_mqtt_reconnects_total", "Broker sessions re-established."),
         )
 
-    def _add_device(self, f: _Families, device: Device, now: float) -> None:
+    def _add_device(self, f: _Families, device: DeviceView, now: float) -> None:
         labels = [device.id]
         stats = device.stats
-        ranked = _by_headroom(device, now)
-        f.streams_active.add_metric(labels, len(device.streams))
-        f.streams_at_risk.add_metric(labels, sum(1 for h, s in ranked if h < s.margin))
-        if ranked:
-            f.headroom_min.add_metric(labels, ranked[0][0] / _MS)
-            f.slack_min.add_metric(labels, min(s.slack_at(now) for _, s in ranked) / _MS)
+        live = device.summary(now, self._per_stream)
+        f.streams_active.add_metric(labels, device.stream_count)
+        f.streams_at_risk.add_metric(labels, live.at_risk)
+        if live.min_headroom is not None:
+            f.headroom_min.add_metric(labels, live.min_headroom / _MS)
+        if live.min_slack is not None:
+            f.slack_min.add_metric(labels, live.min_slack / _MS)
         if f.stream_slack is not None and f.stream_headroom is not None:
-            for head, stream in ranked[: self._per_stream]:
-                f.stream_slack.add_metric([device.id, stream.id], stream.slack_at(now) / _MS)
-                f.stream_headroom.add_metric([device.id, stream.id], head / _MS)
+            for stream_id, slack, head in live.lowest:
+                f.stream_slack.add_metric([device.id, stream_id], slack / _MS)
+                f.stream_headroom.add_metric([device.id, stream_id], head / _MS)
         f.margin.add_metric(labels, device.margin / _MS)
         f.throttle_active.add_metric(labels, 1.0 if device.throttle_on else 0.0)
-        f.clock_offset.add_metric(labels, device.clock.offset_ms / _MS)
+        f.clock_offset.add_metric(labels, device.clock_offset_ms / _MS)
         f.last_event.add_metric(labels, device.last_message_wall_ms / _MS)
         self._add_kv(f, device)
 
-        throttle_ms = stats.throttle_ms
-        if device.throttle_on:
-            throttle_ms += max(0.0, now - device.throttle_since)
-        underrun_ms = stats.underrun_ms
-        for stream in device.streams.values():
-            if stream.underrun_since is not None:
-                underrun_ms += max(0.0, now - stream.underrun_since)
         last_throttle, last_underrun = self._high_water.get(device.id, (0.0, 0.0))
-        throttle_s = max(last_throttle, throttle_ms / _MS)
-        underrun_s = max(last_underrun, underrun_ms / _MS)
+        throttle_s = max(last_throttle, device.throttle_ms(now) / _MS)
+        underrun_s = max(last_underrun, device.underrun_ms(now) / _MS)
         self._high_water[device.id] = (throttle_s, underrun_s)
 
         f.engagements.add_metric(labels, stats.throttle_engagements)
@@ -296,9 +320,8 @@ class EdgemonCollector:
         _histogram(f.time_to_first_audio, device.id, stats.time_to_first_audio)
 
     @staticmethod
-    def _add_kv(f: _Families, device: Device) -> None:
-        info = device.engine_info
-        kv = None if info is None else info.kv
+    def _add_kv(f: _Families, device: DeviceView) -> None:
+        kv = device.kv
         if kv is None:
             return
         labels = [device.id]
@@ -310,6 +333,53 @@ class EdgemonCollector:
             f.kv_admission_ok.add_metric(labels, 1.0 if kv.admission_ok else 0.0)
 
 
+class DeadlineLatenessCollector:
+    """`edgemon_deadline_lateness_seconds`: how late the deadline task fired (SPEC §5).
+
+    `histogram` is the scheduler's (milliseconds), read at each scrape.
+    """
+
+    __slots__ = ("_histogram",)
+
+    def __init__(self, histogram: Histogram) -> None:
+        self._histogram = histogram
+
+    def collect(self) -> Iterator[Metric]:
+        """The histogram now."""
+        family = HistogramMetricFamily(
+            "edgemon_deadline_lateness_seconds",
+            "How late the deadline task fired each transition.",
+            labels=(),
+        )
+        histogram = self._histogram
+        buckets = [
+            ("+Inf" if le == _INF else repr(le / _MS), float(n)) for le, n in histogram.cumulative()
+        ]
+        family.add_metric([], buckets, histogram.total / _MS)
+        yield family
+
+
+class EdgemonRegistry(CollectorRegistry):
+    """A registry whose engine families come first, from `edgemon` (not registered).
+
+    `collect()` reads every device at once, as any registry does; a caller on the event loop
+    reads `edgemon` a device at a time, then `collect_others()` (`adapters/exposition`).
+    """
+
+    def __init__(self, edgemon: EdgemonCollector) -> None:
+        super().__init__()
+        self.edgemon = edgemon
+
+    def collect(self) -> Iterator[Metric]:
+        """The engine's families, then every registered collector's."""
+        yield from self.edgemon.collect()
+        yield from super().collect()
+
+    def collect_others(self) -> Iterator[Metric]:
+        """The registered collectors' families (build, process, deadline lateness)."""
+        yield from super().collect()
+
+
 def build_registry(
     monitor: Monitor,
     *,
@@ -317,10 +387,9 @@ def build_registry(
     connection: ConnectionState,
     per_stream_series: int,
     version: str,
-) -> CollectorRegistry:
+) -> EdgemonRegistry:
     """A new registry (never the global one) with edgemon's, build and process metrics."""
-    registry = CollectorRegistry()
-    registry.register(
+    registry = EdgemonRegistry(
         EdgemonCollector(
             monitor,
             wall_clock=wall_clock,

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from edgemon import __version__
-from edgemon.cli import check_config, demo, kv_budget, replay, run, simulate, top
+from edgemon.cli import check_config, kv_budget, replay, run, simulate, view_extra
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
@@ -26,8 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="edgemon", description=__doc__)
     parser.add_argument("--version", action="version", version=f"edgemon {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in (run, demo, replay, kv_budget, check_config, simulate, top):
+    run.register(commands)
+    view_extra.register(commands, "demo", "zero set-up showcase with a live view")
+    for module in (replay, kv_budget, check_config, simulate):
         module.register(commands)
+    view_extra.register(commands, "top", "live terminal view of a running daemon")
     return parser
 
 

@@ -31,7 +31,7 @@ from edgemon.adapters.http import (
     serve,
     ssl_context_from_files,
 )
-from edgemon.adapters.metrics import build_registry
+from edgemon.adapters.metrics import DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.logs import RejectionLog
@@ -111,6 +111,7 @@ class Daemon:
             self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle
         )
         self.scheduler = Scheduler(self.monitor, clock=self.clock, handle=self._dispatch)
+        self.registry.register(DeadlineLatenessCollector(self.scheduler.lateness))
         self._out: list[Output] = []
         self._restored = False
         self._stop = asyncio.Event()

@@ -5,7 +5,8 @@ sleeps until `monitor.next_deadline()` and calls `advance(now)`. A message that 
 next deadline forward calls `poke()`, which wakes the task early (only then: a message
 that leaves the deadline where it is costs no wake-up). The sleep is an `asyncio` timer at
 the deadline's loop time, so lateness is the event loop's timer granularity (about 1 ms on
-Linux's epoll) plus whatever else the loop is doing; `lateness_ms` keeps the recent values.
+Linux's epoll) plus whatever else the loop is doing; `lateness_ms` keeps the recent values
+and `lateness` counts them all (exported as `edgemon_deadline_lateness_seconds`, SPEC §5).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+from edgemon.engine.histogram import Histogram
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,11 +25,24 @@ if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
     from edgemon.monitor import Monitor
 
+#: Bounds of `edgemon_deadline_lateness_seconds`, in ms: SPEC §5's 1 and 2 ms targets fall on
+#: bucket bounds.
+LATENESS_BOUNDS_MS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)
+
 
 class Scheduler:
     """Drives `monitor.advance` at each deadline; `handle` takes what it produced."""
 
-    __slots__ = ("_clock", "_handle", "_monitor", "_target", "_wake", "fired", "lateness_ms")
+    __slots__ = (
+        "_clock",
+        "_handle",
+        "_monitor",
+        "_target",
+        "_wake",
+        "fired",
+        "lateness",
+        "lateness_ms",
+    )
 
     def __init__(
         self,
@@ -44,6 +60,8 @@ class Scheduler:
         self.fired = 0
         #: How late each deadline was served (ms), most recent last.
         self.lateness_ms: deque[float] = deque(maxlen=keep)
+        #: Every lateness (ms) since the start, in buckets.
+        self.lateness = Histogram(LATENESS_BOUNDS_MS)
 
     def poke(self) -> None:
         """Call after anything that may have moved the next deadline (a message, a reload)."""
@@ -65,6 +83,7 @@ class Scheduler:
                     monitor.advance(now, out)
                     if deadline != -math.inf:
                         self.lateness_ms.append(now - deadline)
+                        self.lateness.observe(now - deadline)
                     self.fired += 1
                     if out:
                         self._handle(out)

@@ -25,6 +25,7 @@ from edgemon.engine.outputs import (
 )
 from edgemon.engine.stats import DeviceStats, fold_reason
 from edgemon.engine.stream import EWMA_ALPHA, Phase, Stream
+from edgemon.engine.views import LiveIndex
 
 if TYPE_CHECKING:
     from edgemon.engine.config import DeviceOverride, EngineConfig
@@ -61,6 +62,7 @@ class Device:
         "id",
         "last_message_wall_ms",
         "live",
+        "live_index",
         "override",
         "sample_every_ms",
         "stats",
@@ -85,6 +87,8 @@ class Device:
         #: Recently removed stream ids and when: late redeliveries must not resurrect them.
         self.tombstones: dict[str, float] = {}
         self.timers: list[Timer] = []
+        #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
+        self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
         self._compact_above = 64
         self._next_timer_id = 0
         self.live = 0
@@ -296,6 +300,7 @@ class Device:
         self, stream: Stream, now: float, out: list[Output], *, timer: bool = False
     ) -> None:
         """Bring a stream's underrun state and flags to `now`, and (re)arm its timer."""
+        self.live_index.note(stream)
         phase = stream.phase
         if phase is Phase.LIVE:
             due = self._live_due(stream, now, out, timer=timer)
@@ -449,6 +454,7 @@ class Device:
         self.dirty = True
         stream.due = math.nan  # its timer entries are stale from now on
         del self.streams[stream.id]
+        self.live_index.note(stream)
         self._bury(stream.id, now)
         self.stats.finished[fold_reason(reason)] += 1
         out.append(
@@ -515,6 +521,7 @@ class Device:
     def _remargin(self, at: float) -> None:
         for stream in list(self.streams.values()):
             stream.margin = self._margin_for(stream.margin_from_start)
+            self.live_index.note(stream)
             stream.due = min(stream.due, at)
             self._push(at, 0, stream)
         self.dirty = True
