@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine.outputs import (
+    DeviceForgotten,
     Rejected,
     StreamEnded,
     StreamSample,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.outputs import Output
+    from edgemon.engine.stats import DeviceStats
     from edgemon.trace import TraceRecord
 
 
@@ -35,32 +37,36 @@ def replay(
     rejected = 0
     now = float("-inf")
     out: list[Output] = []
+    forgotten: list[DeviceStats] = []  # devices forgotten on the way still count
     for record in records:
         now = max(now, record.recv_ms)
         monitor.engine.advance(now, out, inclusive=False)
         monitor.receive(record.topic, record.payload, now, out)
-        for line in _lines(out):
+        for line in _lines(out, forgotten):
             rejected += line["kind"] == "rejected"
             yield line
         out.clear()
     while (deadline := monitor.next_deadline()) is not None:
         monitor.advance(deadline, out)
-        yield from _lines(out)
+        yield from _lines(out, forgotten)
         out.clear()
-    devices = list(monitor.engine.devices())
+    devices = [device.stats for device in monitor.engine.devices()] + forgotten
     yield {
         "kind": "summary",
         "messages": monitor.messages,
         "events": monitor.events,
         "rejected": rejected,
-        "streams": sum(d.stats.streams_started for d in devices),
-        "underruns": sum(d.stats.underruns for d in devices),
-        "throttle_engagements": sum(d.stats.throttle_engagements for d in devices),
+        "streams": sum(stats.streams_started for stats in devices),
+        "underruns": sum(stats.underruns for stats in devices),
+        "throttle_engagements": sum(stats.throttle_engagements for stats in devices),
     }
 
 
-def _lines(outputs: list[Output]) -> Iterator[dict[str, Any]]:
+def _lines(outputs: list[Output], forgotten: list[DeviceStats]) -> Iterator[dict[str, Any]]:
     for output in outputs:
+        if type(output) is DeviceForgotten:
+            forgotten.append(output.stats)
+            continue
         line = to_line(output)
         if line is not None:
             yield line

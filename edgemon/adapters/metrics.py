@@ -224,8 +224,13 @@ class EdgemonCollector:
         """Every family, computed now."""
         wall_ms = self._wall_clock()
         families = _Families(per_stream=self._per_stream > 0)
+        known = 0
         for device in self._monitor.engine.devices():
             self._add_device(families, device, device.clock.now(wall_ms))
+            known += 1
+        if len(self._high_water) > known:  # forgotten devices (SPEC §7) leave no trace
+            present = {device.id for device in self._monitor.engine.devices()}
+            self._high_water = {k: v for k, v in self._high_water.items() if k in present}
         yield from families
         messages, connected, reconnects = self._global_families()
         results = self._monitor.results

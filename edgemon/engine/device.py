@@ -57,6 +57,7 @@ class Device:
         "decision_pending",
         "dirty",
         "engine_info",
+        "forget_due",
         "gap_ewma",
         "id",
         "last_message_wall_ms",
@@ -101,6 +102,7 @@ class Device:
         self.sample_every_ms = sample_every_ms
         self._sample_due = INF
         self.wall_due = INF  # this device's entry in the engine's queue
+        self.forget_due = INF  # this device's entry in the engine's queue of idle devices
         self.last_message_wall_ms = 0.0
 
     # ------------------------------------------------------------------ queries

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgemon.engine.stats import DeviceStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,4 +80,23 @@ class Rejected:
     detail: str
 
 
-Output = UnderrunBegan | UnderrunEnded | ThrottleChanged | StreamEnded | StreamSample | Rejected
+@dataclass(frozen=True, slots=True)
+class DeviceForgotten:
+    """An idle device was forgotten at `t_ms` (wall time `wall_ms`): whatever is kept per
+    device goes with it. `stats` are its final totals (replay's summary keeps counting them)."""
+
+    device: str
+    t_ms: float
+    wall_ms: float
+    stats: DeviceStats
+
+
+Output = (
+    UnderrunBegan
+    | UnderrunEnded
+    | ThrottleChanged
+    | StreamEnded
+    | StreamSample
+    | Rejected
+    | DeviceForgotten
+)
