@@ -1,6 +1,8 @@
 """`edgemon replay`: a recorded trace through the same engine, on a virtual clock (SPEC §2.7).
 
-The virtual clock is the trace's `recv_ms` (never running back). At equal times messages are
+The virtual clock is the trace's `recv_ms` (never running back). An `underrun` line is written
+when the underrun is confirmed (SPEC §2.8), with its exact instant; one announced live and
+then retracted is written as `underrun_retracted`. At equal times messages are
 applied before timers fire and before samples are taken. After the last record the clock runs
 on until nothing is pending, so every stream ends (completed, ended or expired) and is
 summarised.
@@ -16,7 +18,8 @@ from edgemon.engine.outputs import (
     StreamEnded,
     StreamSample,
     ThrottleChanged,
-    UnderrunBegan,
+    UnderrunConfirmed,
+    UnderrunRetracted,
 )
 from edgemon.monitor import Monitor
 
@@ -40,7 +43,7 @@ def replay(
     forgotten: list[DeviceStats] = []  # devices forgotten on the way still count
     for record in records:
         now = max(now, record.recv_ms)
-        monitor.engine.advance(now, out, inclusive=False)
+        monitor.advance(now, out, inclusive=False)
         monitor.receive(record.topic, record.payload, now, out)
         for line in _lines(out, forgotten):
             rejected += line["kind"] == "rejected"
@@ -85,13 +88,8 @@ def to_line(output: Output) -> dict[str, Any] | None:
             "headroom_ms": output.headroom_ms,
             "at_risk": output.at_risk,
         }
-    if isinstance(output, UnderrunBegan):
-        return {
-            "kind": "underrun",
-            "t_ms": output.t_ms,
-            "device": output.device,
-            "stream": output.stream,
-        }
+    if isinstance(output, UnderrunConfirmed | UnderrunRetracted):
+        return _underrun_line(output)
     if isinstance(output, ThrottleChanged):
         return {
             "kind": "throttle",
@@ -123,3 +121,18 @@ def to_line(output: Output) -> dict[str, Any] | None:
             "detail": output.detail,
         }
     return None
+
+
+def _underrun_line(output: UnderrunConfirmed | UnderrunRetracted) -> dict[str, Any]:
+    """`underrun` once confirmed, at its exact instant; `underrun_retracted` for one that
+    was announced live (`UnderrunBegan`) and then shown never to have happened."""
+    line: dict[str, Any] = {
+        "kind": "underrun",
+        "t_ms": output.t_ms,
+        "device": output.device,
+        "stream": output.stream,
+    }
+    if isinstance(output, UnderrunRetracted):
+        line["kind"] = "underrun_retracted"
+        line["retracted_ms"] = output.retracted_ms
+    return line

@@ -198,6 +198,7 @@ def scenarios(
         default_chunk_gap_ms=draw(st.sampled_from((200, 1)) | st.integers(1, 300)),
         stream_idle_timeout_ms=draw(st.integers(700, 1500)),
         clock=clock,
+        allowed_lateness_ms=0,  # what edgemon knows is the record (late delivery: see below)
     )
     devices = draw(st.lists(st.sampled_from(DEVICE_NAMES), min_size=1, max_size=2, unique=True))
     overrides: dict[str, DeviceOverride] = {}

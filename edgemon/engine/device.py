@@ -17,12 +17,16 @@ from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
 from edgemon.engine.outputs import (
+    GapDeclared,
     StreamEnded,
     StreamSample,
     ThrottleChanged,
     UnderrunBegan,
+    UnderrunConfirmed,
     UnderrunEnded,
+    UnderrunRetracted,
 )
+from edgemon.engine.reorder import MAX_HELD, Held
 from edgemon.engine.stats import DeviceStats, fold_reason
 from edgemon.engine.stream import EWMA_ALPHA, Phase, Stream
 
@@ -35,11 +39,33 @@ if TYPE_CHECKING:
 #: Most at-risk stream ids a throttle object lists (SPEC §1).
 MAX_LISTED_STREAMS: Final = 16
 
-# Timer kinds besides streams. At equal instants priority 0 (timers) fires before 1 (samples).
+# Timer kinds besides streams. At equal instants priority -1 (held chunks: messages) comes
+# first, then 0 (timers), then 1 (samples).
 _MIN_ON: Final = "min_on"
 _SAMPLE: Final = "sample"
 
-Timer = tuple[float, int, int, "Stream | str"]
+
+class _Lateness:
+    """When a stream's provisional underrun at `u` is confirmed for want of late chunks."""
+
+    __slots__ = ("stream", "u")
+
+    def __init__(self, stream: Stream, u: float) -> None:
+        self.stream = stream
+        self.u = u
+
+
+class _HoldEnd:
+    """When a stream's held chunks stop waiting for the missing one (a gap is declared)."""
+
+    __slots__ = ("stream", "until")
+
+    def __init__(self, stream: Stream, until: float) -> None:
+        self.stream = stream
+        self.until = until
+
+
+Timer = tuple[float, int, int, "Stream | str | _Lateness | _HoldEnd"]
 
 
 class Device:
@@ -54,15 +80,18 @@ class Device:
         "base_margin",
         "clock",
         "config",
+        "confirm_held",
         "decision_pending",
         "dirty",
         "engine_info",
+        "event_time",
         "forget_due",
         "gap_ewma",
         "id",
         "last_message_wall_ms",
         "live",
         "override",
+        "provisional",
         "sample_every_ms",
         "stats",
         "streams",
@@ -104,6 +133,12 @@ class Device:
         self.wall_due = INF  # this device's entry in the engine's queue
         self.forget_due = INF  # this device's entry in the engine's queue of idle devices
         self.last_message_wall_ms = 0.0
+        #: The device's event time: the largest `t_ms` it has reported (SPEC §2.8).
+        self.event_time = -INF
+        #: Streams whose current underrun is provisional, by id.
+        self.provisional: dict[str, Stream] = {}
+        #: While edgemon's input is interrupted, lateness confirms nothing (it waits).
+        self.confirm_held = False
 
     # ------------------------------------------------------------------ queries
     @property
@@ -163,10 +198,18 @@ class Device:
         stream = self.streams.get(event.stream)
         if stream is None:
             return "duplicate" if event.stream in self.tombstones else "unknown_stream"
+        if stream.held is not None:
+            self._flush_held(stream, at, out)  # the end comes after every chunk sent
+        if stream.underrun_provisional:
+            assert stream.underrun_since is not None
+            if event.t_ms <= stream.underrun_since:
+                self._retract(stream, at, out)  # ended before its buffer ran dry
+            else:
+                self._confirm(stream, at, out)
         self._remove(stream, event.reason or "completed", at, out)
         return "accepted"
 
-    def _chunk(self, event: ChunkEvent, at: float, out: list[Output]) -> str:  # noqa: C901, PLR0912, PLR0915
+    def _chunk(self, event: ChunkEvent, at: float, out: list[Output]) -> str:
         stream = self.streams.get(event.stream)
         if stream is None:
             if event.seq > 0 and event.stream in self.tombstones:
@@ -178,6 +221,17 @@ class Device:
             return "duplicate"
         if stream.phase is Phase.DRAINING:
             return "after_final"
+        if event.seq > stream.last_seq + 1 and self.config.slack.allowed_lateness_ms > 0.0:
+            return self._hold(stream, event, at, out)
+        result = self._apply_chunk(stream, event, at, out)
+        if stream.held is not None:
+            self._release_held(stream, at, out)
+        return result
+
+    def _apply_chunk(  # noqa: C901, PLR0912
+        self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]
+    ) -> str:
+        """Apply a chunk in `seq` order (the next one, or one after a declared gap)."""
         result = "gap" if event.seq > stream.last_seq + 1 else "accepted"
         stats = self.stats
         t = event.t_ms
@@ -210,9 +264,8 @@ class Device:
                 if eta is None:
                     eta = self.config.slack.default_chunk_gap_ms
         stream.expected = t + eta
-        since = stream.underrun_since
-        if since is not None and stream.start + stream.buffered > t:
-            self._end_underrun(stream, max(since, t), at, out)
+        if stream.underrun_since is not None:
+            self._chunk_in_underrun(stream, t, at, out)
         if stream.phase is Phase.LIVE:
             if event.final:
                 stream.phase = Phase.DRAINING
@@ -228,6 +281,140 @@ class Device:
         else:
             self._refresh(stream, at, out)
         return result
+
+    def _chunk_in_underrun(self, stream: Stream, t: float, at: float, out: list[Output]) -> None:
+        """A chunk reached the player at `t` while the stream was in underrun since `u`."""
+        since = stream.underrun_since
+        assert since is not None
+        if stream.underrun_provisional:
+            if t <= since:
+                # It reached the player before `u` and moved `u` later: by the device's own
+                # times there was no underrun at `u` (if the buffer is still empty, the
+                # refresh that follows finds when it really ran dry).
+                self._retract(stream, at, out)
+                return
+            self._confirm(stream, at, out)
+        if stream.start + stream.buffered > t:
+            self._end_underrun(stream, max(since, t), at, out)
+
+    # ------------------------------------------------------------------ reorder buffer
+    def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
+        """Keep a chunk that arrived ahead of a missing `seq` (SPEC §2.8)."""
+        held = stream.held
+        if held is None:
+            until = at + self.config.slack.allowed_lateness_ms
+            held = stream.held = Held(until)
+            self._push(until, -1, _HoldEnd(stream, until))
+        elif len(held) >= MAX_HELD:
+            self._flush_held(stream, at, out)  # too far ahead: the hole is a gap now
+            return self._chunk(event, at, out)
+        return "accepted" if held.add(event) else "duplicate"
+
+    def _release_held(self, stream: Stream, at: float, out: list[Output]) -> None:
+        """Apply the held chunks that now follow in `seq` order."""
+        held = stream.held
+        assert held is not None
+        while (event := held.next_after(stream.last_seq)) is not None:
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                break
+            self._apply_chunk(stream, event, at, out)
+        if not len(held):
+            stream.held = None
+            self._recheck(stream, at, out)
+
+    def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
+        """The missing chunk did not come in time: apply the held ones, declaring the gap."""
+        held = stream.held
+        assert held is not None
+        stream.held = None
+        for event in held.drain():
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                break
+            if event.seq > stream.last_seq + 1:
+                out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
+            self._apply_chunk(stream, event, at, out)
+        self._recheck(stream, at, out)
+
+    # ------------------------------------------------------------------ event time
+    def _begin_underrun(self, stream: Stream, u: float, now: float, out: list[Output]) -> None:
+        """An underrun began at `u` (≤ `now`): announced if edgemon's clock is at `u` now."""
+        stream.underrun_since = u
+        stream.underrun_provisional = True
+        stream.underrun_published = u == now
+        if stream.underrun_published:
+            out.append(UnderrunBegan(self.id, stream.id, u))
+        self.provisional[stream.id] = stream
+        if not self._recheck(stream, now, out):
+            lateness = self.config.slack.allowed_lateness_ms
+            self._push(u + lateness, 0, _Lateness(stream, u))
+
+    def _recheck(self, stream: Stream, now: float, out: list[Output]) -> bool:
+        """Confirm a provisional underrun whose instant the device's time has passed."""
+        if not stream.underrun_provisional or stream.held is not None:
+            return False
+        u = stream.underrun_since
+        assert u is not None
+        lateness = self.config.slack.allowed_lateness_ms
+        if u < self.event_time or (u + lateness <= now and not self.confirm_held):
+            self._confirm(stream, now, out)
+            return True
+        return False
+
+    def pass_event_time(self, t_ms: float, now: float, out: list[Output]) -> None:
+        """The device reported `t_ms`: provisional underruns before it are confirmed."""
+        self.event_time = t_ms
+        for stream in [s for s in self.provisional.values() if s.underrun_since < t_ms]:  # type: ignore[operator]
+            self._recheck(stream, now, out)
+
+    def _confirm(self, stream: Stream, now: float, out: list[Output]) -> None:
+        u = stream.underrun_since
+        assert u is not None
+        stream.underrun_provisional = False
+        del self.provisional[stream.id]
+        stream.underruns += 1
+        self.stats.underruns += 1
+        out.append(UnderrunConfirmed(self.id, stream.id, u, now, stream.underrun_published))
+
+    def _retract(self, stream: Stream, now: float, out: list[Output]) -> None:
+        u = stream.underrun_since
+        assert u is not None
+        stream.underrun_since = None
+        stream.underrun_provisional = False
+        del self.provisional[stream.id]
+        if stream.underrun_published:
+            self.stats.underruns_retracted += 1
+            out.append(UnderrunRetracted(self.id, stream.id, u, now))
+
+    def hold_confirmations(self) -> None:
+        """edgemon's input is interrupted: late chunks cannot arrive, so lateness waits."""
+        self.confirm_held = True
+
+    def resume_confirmations(self, now: float) -> None:
+        """Input flows again at `now`: every wait for late chunks starts afresh from `now`."""
+        self.confirm_held = False
+        lateness = self.config.slack.allowed_lateness_ms
+        for stream in self.provisional.values():
+            assert stream.underrun_since is not None
+            self._push(now + lateness, 0, _Lateness(stream, stream.underrun_since))
+        for stream in self.streams.values():
+            if stream.held is not None:
+                stream.held.until = now + lateness
+                self._push(now + lateness, -1, _HoldEnd(stream, now + lateness))
+
+    def _timer(self, what: _Lateness | _HoldEnd, now: float, out: list[Output]) -> None:
+        stream = what.stream
+        if self.streams.get(stream.id) is not stream:
+            return
+        if isinstance(what, _HoldEnd):
+            if stream.held is not None and stream.held.until == what.until:
+                self._flush_held(stream, now, out)
+        elif (
+            stream.underrun_provisional
+            and stream.underrun_since == what.u
+            and stream.held is None
+            and not self.confirm_held
+        ):
+            self._confirm(stream, now, out)
 
     def _before_chunk(self, stream: Stream, t: float) -> None:
         """What a chunk at `t` tells before its audio counts: slack at arrival, the gap."""
@@ -261,13 +448,16 @@ class Device:
         timers = self.timers
         instant = timers[0][0]
         self.clock.reach(instant, instant + self.clock.offset_ms)
-        while timers and timers[0][0] == instant and timers[0][1] == 0:
+        while timers and timers[0][0] == instant and timers[0][1] <= 0:
             what = heappop(timers)[3]
             if type(what) is Stream:
                 if what.due == instant:  # else superseded, or removed (due is NaN)
                     self._wake(what, instant, out)
-            else:
+            elif isinstance(what, str):
                 self.dirty = True
+            else:
+                assert not isinstance(what, Stream)
+                self._timer(what, instant, out)
         if self.dirty:
             self._decide_throttle(instant, out)
         if timers and timers[0][0] == instant and timers[0][3] == _SAMPLE:
@@ -327,15 +517,12 @@ class Device:
                 # Empty after a message: judged with this instant's timers, after every
                 # message of the instant (a later one may refill the buffer).
                 return now
-            self._begin_underrun(stream, now, out)
+            # Exactly when it ran dry by the device's times: `u`, or the chunk that left it
+            # empty (late chunks can show that this was before edgemon's clock now).
+            t_last = stream.t_last_chunk
+            self._begin_underrun(stream, empties if empties > t_last else t_last, now, out)
         expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         return expiry if expiry < due else due
-
-    def _begin_underrun(self, stream: Stream, now: float, out: list[Output]) -> None:
-        stream.underrun_since = now
-        stream.underruns += 1
-        self.stats.underruns += 1
-        out.append(UnderrunBegan(self.id, stream.id, now))
 
     def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None:
         if risk != stream.risk:
@@ -347,7 +534,7 @@ class Device:
             stream.unsafe = unsafe
             self.dirty = True
 
-    def _push(self, due: float, priority: int, what: Stream | str) -> None:
+    def _push(self, due: float, priority: int, what: Stream | str | _Lateness | _HoldEnd) -> None:
         self._next_timer_id += 1
         timers = self.timers
         heappush(timers, (due, priority, self._next_timer_id, what))
@@ -443,6 +630,9 @@ class Device:
         out.append(UnderrunEnded(self.id, stream.id, at, duration))
 
     def _remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
+        stream.held = None
+        if stream.underrun_provisional:
+            self._confirm(stream, now, out)  # nothing can undo it once the stream is gone
         if stream.underrun_since is not None:
             self._end_underrun(stream, now, now, out)
         self._set_flags(stream, risk=False, unsafe=False)
@@ -487,6 +677,12 @@ class Device:
         self.streams[stream.id] = stream
         if stream.phase is Phase.LIVE:
             self.live += 1
+        if stream.underrun_provisional and stream.underrun_since is not None:
+            self.provisional[stream.id] = stream
+            u = stream.underrun_since
+            self._push(u + self.config.slack.allowed_lateness_ms, 0, _Lateness(stream, u))
+        if stream.held is not None:
+            self._push(stream.held.until, -1, _HoldEnd(stream, stream.held.until))
 
     def restore_timers(self, at: float) -> None:
         """Recompute flags, counts and timers of adopted streams from instant `at` on."""

@@ -95,10 +95,13 @@ class Engine:
         if not all(clock.admits(recv_ms, event.t_ms) for event in events):
             return self._apply_admitted(device, events, recv_ms, out)
         at = clock.floor_ms
+        latest = device.event_time
         for event in events:
             clock.observe(recv_ms, event.t_ms)
-            if event.t_ms > at:
-                at = event.t_ms  # a device's clock is never behind what it reported
+            if event.t_ms > latest:
+                latest = event.t_ms
+        if latest > at:
+            at = latest  # a device's clock is never behind what it reported
         now = clock.now(recv_ms)
         if now > at:
             at = now
@@ -109,9 +112,9 @@ class Engine:
             results = [device.apply(events[0], at, out)]
         else:
             results = [device.apply(event, at, out) for event in events]
-        if device.dirty and not device.decision_pending:
-            device.decision_pending = True
-            self._pending.append(device)
+        if latest > device.event_time:
+            device.pass_event_time(latest, at, out)
+        self._settle_later(device)
         self._schedule(device)
         return results
 
@@ -149,6 +152,18 @@ class Engine:
             device.clock.reach(at, wall_ms)
             device.reconfigure(config, at)
             self._settle_later(device)
+            self._schedule(device)
+
+    def input_lost(self) -> None:
+        """edgemon's input is interrupted (broker unreachable): no late chunk can arrive, so
+        no provisional underrun is confirmed for want of one until `input_restored`."""
+        for device in self._devices.values():
+            device.hold_confirmations()
+
+    def input_restored(self, wall_ms: float) -> None:
+        """Input flows again at wall time `wall_ms`: the waits for late chunks start afresh."""
+        for device in self._devices.values():
+            device.resume_confirmations(device.clock.now(wall_ms))
             self._schedule(device)
 
     def release_all(self, wall_ms: float, out: list[Output]) -> None:
