@@ -91,6 +91,7 @@ class Device:
         "last_message_wall_ms",
         "live",
         "override",
+        "patient_until",
         "provisional",
         "sample_every_ms",
         "stats",
@@ -137,8 +138,10 @@ class Device:
         self.event_time = -INF
         #: Streams whose current underrun is provisional, by id.
         self.provisional: dict[str, Stream] = {}
-        #: While edgemon's input is interrupted, lateness confirms nothing (it waits).
+        #: While edgemon's input is interrupted, lateness confirms nothing (it waits), and
+        #: after it, not before this device instant: late chunks get their full lateness.
         self.confirm_held = False
+        self.patient_until = -INF
 
     # ------------------------------------------------------------------ queries
     @property
@@ -345,8 +348,12 @@ class Device:
             out.append(UnderrunBegan(self.id, stream.id, u))
         self.provisional[stream.id] = stream
         if not self._recheck(stream, now, out):
-            lateness = self.config.slack.allowed_lateness_ms
-            self._push(u + lateness, 0, _Lateness(stream, u))
+            self._push(self._lateness_due(u), 0, _Lateness(stream, u))
+
+    def _lateness_due(self, u: float) -> float:
+        """When a provisional underrun at `u` stops waiting for late chunks."""
+        due = u + self.config.slack.allowed_lateness_ms
+        return due if due > self.patient_until else self.patient_until
 
     def _recheck(self, stream: Stream, now: float, out: list[Output]) -> bool:
         """Confirm a provisional underrun whose instant the device's time has passed."""
@@ -354,8 +361,7 @@ class Device:
             return False
         u = stream.underrun_since
         assert u is not None
-        lateness = self.config.slack.allowed_lateness_ms
-        if u < self.event_time or (u + lateness <= now and not self.confirm_held):
+        if u < self.event_time or (self._lateness_due(u) <= now and not self.confirm_held):
             self._confirm(stream, now, out)
             return True
         return False
@@ -393,6 +399,7 @@ class Device:
         """Input flows again at `now`: every wait for late chunks starts afresh from `now`."""
         self.confirm_held = False
         lateness = self.config.slack.allowed_lateness_ms
+        self.patient_until = now + lateness
         for stream in self.provisional.values():
             assert stream.underrun_since is not None
             self._push(now + lateness, 0, _Lateness(stream, stream.underrun_since))
@@ -405,6 +412,8 @@ class Device:
         stream = what.stream
         if self.streams.get(stream.id) is not stream:
             return
+        if self.confirm_held:
+            return  # waits: `resume_confirmations` arms these afresh
         if isinstance(what, _HoldEnd):
             if stream.held is not None and stream.held.until == what.until:
                 self._flush_held(stream, now, out)
@@ -412,7 +421,7 @@ class Device:
             stream.underrun_provisional
             and stream.underrun_since == what.u
             and stream.held is None
-            and not self.confirm_held
+            and self._lateness_due(what.u) <= now
         ):
             self._confirm(stream, now, out)
 
@@ -680,7 +689,7 @@ class Device:
         if stream.underrun_provisional and stream.underrun_since is not None:
             self.provisional[stream.id] = stream
             u = stream.underrun_since
-            self._push(u + self.config.slack.allowed_lateness_ms, 0, _Lateness(stream, u))
+            self._push(self._lateness_due(u), 0, _Lateness(stream, u))
         if stream.held is not None:
             self._push(stream.held.until, -1, _HoldEnd(stream, stream.held.until))
 
