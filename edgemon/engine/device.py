@@ -91,7 +91,7 @@ class Device:
         "last_message_wall_ms",
         "live",
         "override",
-        "patient_until",
+        "patient_wall",
         "provisional",
         "sample_every_ms",
         "stats",
@@ -139,9 +139,9 @@ class Device:
         #: Streams whose current underrun is provisional, by id.
         self.provisional: dict[str, Stream] = {}
         #: While edgemon's input is interrupted, lateness confirms nothing (it waits), and
-        #: after it, not before this device instant: late chunks get their full lateness.
+        #: after it, not before this wall time: the backlog gets its full lateness.
         self.confirm_held = False
-        self.patient_until = -INF
+        self.patient_wall = -INF
 
     # ------------------------------------------------------------------ queries
     @property
@@ -329,13 +329,13 @@ class Device:
         """The missing chunk did not come in time: apply the held ones, declaring the gap."""
         held = stream.held
         assert held is not None
-        stream.held = None
-        for event in held.drain():
+        for event in held.drain():  # still held meanwhile: nothing is confirmed half-way
             if stream.phase is Phase.DRAINING or stream.id not in self.streams:
                 break
             if event.seq > stream.last_seq + 1:
                 out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
             self._apply_chunk(stream, event, at, out)
+        stream.held = None
         self._recheck(stream, at, out)
 
     # ------------------------------------------------------------------ event time
@@ -353,7 +353,8 @@ class Device:
     def _lateness_due(self, u: float) -> float:
         """When a provisional underrun at `u` stops waiting for late chunks."""
         due = u + self.config.slack.allowed_lateness_ms
-        return due if due > self.patient_until else self.patient_until
+        patient = self.patient_wall - self.clock.offset_ms
+        return due if due > patient else patient
 
     def _recheck(self, stream: Stream, now: float, out: list[Output]) -> bool:
         """Confirm a provisional underrun whose instant the device's time has passed."""
@@ -395,11 +396,12 @@ class Device:
         """edgemon's input is interrupted: late chunks cannot arrive, so lateness waits."""
         self.confirm_held = True
 
-    def resume_confirmations(self, now: float) -> None:
-        """Input flows again at `now`: every wait for late chunks starts afresh from `now`."""
+    def resume_confirmations(self, now: float, wall_ms: float) -> None:
+        """Input flows again at `now` (wall time `wall_ms`): every wait for late chunks starts
+        afresh from then."""
         self.confirm_held = False
         lateness = self.config.slack.allowed_lateness_ms
-        self.patient_until = now + lateness
+        self.patient_wall = wall_ms + lateness
         for stream in self.provisional.values():
             assert stream.underrun_since is not None
             self._push(now + lateness, 0, _Lateness(stream, stream.underrun_since))
@@ -522,14 +524,15 @@ class Device:
             # Expiry comes an idle timeout after the buffer empties: never first here.
             return empties if empties < due else due
         if stream.underrun_since is None:
-            if not timer:
-                # Empty after a message: judged with this instant's timers, after every
-                # message of the instant (a later one may refill the buffer).
-                return now
             # Exactly when it ran dry by the device's times: `u`, or the chunk that left it
             # empty (late chunks can show that this was before edgemon's clock now).
             t_last = stream.t_last_chunk
-            self._begin_underrun(stream, empties if empties > t_last else t_last, now, out)
+            u = empties if empties > t_last else t_last
+            if not timer and u >= now:
+                # Empty from now on after a message: judged with this instant's timers, after
+                # every message of the instant (a later one may refill the buffer).
+                return now
+            self._begin_underrun(stream, u, now, out)
         expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         return expiry if expiry < due else due
 

@@ -39,6 +39,8 @@ class Engine:
         "_config",
         "_devices",
         "_idle",
+        "_input_down",
+        "_patient_wall",
         "_pending",
         "_queue",
         "_sample_every_ms",
@@ -51,6 +53,9 @@ class Engine:
         self._queue: list[tuple[float, int, Device]] = []
         #: When idle devices are forgotten (SPEC §7 device lifecycle), on the wall clock.
         self._idle: list[tuple[float, int, Device]] = []
+        #: Input interrupted now; and until when (wall) late chunks may still come after it.
+        self._input_down = False
+        self._patient_wall = -INF
         #: Devices changed by messages whose throttle decision waits for `advance`.
         self._pending: list[Device] = []
         self._tiebreak = count()
@@ -75,6 +80,8 @@ class Engine:
             if len(self._devices) >= self._config.limits.max_devices:
                 return None
             device = Device(device_id, self._config, sample_every_ms=self._sample_every_ms)
+            device.confirm_held = self._input_down
+            device.patient_wall = self._patient_wall
             self._devices[device_id] = device
         return device
 
@@ -157,13 +164,17 @@ class Engine:
     def input_lost(self) -> None:
         """edgemon's input is interrupted (broker unreachable): no late chunk can arrive, so
         no provisional underrun is confirmed for want of one until `input_restored`."""
+        self._input_down = True
         for device in self._devices.values():
             device.hold_confirmations()
 
     def input_restored(self, wall_ms: float) -> None:
-        """Input flows again at wall time `wall_ms`: the waits for late chunks start afresh."""
+        """Input flows again at wall time `wall_ms`: the waits for late chunks start afresh,
+        for devices known and for devices first heard of in the backlog."""
+        self._input_down = False
+        self._patient_wall = wall_ms + self._config.slack.allowed_lateness_ms
         for device in self._devices.values():
-            device.resume_confirmations(device.clock.now(wall_ms))
+            device.resume_confirmations(device.clock.now(wall_ms), wall_ms)
             self._schedule(device)
 
     def release_all(self, wall_ms: float, out: list[Output]) -> None:
@@ -210,8 +221,10 @@ class Engine:
         idle = self._idle
         while idle and (idle[0][0] <= wall_ms if inclusive else idle[0][0] < wall_ms):
             due, _, device = heappop(idle)
-            if due == device.forget_due and self._idle_device(device):
-                self._forget(device, wall_ms, out)
+            if due == device.forget_due:
+                device.forget_due = INF  # `_schedule` arms it again if it stays known
+                if self._idle_device(device):
+                    self._forget(device, wall_ms, out)
 
     def _settle_later(self, device: Device) -> None:
         if device.dirty and not device.decision_pending:
@@ -240,7 +253,9 @@ class Engine:
             heappop(queue)
         idle = self._idle
         while idle and not (idle[0][0] == idle[0][2].forget_due and self._idle_device(idle[0][2])):
-            heappop(idle)
+            due, _, device = heappop(idle)
+            if device.forget_due == due:
+                device.forget_due = INF  # busy again: `_schedule` arms it when idle
         if queue and idle:
             return min(queue[0][0], idle[0][0])
         if queue or idle:
