@@ -212,7 +212,11 @@ class Device:
         self._remove(stream, event.reason or "completed", at, out)
         return "accepted"
 
-    def _chunk(self, event: ChunkEvent, at: float, out: list[Output]) -> str:
+    def _chunk(  # noqa: C901, PLR0912, PLR0915
+        self, event: ChunkEvent, at: float, out: list[Output], *, in_order: bool = False
+    ) -> str:
+        """Apply a chunk; `in_order`: one taken from the reorder buffer, applied in `seq`
+        order (the next one, or one after a declared gap)."""
         stream = self.streams.get(event.stream)
         if stream is None:
             if event.seq > 0 and event.stream in self.tombstones:
@@ -224,18 +228,12 @@ class Device:
             return "duplicate"
         if stream.phase is Phase.DRAINING:
             return "after_final"
-        if event.seq > stream.last_seq + 1 and self.config.slack.allowed_lateness_ms > 0.0:
-            return self._hold(stream, event, at, out)
-        result = self._apply_chunk(stream, event, at, out)
-        if stream.held is not None:
-            self._release_held(stream, at, out)
-        return result
-
-    def _apply_chunk(  # noqa: C901, PLR0912
-        self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]
-    ) -> str:
-        """Apply a chunk in `seq` order (the next one, or one after a declared gap)."""
-        result = "gap" if event.seq > stream.last_seq + 1 else "accepted"
+        if event.seq > stream.last_seq + 1:
+            if not in_order and self.config.slack.allowed_lateness_ms > 0.0:
+                return self._hold(stream, event, at, out)
+            result = "gap"
+        else:
+            result = "accepted"
         stats = self.stats
         t = event.t_ms
         if stream.chunks:
@@ -283,6 +281,8 @@ class Device:
             self._remove(stream, "completed", at, out)
         else:
             self._refresh(stream, at, out)
+        if stream.held is not None and not in_order:
+            self._release_held(stream, at, out)
         return result
 
     def _chunk_in_underrun(self, stream: Stream, t: float, at: float, out: list[Output]) -> None:
@@ -320,7 +320,7 @@ class Device:
         while (event := held.next_after(stream.last_seq)) is not None:
             if stream.phase is Phase.DRAINING or stream.id not in self.streams:
                 break
-            self._apply_chunk(stream, event, at, out)
+            self._chunk(event, at, out, in_order=True)
         if not len(held):
             stream.held = None
             self._recheck(stream, at, out)
@@ -334,7 +334,7 @@ class Device:
                 break
             if event.seq > stream.last_seq + 1:
                 out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
-            self._apply_chunk(stream, event, at, out)
+            self._chunk(event, at, out, in_order=True)
         stream.held = None
         self._recheck(stream, at, out)
 
@@ -367,9 +367,9 @@ class Device:
             return True
         return False
 
-    def pass_event_time(self, t_ms: float, now: float, out: list[Output]) -> None:
-        """The device reported `t_ms`: provisional underruns before it are confirmed."""
-        self.event_time = t_ms
+    def pass_event_time(self, now: float, out: list[Output]) -> None:
+        """The device's event time moved on: provisional underruns before it are confirmed."""
+        t_ms = self.event_time
         for stream in [s for s in self.provisional.values() if s.underrun_since < t_ms]:  # type: ignore[operator]
             self._recheck(stream, now, out)
 

@@ -86,7 +86,7 @@ class Engine:
         return device
 
     # ------------------------------------------------------------------ input
-    def apply(
+    def apply(  # noqa: C901 - the hot path, inlined on purpose
         self, device_id: str, events: Sequence[Event], recv_ms: float, out: list[Output]
     ) -> list[str]:
         """Apply one message's valid events, received at wall time `recv_ms`.
@@ -120,8 +120,12 @@ class Engine:
         else:
             results = [device.apply(event, at, out) for event in events]
         if latest > device.event_time:
-            device.pass_event_time(latest, at, out)
-        self._settle_later(device)
+            device.event_time = latest
+            if device.provisional:
+                device.pass_event_time(at, out)
+        if device.dirty and not device.decision_pending:
+            device.decision_pending = True
+            self._pending.append(device)
         self._schedule(device)
         return results
 
