@@ -21,9 +21,13 @@ CONFIG = EngineConfig(
 )
 
 
-def chunk(t: float, seq: int = 0, stream: str = "s", audio: float = 200.0) -> ChunkEvent:
+def chunk(
+    t: float, seq: int = 0, stream: str = "s", audio: float = 200.0, *, final: bool = False
+) -> ChunkEvent:
     """One chunk with its next one due in 100 ms."""
-    return ChunkEvent(type="chunk", stream=stream, t_ms=t, seq=seq, audio_ms=audio, eta_ms=100)
+    return ChunkEvent(
+        type="chunk", stream=stream, t_ms=t, seq=seq, audio_ms=audio, eta_ms=100, final=final
+    )
 
 
 def test_churn_of_ten_times_max_devices_is_never_refused() -> None:
@@ -137,3 +141,19 @@ def test_a_forgotten_device_leaves_the_snapshot_and_a_restored_idle_one_is_forgo
     assert successor.next_deadline() == 3_000.0 + IDLE_MS
     successor.advance(3_000.0 + IDLE_MS, out)
     assert list(successor.engine.devices()) == []
+
+
+def test_a_device_idle_busy_and_idle_again_is_forgotten_after_its_last_message() -> None:
+    """Idle, then a new stream, then idle again: the device is forgotten device_idle after
+    its last message (its first idle deadline, met while it was busy, does not linger)."""
+    engine = Engine(CONFIG)
+    out: list[Output] = []
+    engine.apply("d", [chunk(0.0, audio=10.0, final=True)], 0.0, out)
+    engine.advance(10.0, out)  # played out: completed
+    assert engine.next_deadline() == IDLE_MS
+    engine.apply("d", [chunk(100.0, stream="t")], 100.0, out)
+    engine.advance(100.0, out)
+    while (deadline := engine.next_deadline()) is not None:
+        engine.advance(deadline, out)
+    (forgotten,) = [o for o in out if isinstance(o, DeviceForgotten)]
+    assert forgotten.wall_ms == 100.0 + IDLE_MS
