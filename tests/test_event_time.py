@@ -16,6 +16,7 @@ from edgemon.engine.outputs import (
     UnderrunConfirmed,
     UnderrunRetracted,
 )
+from edgemon.engine.reorder import MAX_HELD
 from edgemon.monitor import Monitor
 from edgemon.replay import replay
 from edgemon.trace import TraceRecord
@@ -290,3 +291,21 @@ def test_a_restart_keeps_provisional_underruns_and_held_chunks() -> None:
     after = drive(second, messages[3:])
     assert out + after == whole
     assert any(isinstance(o, UnderrunRetracted) for o in whole)
+
+
+def test_the_reorder_buffer_is_bounded() -> None:
+    """A stream that runs 33 chunks ahead of a missing seq has the hole declared a gap at
+    once: nothing waits beyond 32 chunks, and every chunk is applied in seq order."""
+    rig = Rig()
+    rig.send(0, chunk(0, 0, 10_000))
+    for seq in range(2, 2 + MAX_HELD):
+        assert rig.send(seq, chunk(seq, seq, 10)) == ["accepted"]
+    device = rig.engine.device("d")
+    assert device is not None
+    assert device.streams["s"].last_seq == 0
+    assert rig.of(GapDeclared) == []
+    rig.send(100, chunk(100, 2 + MAX_HELD, 10))
+    assert rig.of(GapDeclared) == [GapDeclared("d", "s", 100, 1, 1)]
+    assert device.streams["s"].last_seq == 2 + MAX_HELD
+    assert device.streams["s"].buffered == 10_000 + 10 * (MAX_HELD + 1)
+    assert device.streams["s"].held is None

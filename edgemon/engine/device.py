@@ -419,13 +419,12 @@ class Device:
         if isinstance(what, _HoldEnd):
             if stream.held is not None and stream.held.until == what.until:
                 self._flush_held(stream, now, out)
-        elif (
-            stream.underrun_provisional
-            and stream.underrun_since == what.u
-            and stream.held is None
-            and self._lateness_due(what.u) <= now
-        ):
-            self._confirm(stream, now, out)
+        elif stream.underrun_provisional and stream.underrun_since == what.u:
+            due = self._lateness_due(what.u)
+            if due > now:  # the lateness was raised meanwhile (a reload)
+                self._push(due, 0, _Lateness(stream, what.u))
+            elif stream.held is None:  # else confirmed once its held chunks are applied
+                self._confirm(stream, now, out)
 
     def _before_chunk(self, stream: Stream, t: float) -> None:
         """What a chunk at `t` tells before its audio counts: slack at arrival, the gap."""
