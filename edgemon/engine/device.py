@@ -16,17 +16,13 @@ from typing import TYPE_CHECKING, Final
 from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
+from edgemon.engine.lateness import HoldEnd, LateDelivery, Lateness
 from edgemon.engine.outputs import (
-    GapDeclared,
     StreamEnded,
     StreamSample,
     ThrottleChanged,
-    UnderrunBegan,
-    UnderrunConfirmed,
     UnderrunEnded,
-    UnderrunRetracted,
 )
-from edgemon.engine.reorder import MAX_HELD, Held
 from edgemon.engine.stats import DeviceStats, fold_reason
 from edgemon.engine.stream import EWMA_ALPHA, Phase, Stream
 
@@ -45,30 +41,10 @@ _MIN_ON: Final = "min_on"
 _SAMPLE: Final = "sample"
 
 
-class _Lateness:
-    """When a stream's provisional underrun at `u` is confirmed for want of late chunks."""
-
-    __slots__ = ("stream", "u")
-
-    def __init__(self, stream: Stream, u: float) -> None:
-        self.stream = stream
-        self.u = u
+Timer = tuple[float, int, int, "Stream | str | Lateness | HoldEnd"]
 
 
-class _HoldEnd:
-    """When a stream's held chunks stop waiting for the missing one (a gap is declared)."""
-
-    __slots__ = ("stream", "until")
-
-    def __init__(self, stream: Stream, until: float) -> None:
-        self.stream = stream
-        self.until = until
-
-
-Timer = tuple[float, int, int, "Stream | str | _Lateness | _HoldEnd"]
-
-
-class Device:
+class Device(LateDelivery):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = (
@@ -80,19 +56,15 @@ class Device:
         "base_margin",
         "clock",
         "config",
-        "confirm_held",
         "decision_pending",
         "dirty",
         "engine_info",
-        "event_time",
         "forget_due",
         "gap_ewma",
         "id",
         "last_message_wall_ms",
         "live",
         "override",
-        "patient_wall",
-        "provisional",
         "sample_every_ms",
         "stats",
         "streams",
@@ -106,6 +78,7 @@ class Device:
     def __init__(
         self, device_id: str, config: EngineConfig, *, sample_every_ms: float | None = None
     ) -> None:
+        super().__init__()
         self.id = device_id
         self.config = config
         self.override: DeviceOverride | None = config.devices.get(device_id)
@@ -134,14 +107,6 @@ class Device:
         self.wall_due = INF  # this device's entry in the engine's queue
         self.forget_due = INF  # this device's entry in the engine's queue of idle devices
         self.last_message_wall_ms = 0.0
-        #: The device's event time: the largest `t_ms` it has reported (SPEC §2.8).
-        self.event_time = -INF
-        #: Streams whose current underrun is provisional, by id.
-        self.provisional: dict[str, Stream] = {}
-        #: While edgemon's input is interrupted, lateness confirms nothing (it waits), and
-        #: after it, not before this wall time: the backlog gets its full lateness.
-        self.confirm_held = False
-        self.patient_wall = -INF
 
     # ------------------------------------------------------------------ queries
     @property
@@ -285,147 +250,6 @@ class Device:
             self._release_held(stream, at, out)
         return result
 
-    def _chunk_in_underrun(self, stream: Stream, t: float, at: float, out: list[Output]) -> None:
-        """A chunk reached the player at `t` while the stream was in underrun since `u`."""
-        since = stream.underrun_since
-        assert since is not None
-        if stream.underrun_provisional:
-            if t <= since:
-                # It reached the player before `u` and moved `u` later: by the device's own
-                # times there was no underrun at `u` (if the buffer is still empty, the
-                # refresh that follows finds when it really ran dry).
-                self._retract(stream, at, out)
-                return
-            self._confirm(stream, at, out)
-        if stream.start + stream.buffered > t:
-            self._end_underrun(stream, max(since, t), at, out)
-
-    # ------------------------------------------------------------------ reorder buffer
-    def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
-        """Keep a chunk that arrived ahead of a missing `seq` (SPEC §2.8)."""
-        held = stream.held
-        if held is None:
-            until = at + self.config.slack.allowed_lateness_ms
-            held = stream.held = Held(until)
-            self._push(until, -1, _HoldEnd(stream, until))
-        elif len(held) >= MAX_HELD:
-            self._flush_held(stream, at, out)  # too far ahead: the hole is a gap now
-            return self._chunk(event, at, out)
-        return "accepted" if held.add(event) else "duplicate"
-
-    def _release_held(self, stream: Stream, at: float, out: list[Output]) -> None:
-        """Apply the held chunks that now follow in `seq` order."""
-        held = stream.held
-        assert held is not None
-        while (event := held.next_after(stream.last_seq)) is not None:
-            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
-                break
-            self._chunk(event, at, out, in_order=True)
-        if not len(held):
-            stream.held = None
-            self._recheck(stream, at, out)
-
-    def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
-        """The missing chunk did not come in time: apply the held ones, declaring the gap."""
-        held = stream.held
-        assert held is not None
-        for event in held.drain():  # still held meanwhile: nothing is confirmed half-way
-            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
-                break
-            if event.seq > stream.last_seq + 1:
-                out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
-            self._chunk(event, at, out, in_order=True)
-        stream.held = None
-        self._recheck(stream, at, out)
-
-    # ------------------------------------------------------------------ event time
-    def _begin_underrun(self, stream: Stream, u: float, now: float, out: list[Output]) -> None:
-        """An underrun began at `u` (≤ `now`): announced if edgemon's clock is at `u` now."""
-        stream.underrun_since = u
-        stream.underrun_provisional = True
-        stream.underrun_published = u == now
-        if stream.underrun_published:
-            out.append(UnderrunBegan(self.id, stream.id, u))
-        self.provisional[stream.id] = stream
-        if not self._recheck(stream, now, out):
-            self._push(self._lateness_due(u), 0, _Lateness(stream, u))
-
-    def _lateness_due(self, u: float) -> float:
-        """When a provisional underrun at `u` stops waiting for late chunks."""
-        due = u + self.config.slack.allowed_lateness_ms
-        patient = self.patient_wall - self.clock.offset_ms
-        return due if due > patient else patient
-
-    def _recheck(self, stream: Stream, now: float, out: list[Output]) -> bool:
-        """Confirm a provisional underrun whose instant the device's time has passed."""
-        if not stream.underrun_provisional or stream.held is not None:
-            return False
-        u = stream.underrun_since
-        assert u is not None
-        if u < self.event_time or (self._lateness_due(u) <= now and not self.confirm_held):
-            self._confirm(stream, now, out)
-            return True
-        return False
-
-    def pass_event_time(self, now: float, out: list[Output]) -> None:
-        """The device's event time moved on: provisional underruns before it are confirmed."""
-        t_ms = self.event_time
-        for stream in [s for s in self.provisional.values() if s.underrun_since < t_ms]:  # type: ignore[operator]
-            self._recheck(stream, now, out)
-
-    def _confirm(self, stream: Stream, now: float, out: list[Output]) -> None:
-        u = stream.underrun_since
-        assert u is not None
-        stream.underrun_provisional = False
-        del self.provisional[stream.id]
-        stream.underruns += 1
-        self.stats.underruns += 1
-        out.append(UnderrunConfirmed(self.id, stream.id, u, now, stream.underrun_published))
-
-    def _retract(self, stream: Stream, now: float, out: list[Output]) -> None:
-        u = stream.underrun_since
-        assert u is not None
-        stream.underrun_since = None
-        stream.underrun_provisional = False
-        del self.provisional[stream.id]
-        if stream.underrun_published:
-            self.stats.underruns_retracted += 1
-            out.append(UnderrunRetracted(self.id, stream.id, u, now))
-
-    def hold_confirmations(self) -> None:
-        """edgemon's input is interrupted: late chunks cannot arrive, so lateness waits."""
-        self.confirm_held = True
-
-    def resume_confirmations(self, now: float, wall_ms: float) -> None:
-        """Input flows again at `now` (wall time `wall_ms`): every wait for late chunks starts
-        afresh from then."""
-        self.confirm_held = False
-        lateness = self.config.slack.allowed_lateness_ms
-        self.patient_wall = wall_ms + lateness
-        for stream in self.provisional.values():
-            assert stream.underrun_since is not None
-            self._push(now + lateness, 0, _Lateness(stream, stream.underrun_since))
-        for stream in self.streams.values():
-            if stream.held is not None:
-                stream.held.until = now + lateness
-                self._push(now + lateness, -1, _HoldEnd(stream, now + lateness))
-
-    def _timer(self, what: _Lateness | _HoldEnd, now: float, out: list[Output]) -> None:
-        stream = what.stream
-        if self.streams.get(stream.id) is not stream:
-            return
-        if self.confirm_held:
-            return  # waits: `resume_confirmations` arms these afresh
-        if isinstance(what, _HoldEnd):
-            if stream.held is not None and stream.held.until == what.until:
-                self._flush_held(stream, now, out)
-        elif stream.underrun_provisional and stream.underrun_since == what.u:
-            due = self._lateness_due(what.u)
-            if due > now:  # the lateness was raised meanwhile (a reload)
-                self._push(due, 0, _Lateness(stream, what.u))
-            elif stream.held is None:  # else confirmed once its held chunks are applied
-                self._confirm(stream, now, out)
-
     def _before_chunk(self, stream: Stream, t: float) -> None:
         """What a chunk at `t` tells before its audio counts: slack at arrival, the gap."""
         stats = self.stats
@@ -545,7 +369,7 @@ class Device:
             stream.unsafe = unsafe
             self.dirty = True
 
-    def _push(self, due: float, priority: int, what: Stream | str | _Lateness | _HoldEnd) -> None:
+    def _push(self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd) -> None:
         self._next_timer_id += 1
         timers = self.timers
         heappush(timers, (due, priority, self._next_timer_id, what))
@@ -691,9 +515,9 @@ class Device:
         if stream.underrun_provisional and stream.underrun_since is not None:
             self.provisional[stream.id] = stream
             u = stream.underrun_since
-            self._push(self._lateness_due(u), 0, _Lateness(stream, u))
+            self._push(self._lateness_due(u), 0, Lateness(stream, u))
         if stream.held is not None:
-            self._push(stream.held.until, -1, _HoldEnd(stream, stream.held.until))
+            self._push(stream.held.until, -1, HoldEnd(stream, stream.held.until))
 
     def restore_timers(self, at: float) -> None:
         """Recompute flags, counts and timers of adopted streams from instant `at` on."""
