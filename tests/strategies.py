@@ -106,10 +106,12 @@ def _stream(
     own_player: bool,
     in_order: bool,
     eta_always: bool,
+    first_again: bool = True,
 ) -> list[_Pending]:
     """The events of one stream, in the order the device sends them.
 
     ``player`` is the stream's player unless its ``start`` names one (when ``own_player``).
+    ``first_again``: the first chunk (seq 0) may be redelivered too.
     """
     out: list[_Pending] = []
     begin = draw(st.integers(0, 20)) * 50 + draw(st.sampled_from((0, 0, 7, 25)))
@@ -160,7 +162,7 @@ def _stream(
         out.append(_Pending(t, body))
         sent.append(body)
         seq += 1
-        again = [b for b in sent if b["seq"] > 0 or not body.get("final")]
+        again = [b for b in sent if b["seq"] > 0 or (first_again and not body.get("final"))]
         if again and draw(st.integers(0, 6)) == 0:  # a redelivery of something already sent
             dup = dict(draw(st.sampled_from(again)))
             out.append(_Pending(max(t, dup["t_ms"]), dup))
@@ -301,9 +303,12 @@ def late_scenarios(draw: st.DrawFn, *, outage: bool = False) -> LateScenario:
         lag = 0 if slack.clock == "trust" else draw(st.integers(0, 300))
         pending: list[tuple[int, int, int, dict[str, Any]]] = []
         for s in range(draw(st.integers(1, 4))):
-            events = draw(
-                _stream(f"s{s}", player, own_player=True, in_order=True, eta_always=False)
+            # No redelivered seq 0: delivered late, after its stream ended, it would begin a
+            # new stream of that id (SPEC §2.6), which the record on t_ms cannot know.
+            stream = _stream(
+                f"s{s}", player, own_player=True, in_order=True, eta_always=False, first_again=False
             )
+            events = draw(stream)
             pending += [(ev.happens, s, i, ev.body) for i, ev in enumerate(events)]
         pending.sort(key=lambda x: (x[0], x[1], x[2]))
         recv = 0

@@ -331,11 +331,11 @@ class Daemon:
         if self._record is not None:
             self._write_record(TraceRecord(now, topic, payload))
         out = self._out
-        engine = self.monitor.engine
+        monitor = self.monitor
         try:
-            engine.advance(now, out, inclusive=False)  # as replay: due timers, then the message
-            self.monitor.receive(topic, payload, now, out)
-            engine.advance(now, out)  # the throttle decision at this instant
+            monitor.advance(now, out, inclusive=False)  # as replay: due timers, then the message
+            monitor.receive(topic, payload, now, out)
+            monitor.advance(now, out)  # the throttle decision at this instant
         except Exception:  # no message may stop the daemon
             self.monitor.results["internal_error"] += 1
             self.log.exception("message_failed", topic=topic)

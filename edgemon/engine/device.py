@@ -517,7 +517,7 @@ class Device(LateDelivery):
             u = stream.underrun_since
             self._push(self._lateness_due(u), 0, Lateness(stream, u))
         if stream.held is not None:
-            self._push(stream.held.until, -1, HoldEnd(stream, stream.held.until))
+            self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
 
     def restore_timers(self, at: float) -> None:
         """Recompute flags, counts and timers of adopted streams from instant `at` on."""

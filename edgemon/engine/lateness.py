@@ -41,13 +41,12 @@ class Lateness:
 
 
 class HoldEnd:
-    """When a stream's held chunks stop waiting for the missing one (a gap is declared)."""
+    """When a stream's held chunks may have waited long enough (a gap is declared then)."""
 
-    __slots__ = ("stream", "until")
+    __slots__ = ("stream",)
 
-    def __init__(self, stream: Stream, until: float) -> None:
+    def __init__(self, stream: Stream) -> None:
         self.stream = stream
-        self.until = until
 
 
 class LateDelivery:
@@ -104,29 +103,57 @@ class LateDelivery:
         """Keep a chunk that arrived ahead of a missing `seq` (SPEC §2.8)."""
         held = stream.held
         if held is None:
-            until = at + self.config.slack.allowed_lateness_ms
-            held = stream.held = Held(until)
-            self._push(until, -1, HoldEnd(stream, until))
-        if not held.add(event):
+            held = stream.held = Held()
+        if not held.add(event, at):
             return "duplicate"
         if len(held) > MAX_HELD:
-            self._flush_held(stream, at, out)  # too far ahead: the hole is a gap now
+            self._flush_held(stream, at, out)  # too far ahead: the holes are gaps now
+        else:
+            self._push(self._hold_due(held), -1, HoldEnd(stream))
         return "accepted"
+
+    def _hold_due(self, held: Held) -> float:
+        """When the hole before the lowest held chunk is declared a gap."""
+        due = held.first_arrival() + self.config.slack.allowed_lateness_ms
+        patient = self.patient_wall - self.clock.offset_ms
+        return due if due > patient else patient
 
     def _release_held(self, stream: Stream, at: float, out: list[Output]) -> None:
         """Apply the held chunks that now follow in `seq` order."""
         held = stream.held
         assert held is not None
-        while (event := held.next_after(stream.last_seq)) is not None:
+        while (event := held.take(stream.last_seq + 1)) is not None:
             if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                held.drain()
                 break
             self._chunk(event, at, out, in_order=True)
         if not len(held):
             stream.held = None
             self._recheck(stream, at, out)
+        else:
+            self._push(self._hold_due(held), -1, HoldEnd(stream))
+
+    def _expire_held(self, stream: Stream, now: float, out: list[Output]) -> None:
+        """Holes whose next chunk has waited `allowed_lateness_ms` are gaps: apply on."""
+        held = stream.held
+        assert held is not None
+        while len(held) and self._hold_due(held) <= now:
+            event = held.take_first()
+            out.append(GapDeclared(self.id, stream.id, now, stream.last_seq + 1, event.seq - 1))
+            self._chunk(event, now, out, in_order=True)
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                held.drain()
+                break
+            while (follows := held.take(stream.last_seq + 1)) is not None:
+                self._chunk(follows, now, out, in_order=True)
+        if not len(held):
+            stream.held = None
+            self._recheck(stream, now, out)
+        else:
+            self._push(self._hold_due(held), -1, HoldEnd(stream))
 
     def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
-        """The missing chunk did not come in time: apply the held ones, declaring the gap."""
+        """No more waiting (an `end`, or too many held): apply them all, declaring the gaps."""
         held = stream.held
         assert held is not None
         for event in held.drain():  # still held meanwhile: nothing is confirmed half-way
@@ -206,10 +233,8 @@ class LateDelivery:
             assert stream.underrun_since is not None
             self._push(now + lateness, 0, Lateness(stream, stream.underrun_since))
         for stream in self.streams.values():
-            held = stream.held
-            if held is not None and held.until < now + lateness:
-                held.until = now + lateness
-                self._push(held.until, -1, HoldEnd(stream, held.until))
+            if stream.held is not None:
+                self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
 
     def _timer(self, what: Lateness | HoldEnd, now: float, out: list[Output]) -> None:
         stream = what.stream
@@ -218,11 +243,16 @@ class LateDelivery:
         if self.confirm_held:
             return  # waits: `resume_confirmations` arms these afresh
         if isinstance(what, HoldEnd):
-            if stream.held is not None and stream.held.until == what.until:
-                self._flush_held(stream, now, out)
+            held = stream.held
+            if held is not None:
+                due = self._hold_due(held)
+                if due <= now:
+                    self._expire_held(stream, now, out)
+                else:  # the wait moved (a clock offset or a reload changed it)
+                    self._push(due, -1, HoldEnd(stream))
         elif stream.underrun_provisional and stream.underrun_since == what.u:
             due = self._lateness_due(what.u)
-            if due > now:  # the lateness was raised meanwhile (a reload)
+            if due > now:  # the wait moved (a clock offset or a reload changed it)
                 self._push(due, 0, Lateness(stream, what.u))
             elif stream.held is None:  # else confirmed once its held chunks are applied
                 self._confirm(stream, now, out)

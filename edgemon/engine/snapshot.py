@@ -123,7 +123,7 @@ def _stream(stream: Stream) -> dict[str, Any]:
 
 
 def _held(held: Held) -> dict[str, Any]:
-    return {"until": held.until, "chunks": [asdict(e) for e in held.chunks.values()]}
+    return {"chunks": [[asdict(e), held.arrived[seq]] for seq, e in held.chunks.items()]}
 
 
 def _engine_info(info: TtsEngineInfo) -> dict[str, Any]:
@@ -208,8 +208,8 @@ def _restore_stream(device: Device, fields: dict[str, Any], resumed: float) -> N
         setattr(stream, name, bool(fields.get(name, default)))
     held = fields.get("held")
     if held is not None:
-        stream.held = Held(float(held["until"]))
-        for chunk in held["chunks"]:
-            stream.held.add(ChunkEvent(**chunk))
+        stream.held = Held()
+        for chunk, arrived in held["chunks"]:
+            stream.held.add(ChunkEvent(**chunk), float(arrived))
     stream.phase = Phase(fields["phase"])
     device.adopt(stream)
