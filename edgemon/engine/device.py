@@ -314,6 +314,11 @@ class Device(LateDelivery):
                 self._remove(stream, "completed", now, out)
                 return
         elif now >= stream.expires_at(self.config.slack.stream_idle_timeout_ms):
+            if stream.held is not None:
+                # Not idle: chunks came and wait for a missing one. They are applied now
+                # (the holes declared gaps), which moves the expiry on.
+                self._flush_held(stream, now, out)
+                return
             self._remove(stream, "expired", now, out)
             return
         self._refresh(stream, now, out, timer=True)
