@@ -10,7 +10,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine.engine import Engine
-from edgemon.engine.outputs import Rejected
+from edgemon.engine.outputs import GapDeclared, Rejected
 from edgemon.engine.snapshot import SnapshotError
 from edgemon.wire.decode import Problem, decode_engine, decode_events, parse_json
 from edgemon.wire.topics import Topics
@@ -75,7 +75,9 @@ class Monitor:
             else:
                 events.append(item)
         if events:
+            mark = len(out)
             results = self.engine.apply(device, events, recv_ms, out)
+            self._count_gaps(out, mark)
             for event, result in zip(events, results, strict=True):
                 if result in APPLIED:
                     self.events += 1
@@ -102,9 +104,17 @@ class Monitor:
             raise SnapshotError(f"snapshot is incomplete or malformed ({exc!r})") from None
         self.engine, self.results, self.messages, self.events = engine, results, messages, events
 
-    def advance(self, wall_ms: float, out: list[Output]) -> None:
-        """Fire every timer due by wall time `wall_ms`."""
-        self.engine.advance(wall_ms, out)
+    def advance(self, wall_ms: float, out: list[Output], *, inclusive: bool = True) -> None:
+        """Fire every timer due by wall time `wall_ms` (see `Engine.advance`)."""
+        mark = len(out)
+        self.engine.advance(wall_ms, out, inclusive=inclusive)
+        self._count_gaps(out, mark)
+
+    def _count_gaps(self, out: list[Output], mark: int) -> None:
+        """A gap declared once held chunks stopped waiting counts as `gap` (SPEC §2.8)."""
+        for i in range(mark, len(out)):
+            if type(out[i]) is GapDeclared:
+                self.results["gap"] += 1
 
     def next_deadline(self) -> float | None:
         """When `advance` must next be called (wall ms), if ever."""

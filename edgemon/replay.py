@@ -1,6 +1,8 @@
 """`edgemon replay`: a recorded trace through the same engine, on a virtual clock (SPEC §2.7).
 
-The virtual clock is the trace's `recv_ms` (never running back). At equal times messages are
+The virtual clock is the trace's `recv_ms` (never running back). An `underrun` line is written
+when the underrun is confirmed (SPEC §2.8), with its exact instant; one announced live and
+then retracted is written as `underrun_retracted`. At equal times messages are
 applied before timers fire and before samples are taken. After the last record the clock runs
 on until nothing is pending, so every stream ends (completed, ended or expired) and is
 summarised.
@@ -11,11 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine.outputs import (
+    DeviceForgotten,
     Rejected,
     StreamEnded,
     StreamSample,
     ThrottleChanged,
-    UnderrunBegan,
+    UnderrunConfirmed,
+    UnderrunRetracted,
 )
 from edgemon.monitor import Monitor
 
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.outputs import Output
+    from edgemon.engine.stats import DeviceStats
     from edgemon.trace import TraceRecord
 
 
@@ -35,32 +40,36 @@ def replay(
     rejected = 0
     now = float("-inf")
     out: list[Output] = []
+    forgotten: list[DeviceStats] = []  # devices forgotten on the way still count
     for record in records:
         now = max(now, record.recv_ms)
-        monitor.engine.advance(now, out, inclusive=False)
+        monitor.advance(now, out, inclusive=False)
         monitor.receive(record.topic, record.payload, now, out)
-        for line in _lines(out):
+        for line in _lines(out, forgotten):
             rejected += line["kind"] == "rejected"
             yield line
         out.clear()
     while (deadline := monitor.next_deadline()) is not None:
         monitor.advance(deadline, out)
-        yield from _lines(out)
+        yield from _lines(out, forgotten)
         out.clear()
-    devices = list(monitor.engine.devices())
+    devices = [device.stats for device in monitor.engine.devices()] + forgotten
     yield {
         "kind": "summary",
         "messages": monitor.messages,
         "events": monitor.events,
         "rejected": rejected,
-        "streams": sum(d.stats.streams_started for d in devices),
-        "underruns": sum(d.stats.underruns for d in devices),
-        "throttle_engagements": sum(d.stats.throttle_engagements for d in devices),
+        "streams": sum(stats.streams_started for stats in devices),
+        "underruns": sum(stats.underruns for stats in devices),
+        "throttle_engagements": sum(stats.throttle_engagements for stats in devices),
     }
 
 
-def _lines(outputs: list[Output]) -> Iterator[dict[str, Any]]:
+def _lines(outputs: list[Output], forgotten: list[DeviceStats]) -> Iterator[dict[str, Any]]:
     for output in outputs:
+        if type(output) is DeviceForgotten:
+            forgotten.append(output.stats)
+            continue
         line = to_line(output)
         if line is not None:
             yield line
@@ -79,13 +88,8 @@ def to_line(output: Output) -> dict[str, Any] | None:
             "headroom_ms": output.headroom_ms,
             "at_risk": output.at_risk,
         }
-    if isinstance(output, UnderrunBegan):
-        return {
-            "kind": "underrun",
-            "t_ms": output.t_ms,
-            "device": output.device,
-            "stream": output.stream,
-        }
+    if isinstance(output, UnderrunConfirmed | UnderrunRetracted):
+        return _underrun_line(output)
     if isinstance(output, ThrottleChanged):
         return {
             "kind": "throttle",
@@ -117,3 +121,18 @@ def to_line(output: Output) -> dict[str, Any] | None:
             "detail": output.detail,
         }
     return None
+
+
+def _underrun_line(output: UnderrunConfirmed | UnderrunRetracted) -> dict[str, Any]:
+    """`underrun` once confirmed, at its exact instant; `underrun_retracted` for one that
+    was announced live (`UnderrunBegan`) and then shown never to have happened."""
+    line: dict[str, Any] = {
+        "kind": "underrun",
+        "t_ms": output.t_ms,
+        "device": output.device,
+        "stream": output.stream,
+    }
+    if isinstance(output, UnderrunRetracted):
+        line["kind"] = "underrun_retracted"
+        line["retracted_ms"] = output.retracted_ms
+    return line

@@ -106,10 +106,12 @@ def _stream(
     own_player: bool,
     in_order: bool,
     eta_always: bool,
+    first_again: bool = True,
 ) -> list[_Pending]:
     """The events of one stream, in the order the device sends them.
 
     ``player`` is the stream's player unless its ``start`` names one (when ``own_player``).
+    ``first_again``: the first chunk (seq 0) may be redelivered too.
     """
     out: list[_Pending] = []
     begin = draw(st.integers(0, 20)) * 50 + draw(st.sampled_from((0, 0, 7, 25)))
@@ -160,7 +162,7 @@ def _stream(
         out.append(_Pending(t, body))
         sent.append(body)
         seq += 1
-        again = [b for b in sent if b["seq"] > 0 or not body.get("final")]
+        again = [b for b in sent if b["seq"] > 0 or (first_again and not body.get("final"))]
         if again and draw(st.integers(0, 6)) == 0:  # a redelivery of something already sent
             dup = dict(draw(st.sampled_from(again)))
             out.append(_Pending(max(t, dup["t_ms"]), dup))
@@ -198,6 +200,7 @@ def scenarios(
         default_chunk_gap_ms=draw(st.sampled_from((200, 1)) | st.integers(1, 300)),
         stream_idle_timeout_ms=draw(st.integers(700, 1500)),
         clock=clock,
+        allowed_lateness_ms=0,  # what edgemon knows is the record (late delivery: see below)
     )
     devices = draw(st.lists(st.sampled_from(DEVICE_NAMES), min_size=1, max_size=2, unique=True))
     overrides: dict[str, DeviceOverride] = {}
@@ -247,3 +250,93 @@ def scenarios(
     config = EngineConfig(slack=slack, devices=overrides)
     sample_ms = draw(st.sampled_from((50, 100, 250)))
     return Scenario(config, tuple(messages), sample_ms, in_order)
+
+
+# ---------------------------------------------------------------- late delivery (SPEC §2.8)
+#: Largest delivery delay beyond the fastest (below allowed_lateness_ms, as §2.8 requires).
+MAX_DELAY_MS = 500
+LATENESS_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class LateScenario:
+    """A trace delivered late: the events as the devices sent them (``sent``, each with its
+    device and send index) and the messages as edgemon receives them, in receipt order, with
+    an optional outage (no delivery in ``[outage[0], outage[1])``, the queue delivered at its
+    end in a burst) of which edgemon is told (its broker link was down)."""
+
+    config: EngineConfig
+    sent: tuple[tuple[str, dict[str, Any]], ...]
+    messages: tuple[Message, ...]
+    outage: tuple[int, int] | None
+
+    @property
+    def on_event_time(self) -> list[TraceEvent]:
+        """Every event as if delivered the instant it happened (recv = t_ms): what the record
+        must equal once all messages are in. Equal times keep the order sent."""
+        order = sorted(range(len(self.sent)), key=lambda i: (self.sent[i][1]["t_ms"], i))
+        return [(self.sent[i][1]["t_ms"], self.sent[i][0], self.sent[i][1]) for i in order]
+
+
+@st.composite
+def late_scenarios(draw: st.DrawFn, *, outage: bool = False) -> LateScenario:
+    """Streams whose events reach edgemon late: ``recv = t + delay`` with a random delay per
+    message (up to ``MAX_DELAY_MS``), first in first out per device (one MQTT topic) except
+    adjacent chunks of one stream that swap places (reordering within a stream), and, with
+    ``outage``, a broker outage longer than ``allowed_lateness_ms`` whose backlog arrives in
+    a burst. Traces also hold real gaps, duplicates, finals and ends."""
+    player: PlayerModel = draw(st.sampled_from(PLAYERS))
+    slack = SlackPolicy(
+        player=player,
+        default_margin_ms=draw(ROUND_MARGIN),
+        hysteresis_ms=draw(hysteresis()),
+        min_on_ms=draw(min_on()),
+        default_chunk_gap_ms=draw(st.sampled_from((200, 1)) | st.integers(1, 300)),
+        stream_idle_timeout_ms=draw(st.integers(4_500, 6_000)),
+        clock=draw(st.sampled_from(("estimate", "trust"))),
+        allowed_lateness_ms=LATENESS_MS,
+    )
+    devices = draw(st.lists(st.sampled_from(DEVICE_NAMES), min_size=1, max_size=2, unique=True))
+    sent: list[tuple[str, dict[str, Any]]] = []
+    received: list[tuple[int, int, str, dict[str, Any]]] = []  # (recv, order, device, event)
+    for device in devices:
+        lag = 0 if slack.clock == "trust" else draw(st.integers(0, 300))
+        pending: list[tuple[int, int, int, dict[str, Any]]] = []
+        for s in range(draw(st.integers(1, 4))):
+            # No redelivered seq 0: delivered late, after its stream ended, it would begin a
+            # new stream of that id (SPEC §2.6), which the record on t_ms cannot know.
+            stream = _stream(
+                f"s{s}", player, own_player=True, in_order=True, eta_always=False, first_again=False
+            )
+            events = draw(stream)
+            pending += [(ev.happens, s, i, ev.body) for i, ev in enumerate(events)]
+        pending.sort(key=lambda x: (x[0], x[1], x[2]))
+        recv = 0
+        times: list[int] = []
+        for happens, *_ in pending:
+            recv = max(recv, happens + lag + draw(st.integers(0, MAX_DELAY_MS)))
+            times.append(recv)
+        bodies = [body for *_, body in pending]
+        for j in range(len(bodies) - 1):
+            a, b = bodies[j], bodies[j + 1]
+            same = a["stream"] == b["stream"] and a["type"] == b["type"] == "chunk"
+            causal = times[j] >= pending[j + 1][0] + lag  # b cannot arrive before it happened
+            if same and causal and a["seq"] != b["seq"] and draw(st.integers(0, 3)) == 0:
+                bodies[j], bodies[j + 1] = b, a
+        sent += [(device, body) for *_, body in pending]
+        received += [
+            (t, len(received) + k, device, body)
+            for k, (t, body) in enumerate(zip(times, bodies, strict=True))
+        ]
+    window: tuple[int, int] | None = None
+    if outage and received:
+        first = min(r[0] for r in received)
+        begin = first + draw(st.integers(0, 2_000))
+        window = (begin, begin + draw(st.integers(LATENESS_MS + 200, 3_000)))
+        received = [
+            (window[1] if window[0] <= t < window[1] else t, order, device, body)
+            for t, order, device, body in received
+        ]
+    received.sort(key=lambda x: (x[0], x[1]))
+    messages = tuple(Message(t, device, (body,), batch=False) for t, _, device, body in received)
+    return LateScenario(EngineConfig(slack=slack), tuple(sent), messages, window)

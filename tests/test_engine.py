@@ -234,8 +234,9 @@ def test_end_removes_at_once_and_late_chunks_do_not_resurrect() -> None:
 
 
 def test_sequence_rules_duplicates_gaps_resync_and_after_final() -> None:
-    """Duplicates are dropped, gaps applied and counted, audio_total_ms resynchronises."""
-    rig = Rig()
+    """Duplicates are dropped, gaps applied and counted, audio_total_ms resynchronises (no
+    wait for a late chunk: allowed_lateness_ms 0)."""
+    rig = Rig(allowed_lateness_ms=0)
     assert rig.send(0, chunk("s", 0, 0, 100)) == ["accepted"]
     assert rig.send(10, chunk("s", 10, 0, 100)) == ["duplicate"]
     assert rig.send(20, chunk("s", 20, 3, 100, audio_total_ms=400)) == ["gap"]

@@ -16,13 +16,15 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.adapters.metrics import ConnectionState, build_registry
-from edgemon.engine import EngineConfig
+from edgemon.engine import EngineConfig, Limits, SlackPolicy
 from edgemon.monitor import Monitor
 
 if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
 
 OFFSET = 5_000.0
+#: Underruns confirmed at once: what edgemon knows is the record (SPEC §2.8 off).
+NO_LATENESS = EngineConfig(slack=SlackPolicy(allowed_lateness_ms=0))
 D = 100_000.0  # device-clock origin of every scenario
 
 
@@ -166,13 +168,14 @@ def test_time_dependent_gauges_follow_the_clock_between_scrapes() -> None:
 
 
 def test_underrun_throttle_and_their_durations() -> None:
-    """An underrun is counted once the timer passes it; throttle seconds grow while ON.
+    """An underrun is counted once the timer passes it (no wait for late chunks here);
+    throttle seconds grow while ON.
 
     At risk from D+1120 (B + S − t < 80): throttle ON then. The buffer empties at D+1200:
     underrun. A chunk of 500 ms at D+1400 ends the underrun (200 ms) and leaves headroom
     1600 − 1300 − 100 = 200 ≥ 100: throttle OFF at D+1400 after 280 ms.
     """
-    rig = Rig()
+    rig = Rig(config=NO_LATENESS)
     three_chunks(rig)
     rig.advance(D + 1300)
     m = rig.scrape()
@@ -305,8 +308,9 @@ def test_kv_gauges_once_an_engine_object_is_received() -> None:
 
 
 def test_messages_by_result() -> None:
-    """Each event of a batch counts once; a message rejected whole counts once; known at 0."""
-    rig = Rig()
+    """Each event of a batch counts once; a message rejected whole counts once; known at 0.
+    (No wait for late chunks: the chunk after the hole is a gap at once.)"""
+    rig = Rig(config=NO_LATENESS)
     rig.send(D, chunk("s1", D, 0, 100), chunk("s1", D, 0, 100), chunk("s1", D, 2, 100))
     rig.receive("edgemon/v1/d1/events", b"{not json", D + 1)
     rig.receive("somewhere/else", b"{}", D + 2)
@@ -348,3 +352,34 @@ def test_every_result_the_daemon_counts_is_exported_from_the_start() -> None:
     scrape = Rig().scrape()
     for result in ("overloaded", "internal_error", "accepted", "gap"):
         assert scrape.get("edgemon_messages_total", result=result) == 0.0, result
+
+
+def test_provisional_underruns_count_only_once_confirmed_and_retractions_are_counted() -> None:
+    """SPEC §2.8: a provisional underrun counts neither as an underrun nor as underrun time;
+    a late chunk that reached the player before it retracts it
+    (`edgemon_underruns_retracted_total`); one the device's time passes is counted."""
+    rig = Rig()
+    three_chunks(rig)  # s1 runs dry at D+1200
+    rig.send(D + 300, start("s2", D + 300))
+    rig.send(D + 300, chunk("s2", D + 300, 0, 1_000, eta_ms=100))  # runs dry at D+1300
+    rig.advance(D + 1350)
+    m = rig.scrape()
+    assert m.get("edgemon_underruns_total", device="d1") == 0
+    assert m.get("edgemon_underrun_seconds_total", device="d1") == 0
+    rig.send(D + 1360, chunk("s1", D + 1150, 3, 500, eta_ms=100))  # late: no underrun at 1200
+    m = rig.scrape()
+    assert m.get("edgemon_underruns_retracted_total", device="d1") == 1
+    assert m.get("edgemon_underruns_total", device="d1") == 0
+    rig.send(D + 1400, chunk("s1", D + 1400, 4, 500, eta_ms=100))  # the device is past 1300
+    m = rig.scrape()
+    assert m.get("edgemon_underruns_total", device="d1") == 1
+    assert m.get("edgemon_underrun_seconds_total", device="d1") == pytest.approx(0.1)  # ongoing
+
+
+def test_a_forgotten_device_has_no_series() -> None:
+    """SPEC §7: once an idle device is forgotten its series vanish from the next scrape."""
+    rig = Rig(config=EngineConfig(limits=Limits(device_idle_ms=60_000)))
+    rig.send(D, chunk("s1", D, 0, 100, final=True))
+    assert rig.scrape().get("edgemon_chunks_total", device="d1") == 1
+    rig.advance(D + 60_000)
+    assert "d1" not in rig.scrape().labels("edgemon_chunks_total", "device")

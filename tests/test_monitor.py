@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from edgemon.engine.config import EngineConfig, Limits
+from edgemon.engine.config import EngineConfig, Limits, SlackPolicy
 from edgemon.engine.outputs import Rejected, StreamEnded
 from edgemon.monitor import APPLIED, Monitor
 
@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 D1 = "edgemon/v1/d1/events"
 D2 = "edgemon/v1/d2/events"
 E1 = "edgemon/v1/d1/engine"
+
+#: No wait for late or reordered chunks: what arrives is applied at once (SPEC §2.8 off).
+NO_LATENESS = EngineConfig(slack=SlackPolicy(allowed_lateness_ms=0))
 
 
 def start(stream: str = "s", t: float = 0) -> dict[str, Any]:
@@ -82,8 +85,9 @@ def test_accepted_events_are_counted() -> None:
 
 
 def test_gap_is_applied_and_counted_as_gap() -> None:
-    """A chunk with `seq` > last + 1 is applied and counted under `gap`, not `accepted`."""
-    h = Harness()
+    """With allowed_lateness_ms 0 (no wait for a late chunk), a chunk with `seq` > last + 1
+    is applied at once and counted under `gap`, not `accepted`."""
+    h = Harness(NO_LATENESS)
     h.send(0, chunk(0, 0))
     outputs = h.send(10, chunk(3, 10, audio_total_ms=800))
     assert not [o for o in outputs if isinstance(o, Rejected)]
@@ -172,8 +176,9 @@ def test_message_rejected_before_its_events_counts_once() -> None:
 
 
 def test_batch_counts_once_per_event() -> None:
-    """In a batch each event is counted under its own result and each rejection is reported."""
-    h = Harness()
+    """In a batch each event is counted under its own result and each rejection is reported
+    (no wait for late chunks: the chunk after a hole is a gap at once)."""
+    h = Harness(NO_LATENESS)
     batch = [start(), chunk(0, 0), {"type": "chunk"}, chunk(0, 0), 7, chunk(2, 5), end("x")]
     h.send(100, batch)
     assert h.results == Counter(accepted=2, invalid_event=2, duplicate=1, gap=1, unknown_stream=1)

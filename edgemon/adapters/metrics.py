@@ -101,6 +101,7 @@ class _Families:
         "time_to_first_audio",
         "underrun_seconds",
         "underruns",
+        "underruns_retracted",
     )
 
     def __init__(self, *, per_stream: bool) -> None:
@@ -146,7 +147,11 @@ class _Families:
         )
         self.engagements = counter("throttle_engagements_total", "Throttle OFF→ON changes.")
         self.throttle_seconds = counter("throttle_seconds_total", "Time spent throttled.")
-        self.underruns = counter("underruns_total", "Underruns begun.")
+        self.underruns = counter("underruns_total", "Underruns confirmed (SPEC §2.8).")
+        self.underruns_retracted = counter(
+            "underruns_retracted_total",
+            "Provisional underruns that late chunks showed never happened.",
+        )
         self.underrun_seconds = counter("underrun_seconds_total", "Time spent in underrun.")
         self.chunks = counter("chunks_total", "Chunks applied.")
         self.audio = counter("audio_seconds_total", "Audio received.")
@@ -308,6 +313,7 @@ class EdgemonCollector:
         f.engagements.add_metric(labels, stats.throttle_engagements)
         f.throttle_seconds.add_metric(labels, throttle_s)
         f.underruns.add_metric(labels, stats.underruns)
+        f.underruns_retracted.add_metric(labels, stats.underruns_retracted)
         f.underrun_seconds.add_metric(labels, underrun_s)
         f.chunks.add_metric(labels, stats.chunks)
         f.audio.add_metric(labels, stats.audio_ms / _MS)

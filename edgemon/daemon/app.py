@@ -383,11 +383,11 @@ class Daemon:
         """The engine path of every message, live or replayed from the log: due timers, the
         message, the throttle decision at this instant (outputs in `self._out`)."""
         out = self._out
-        engine = self.monitor.engine
+        monitor = self.monitor
         try:
-            engine.advance(now, out, inclusive=False)  # as replay: due timers, then the message
-            self.monitor.receive(topic, payload, now, out)
-            engine.advance(now, out)
+            monitor.advance(now, out, inclusive=False)  # as replay: due timers, then the message
+            monitor.receive(topic, payload, now, out)
+            monitor.advance(now, out)  # the throttle decision at this instant
         except Exception:  # no message may stop the daemon
             self.monitor.results["internal_error"] += 1
             self.log.exception("message_failed", topic=topic)

@@ -10,22 +10,28 @@ from edgemon.engine.config import DeviceOverride, EngineConfig, Limits, SlackPol
 from edgemon.engine.engine import Engine
 from edgemon.engine.events import ChunkEvent, EndEvent, Event, StartEvent
 from edgemon.engine.outputs import (
+    DeviceForgotten,
+    GapDeclared,
     Output,
     Rejected,
     StreamEnded,
     StreamSample,
     ThrottleChanged,
     UnderrunBegan,
+    UnderrunConfirmed,
     UnderrunEnded,
+    UnderrunRetracted,
 )
 
 __all__ = [
     "ChunkEvent",
+    "DeviceForgotten",
     "DeviceOverride",
     "EndEvent",
     "Engine",
     "EngineConfig",
     "Event",
+    "GapDeclared",
     "Limits",
     "Output",
     "Rejected",
@@ -35,5 +41,7 @@ __all__ = [
     "StreamSample",
     "ThrottleChanged",
     "UnderrunBegan",
+    "UnderrunConfirmed",
     "UnderrunEnded",
+    "UnderrunRetracted",
 ]

@@ -41,7 +41,7 @@ class DeviceClock:
         One event from years ahead would otherwise drag the device's clock there for good and
         expire every other stream of the device. A device that keeps reporting the new time
         for a whole window has really stepped its clock: then it is believed (the estimate
-        starts afresh).
+        starts afresh; with `clock = "trust"` the step becomes the device's offset).
         """
         if not self._minima and not self._trust:
             return True  # nothing known yet: the first event sets the clock
@@ -56,6 +56,11 @@ class DeviceClock:
             return False
         self._ahead_since = None
         self._minima.clear()
+        if self._trust:
+            # No estimate will follow: the believed step is the device's offset from now on,
+            # else every later event would be far ahead again (refused for another window)
+            # and each admitted one would drag the clock's floor forward by the step.
+            self.offset_ms = recv_ms - t_ms
         return True
 
     def observe(self, recv_ms: float, t_ms: float) -> None:

@@ -31,6 +31,9 @@ class SlackPolicy:
     clock: ClockMode = "estimate"
     #: Window of the per-device clock offset estimate (SPEC §2.1).
     clock_window_ms: float = 60_000.0
+    #: How long a provisional underrun or a chunk out of `seq` order waits for late chunks
+    #: (SPEC §2.8), on the device's clock.
+    allowed_lateness_ms: float = 1_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,8 @@ class Limits:
     max_payload_bytes: int = 262_144
     max_batch_events: int = 1_000
     per_stream_series: int = 20
+    #: A device with no stream, no throttle and no message for this long is forgotten (§7).
+    device_idle_ms: float = 600_000.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Final
 from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
+from edgemon.engine.lateness import HoldEnd, LateDelivery, Lateness
 from edgemon.engine.outputs import (
     StreamEnded,
     StreamSample,
     ThrottleChanged,
-    UnderrunBegan,
     UnderrunEnded,
 )
 from edgemon.engine.stats import DeviceStats, fold_reason
@@ -36,14 +36,16 @@ if TYPE_CHECKING:
 #: Most at-risk stream ids a throttle object lists (SPEC §1).
 MAX_LISTED_STREAMS: Final = 16
 
-# Timer kinds besides streams. At equal instants priority 0 (timers) fires before 1 (samples).
+# Timer kinds besides streams. At equal instants priority -1 (held chunks: messages) comes
+# first, then 0 (timers), then 1 (samples).
 _MIN_ON: Final = "min_on"
 _SAMPLE: Final = "sample"
 
-Timer = tuple[float, int, int, "Stream | str"]
+
+Timer = tuple[float, int, int, "Stream | str | Lateness | HoldEnd"]
 
 
-class Device:
+class Device(LateDelivery):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = (
@@ -58,6 +60,7 @@ class Device:
         "decision_pending",
         "dirty",
         "engine_info",
+        "forget_due",
         "gap_ewma",
         "id",
         "last_message_wall_ms",
@@ -77,6 +80,7 @@ class Device:
     def __init__(
         self, device_id: str, config: EngineConfig, *, sample_every_ms: float | None = None
     ) -> None:
+        super().__init__()
         self.id = device_id
         self.config = config
         self.override: DeviceOverride | None = config.devices.get(device_id)
@@ -105,6 +109,7 @@ class Device:
         self.sample_every_ms = sample_every_ms
         self._sample_due = INF
         self.wall_due = INF  # this device's entry in the engine's queue
+        self.forget_due = INF  # this device's entry in the engine's queue of idle devices
         self.last_message_wall_ms = 0.0
 
     # ------------------------------------------------------------------ queries
@@ -165,10 +170,22 @@ class Device:
         stream = self.streams.get(event.stream)
         if stream is None:
             return "duplicate" if event.stream in self.tombstones else "unknown_stream"
+        if stream.held is not None:
+            self._flush_held(stream, at, out)  # the end comes after every chunk sent
+        if stream.underrun_provisional:
+            assert stream.underrun_since is not None
+            if event.t_ms <= stream.underrun_since:
+                self._retract(stream, at, out)  # ended before its buffer ran dry
+            else:
+                self._confirm(stream, at, out)
         self._remove(stream, event.reason or "completed", at, out)
         return "accepted"
 
-    def _chunk(self, event: ChunkEvent, at: float, out: list[Output]) -> str:  # noqa: C901, PLR0912, PLR0915
+    def _chunk(  # noqa: C901, PLR0912, PLR0915
+        self, event: ChunkEvent, at: float, out: list[Output], *, in_order: bool = False
+    ) -> str:
+        """Apply a chunk; `in_order`: one taken from the reorder buffer, applied in `seq`
+        order (the next one, or one after a declared gap)."""
         stream = self.streams.get(event.stream)
         if stream is None:
             if event.seq > 0 and event.stream in self.tombstones:
@@ -180,7 +197,12 @@ class Device:
             return "duplicate"
         if stream.phase is Phase.DRAINING:
             return "after_final"
-        result = "gap" if event.seq > stream.last_seq + 1 else "accepted"
+        if event.seq > stream.last_seq + 1:
+            if not in_order and self.config.slack.allowed_lateness_ms > 0.0:
+                return self._hold(stream, event, at, out)
+            result = "gap"
+        else:
+            result = "accepted"
         stats = self.stats
         t = event.t_ms
         if stream.chunks:
@@ -212,9 +234,8 @@ class Device:
                 if eta is None:
                     eta = self.config.slack.default_chunk_gap_ms
         stream.expected = t + eta
-        since = stream.underrun_since
-        if since is not None and stream.start + stream.buffered > t:
-            self._end_underrun(stream, max(since, t), at, out)
+        if stream.underrun_since is not None:
+            self._chunk_in_underrun(stream, t, at, out)
         if stream.phase is Phase.LIVE:
             if event.final:
                 stream.phase = Phase.DRAINING
@@ -229,6 +250,8 @@ class Device:
             self._remove(stream, "completed", at, out)
         else:
             self._refresh(stream, at, out)
+        if stream.held is not None and not in_order:
+            self._release_held(stream, at, out)
         return result
 
     def _before_chunk(self, stream: Stream, t: float) -> None:
@@ -263,13 +286,16 @@ class Device:
         timers = self.timers
         instant = timers[0][0]
         self.clock.reach(instant, instant + self.clock.offset_ms)
-        while timers and timers[0][0] == instant and timers[0][1] == 0:
+        while timers and timers[0][0] == instant and timers[0][1] <= 0:
             what = heappop(timers)[3]
             if type(what) is Stream:
                 if what.due == instant:  # else superseded, or removed (due is NaN)
                     self._wake(what, instant, out)
-            else:
+            elif isinstance(what, str):
                 self.dirty = True
+            else:
+                assert not isinstance(what, Stream)
+                self._timer(what, instant, out)
         if self.dirty:
             self._decide_throttle(instant, out)
         if timers and timers[0][0] == instant and timers[0][3] == _SAMPLE:
@@ -292,6 +318,11 @@ class Device:
                 self._remove(stream, "completed", now, out)
                 return
         elif now >= stream.expires_at(self.config.slack.stream_idle_timeout_ms):
+            if stream.held is not None:
+                # Not idle: chunks came and wait for a missing one. They are applied now
+                # (the holes declared gaps), which moves the expiry on.
+                self._flush_held(stream, now, out)
+                return
             self._remove(stream, "expired", now, out)
             return
         self._refresh(stream, now, out, timer=True)
@@ -326,19 +357,17 @@ class Device:
             # Expiry comes an idle timeout after the buffer empties: never first here.
             return empties if empties < due else due
         if stream.underrun_since is None:
-            if not timer:
-                # Empty after a message: judged with this instant's timers, after every
-                # message of the instant (a later one may refill the buffer).
+            # Exactly when it ran dry by the device's times: `u`, or the chunk that left it
+            # empty (late chunks can show that this was before edgemon's clock now).
+            t_last = stream.t_last_chunk
+            u = empties if empties > t_last else t_last
+            if not timer and u >= now:
+                # Empty from now on after a message: judged with this instant's timers, after
+                # every message of the instant (a later one may refill the buffer).
                 return now
-            self._begin_underrun(stream, now, out)
+            self._begin_underrun(stream, u, now, out)
         expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         return expiry if expiry < due else due
-
-    def _begin_underrun(self, stream: Stream, now: float, out: list[Output]) -> None:
-        stream.underrun_since = now
-        stream.underruns += 1
-        self.stats.underruns += 1
-        out.append(UnderrunBegan(self.id, stream.id, now))
 
     def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None:
         if risk != stream.risk:
@@ -350,7 +379,7 @@ class Device:
             stream.unsafe = unsafe
             self.dirty = True
 
-    def _push(self, due: float, priority: int, what: Stream | str) -> None:
+    def _push(self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd) -> None:
         self._next_timer_id += 1
         timers = self.timers
         heappush(timers, (due, priority, self._next_timer_id, what))
@@ -446,6 +475,9 @@ class Device:
         out.append(UnderrunEnded(self.id, stream.id, at, duration))
 
     def _remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
+        stream.held = None
+        if stream.underrun_provisional:
+            self._confirm(stream, now, out)  # nothing can undo it once the stream is gone
         if stream.underrun_since is not None:
             self._end_underrun(stream, now, now, out)
         self._set_flags(stream, risk=False, unsafe=False)
@@ -491,6 +523,12 @@ class Device:
         self.streams[stream.id] = stream
         if stream.phase is Phase.LIVE:
             self.live += 1
+        if stream.underrun_provisional and stream.underrun_since is not None:
+            self.provisional[stream.id] = stream
+            u = stream.underrun_since
+            self._push(self._lateness_due(u), 0, Lateness(stream, u))
+        if stream.held is not None:
+            self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
 
     def restore_timers(self, at: float) -> None:
         """Recompute flags, counts and timers of adopted streams from instant `at` on."""

@@ -8,6 +8,7 @@ daemon sleeps until exactly then and `replay` jumps there on its virtual clock.
 
 from __future__ import annotations
 
+import math
 from heapq import heappop, heappush
 from itertools import count
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from edgemon.engine import snapshot
 from edgemon.engine.device import Device
 from edgemon.engine.headroom import INF
+from edgemon.engine.outputs import DeviceForgotten
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -33,12 +35,27 @@ class Engine:
     the timers of its streams.
     """
 
-    __slots__ = ("_config", "_devices", "_pending", "_queue", "_sample_every_ms", "_tiebreak")
+    __slots__ = (
+        "_config",
+        "_devices",
+        "_idle",
+        "_input_down",
+        "_patient_wall",
+        "_pending",
+        "_queue",
+        "_sample_every_ms",
+        "_tiebreak",
+    )
 
     def __init__(self, config: EngineConfig, *, sample_every_ms: float | None = None) -> None:
         self._config = config
         self._devices: dict[str, Device] = {}
         self._queue: list[tuple[float, int, Device]] = []
+        #: When idle devices are forgotten (SPEC §7 device lifecycle), on the wall clock.
+        self._idle: list[tuple[float, int, Device]] = []
+        #: Input interrupted now; and until when (wall) late chunks may still come after it.
+        self._input_down = False
+        self._patient_wall = -INF
         #: Devices changed by messages whose throttle decision waits for `advance`.
         self._pending: list[Device] = []
         self._tiebreak = count()
@@ -50,11 +67,11 @@ class Engine:
         return self._config
 
     def devices(self) -> Iterator[Device]:
-        """Every device seen so far (read-only use: views and metrics)."""
+        """Every device known now (read-only use: views and metrics)."""
         return iter(self._devices.values())
 
     def device(self, device_id: str) -> Device | None:
-        """One device, if seen."""
+        """One device, if known now."""
         return self._devices.get(device_id)
 
     def _device_for(self, device_id: str) -> Device | None:
@@ -63,11 +80,13 @@ class Engine:
             if len(self._devices) >= self._config.limits.max_devices:
                 return None
             device = Device(device_id, self._config, sample_every_ms=self._sample_every_ms)
+            device.confirm_held = self._input_down
+            device.patient_wall = self._patient_wall
             self._devices[device_id] = device
         return device
 
     # ------------------------------------------------------------------ input
-    def apply(
+    def apply(  # noqa: C901 - the hot path, inlined on purpose
         self, device_id: str, events: Sequence[Event], recv_ms: float, out: list[Output]
     ) -> list[str]:
         """Apply one message's valid events, received at wall time `recv_ms`.
@@ -83,10 +102,13 @@ class Engine:
         if not all(clock.admits(recv_ms, event.t_ms) for event in events):
             return self._apply_admitted(device, events, recv_ms, out)
         at = clock.floor_ms
+        latest = device.event_time
         for event in events:
             clock.observe(recv_ms, event.t_ms)
-            if event.t_ms > at:
-                at = event.t_ms  # a device's clock is never behind what it reported
+            if event.t_ms > latest:
+                latest = event.t_ms
+        if latest > at:
+            at = latest  # a device's clock is never behind what it reported
         now = clock.now(recv_ms)
         if now > at:
             at = now
@@ -97,6 +119,10 @@ class Engine:
             results = [device.apply(events[0], at, out)]
         else:
             results = [device.apply(event, at, out) for event in events]
+        if latest > device.event_time:
+            device.event_time = latest
+            if device.provisional:
+                device.pass_event_time(at, out)
         if device.dirty and not device.decision_pending:
             device.decision_pending = True
             self._pending.append(device)
@@ -137,6 +163,22 @@ class Engine:
             device.clock.reach(at, wall_ms)
             device.reconfigure(config, at)
             self._settle_later(device)
+            self._schedule(device)
+
+    def input_lost(self) -> None:
+        """edgemon's input is interrupted (broker unreachable): no late chunk can arrive, so
+        no provisional underrun is confirmed for want of one until `input_restored`."""
+        self._input_down = True
+        for device in self._devices.values():
+            device.hold_confirmations()
+
+    def input_restored(self, wall_ms: float) -> None:
+        """Input flows again at wall time `wall_ms`: the waits for late chunks start afresh,
+        for devices known and for devices first heard of in the backlog."""
+        self._input_down = False
+        self._patient_wall = wall_ms + self._config.slack.allowed_lateness_ms
+        for device in self._devices.values():
+            device.resume_confirmations(device.clock.now(wall_ms), wall_ms)
             self._schedule(device)
 
     def release_all(self, wall_ms: float, out: list[Output]) -> None:
@@ -180,6 +222,13 @@ class Engine:
                 if top <= wall_ms if inclusive else top < wall_ms:
                     device.fire(out)
             self._schedule(device)
+        idle = self._idle
+        while idle and (idle[0][0] <= wall_ms if inclusive else idle[0][0] < wall_ms):
+            due, _, device = heappop(idle)
+            if due == device.forget_due:
+                device.forget_due = INF  # `_schedule` arms it again if it stays known
+                if self._idle_device(device):
+                    self._forget(device, wall_ms, out)
 
     def _settle_later(self, device: Device) -> None:
         if device.dirty and not device.decision_pending:
@@ -206,13 +255,41 @@ class Engine:
         queue = self._queue
         while queue and queue[0][0] != queue[0][2].wall_due:
             heappop(queue)
-        return queue[0][0] if queue else None
+        idle = self._idle
+        while idle and not (idle[0][0] == idle[0][2].forget_due and self._idle_device(idle[0][2])):
+            due, _, device = heappop(idle)
+            if device.forget_due == due:
+                device.forget_due = INF  # busy again: `_schedule` arms it when idle
+        if queue and idle:
+            return min(queue[0][0], idle[0][0])
+        if queue or idle:
+            return (queue or idle)[0][0]
+        return None
 
     def _schedule(self, device: Device) -> None:
         instant = device.next_timer()
-        if instant == INF:
-            return
-        due = device.clock.to_wall(instant)
-        if due < device.wall_due:
-            device.wall_due = due
-            heappush(self._queue, (due, next(self._tiebreak), device))
+        if instant != INF:
+            due = device.clock.to_wall(instant)
+            if due < device.wall_due:
+                device.wall_due = due
+                heappush(self._queue, (due, next(self._tiebreak), device))
+        if not device.streams and not device.throttle_on:
+            forget = device.last_message_wall_ms + self._config.limits.device_idle_ms
+            if forget != device.forget_due:
+                device.forget_due = forget
+                heappush(self._idle, (forget, next(self._tiebreak), device))
+
+    def _idle_device(self, device: Device) -> bool:
+        """Known, and with no stream, no throttle, no decision pending: forgettable once idle."""
+        return (
+            self._devices.get(device.id) is device
+            and not device.streams
+            and not device.throttle_on
+            and not device.decision_pending
+        )
+
+    def _forget(self, device: Device, wall_ms: float, out: list[Output]) -> None:
+        """Drop an idle device: its state, hence its series and its snapshot entry (SPEC §7)."""
+        del self._devices[device.id]
+        device.wall_due = math.nan  # its entries in the timer queue are stale from now on
+        out.append(DeviceForgotten(device.id, device.clock.now(wall_ms), wall_ms, device.stats))

@@ -3,15 +3,57 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgemon.engine.stats import DeviceStats
 
 
 @dataclass(frozen=True, slots=True)
 class UnderrunBegan:
-    """A live stream's player ran out of audio at `t_ms`."""
+    """A live stream's player ran out of audio at `t_ms`, by what edgemon knows at `t_ms`
+    (provisional until `UnderrunConfirmed` or `UnderrunRetracted`, SPEC §2.8)."""
 
     device: str
     stream: str
     t_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class UnderrunConfirmed:
+    """The underrun that began at `t_ms` is confirmed at `confirmed_ms` (SPEC §2.8): the
+    device's event time passed `t_ms`, or `allowed_lateness_ms` did. Only confirmed underruns
+    are counted. `published` tells whether an `UnderrunBegan` announced it live; one that only
+    late chunks revealed (its instant already behind edgemon's clock) was not."""
+
+    device: str
+    stream: str
+    t_ms: float
+    confirmed_ms: float
+    published: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UnderrunRetracted:
+    """The underrun announced live at `t_ms` never happened: a chunk that reached the player
+    before `t_ms` arrived late, at `retracted_ms`, and moved the instant the buffer runs dry."""
+
+    device: str
+    stream: str
+    t_ms: float
+    retracted_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class GapDeclared:
+    """Chunks `missing_from` … `missing_to` of a stream did not arrive within
+    `allowed_lateness_ms` of a later one: the later chunk is applied as a gap at `t_ms`."""
+
+    device: str
+    stream: str
+    t_ms: float
+    missing_from: int
+    missing_to: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,4 +118,26 @@ class Rejected:
     detail: str
 
 
-Output = UnderrunBegan | UnderrunEnded | ThrottleChanged | StreamEnded | StreamSample | Rejected
+@dataclass(frozen=True, slots=True)
+class DeviceForgotten:
+    """An idle device was forgotten at `t_ms` (wall time `wall_ms`): whatever is kept per
+    device goes with it. `stats` are its final totals (replay's summary keeps counting them)."""
+
+    device: str
+    t_ms: float
+    wall_ms: float
+    stats: DeviceStats
+
+
+Output = (
+    UnderrunBegan
+    | UnderrunConfirmed
+    | UnderrunRetracted
+    | GapDeclared
+    | UnderrunEnded
+    | ThrottleChanged
+    | StreamEnded
+    | StreamSample
+    | Rejected
+    | DeviceForgotten
+)

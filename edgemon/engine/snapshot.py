@@ -15,8 +15,10 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine.device import Device
+from edgemon.engine.events import ChunkEvent
 from edgemon.engine.headroom import INF
 from edgemon.engine.kv import KVVerdict
+from edgemon.engine.reorder import Held
 from edgemon.engine.stream import Phase, Stream
 from edgemon.engine.tts import TtsEngineInfo
 
@@ -55,6 +57,8 @@ _STAT_FIELDS = (
     "underruns",
 )
 _HISTOGRAMS = ("chunk_gap", "slack_at_arrival", "time_to_first_audio")
+#: Fields added with late delivery (SPEC §2.8), and their values in an older snapshot.
+_STREAM_LATE_FIELDS = {"underrun_provisional": False, "underrun_published": False}
 
 
 class SnapshotError(ValueError):
@@ -94,9 +98,11 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
         "throttle_on": device.throttle_on,
         "throttle_since": device.throttle_since,
         "last_message_wall_ms": device.last_message_wall_ms,
+        "event_time": _finite(device.event_time),
         "engine_info": None if info is None else _engine_info(info),
         "stats": {
             **{name: getattr(stats, name) for name in _STAT_FIELDS},
+            "underruns_retracted": stats.underruns_retracted,
             "finished": dict(stats.finished),
             **{name: _histogram(getattr(stats, name)) for name in _HISTOGRAMS},
         },
@@ -111,7 +117,13 @@ def _stream(stream: Stream) -> dict[str, Any]:
         "phase": stream.phase.value,
         "rebuffer": stream.rebuffer,
         **{name: _finite(getattr(stream, name)) for name in _STREAM_FIELDS},
+        **{name: getattr(stream, name) for name in _STREAM_LATE_FIELDS},
+        "held": None if stream.held is None else _held(stream.held),
     }
+
+
+def _held(held: Held) -> dict[str, Any]:
+    return {"chunks": [[asdict(e), held.arrived[seq]] for seq, e in held.chunks.items()]}
 
 
 def _engine_info(info: TtsEngineInfo) -> dict[str, Any]:
@@ -142,6 +154,8 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
     device.throttle_on = bool(item["throttle_on"])
     device.throttle_since = float(item["throttle_since"])
     device.last_message_wall_ms = float(item["last_message_wall_ms"])
+    event_time = item.get("event_time")
+    device.event_time = -INF if event_time is None else float(event_time)
     info = item["engine_info"]
     if info is not None:
         kv = info["kv"]
@@ -166,6 +180,7 @@ def _restore_stats(device: Device, data: dict[str, Any]) -> None:
     stats = device.stats
     for name in _STAT_FIELDS:
         setattr(stats, name, type(getattr(stats, name))(data[name]))
+    stats.underruns_retracted = int(data.get("underruns_retracted", 0))
     stats.finished.update({str(k): int(v) for k, v in data["finished"].items()})
     for name in _HISTOGRAMS:
         histogram: Histogram = getattr(stats, name)
@@ -189,5 +204,12 @@ def _restore_stream(device: Device, fields: dict[str, Any], resumed: float) -> N
     for name in _STREAM_FIELDS:
         value = fields[name]
         setattr(stream, name, INF if value is None and name in ("start", "expected") else value)
+    for name, default in _STREAM_LATE_FIELDS.items():
+        setattr(stream, name, bool(fields.get(name, default)))
+    held = fields.get("held")
+    if held is not None:
+        stream.held = Held()
+        for chunk, arrived in held["chunks"]:
+            stream.held.add(ChunkEvent(**chunk), float(arrived))
     stream.phase = Phase(fields["phase"])
     device.adopt(stream)

@@ -35,6 +35,7 @@ class DeviceStats:
         "time_to_first_audio",
         "underrun_ms",
         "underruns",
+        "underruns_retracted",
     )
 
     def __init__(self) -> None:
@@ -42,7 +43,8 @@ class DeviceStats:
         self.audio_ms = 0.0
         self.streams_started = 0
         self.finished: Counter[str] = Counter()
-        self.underruns = 0
+        self.underruns = 0  # confirmed (SPEC §2.8)
+        self.underruns_retracted = 0  # announced live, then shown never to have happened
         self.underrun_ms = 0.0
         self.throttle_engagements = 0
         self.throttle_ms = 0.0

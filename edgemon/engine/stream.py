@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from edgemon.engine.headroom import INF, below, headroom, slack
+
+if TYPE_CHECKING:
+    from edgemon.engine.reorder import Held
 
 EWMA_ALPHA = 0.3
 
@@ -27,6 +31,7 @@ class Stream:
         "expected",
         "first_audio_ms",
         "gap_ewma",
+        "held",
         "id",
         "last_seq",
         "margin",
@@ -40,6 +45,8 @@ class Stream:
         "t_last_event",
         "t_start_event",
         "underrun_ms",
+        "underrun_provisional",
+        "underrun_published",
         "underrun_since",
         "underruns",
         "unsafe",
@@ -72,12 +79,19 @@ class Stream:
         self.gap_ewma: float | None = None
         self.chunks = 0
         self.min_slack: float | None = None
+        #: Begin of the current underrun on the device's clock (its exact instant `u`).
         self.underrun_since: float | None = None
+        #: Not yet confirmed by the device's event time (SPEC §2.8): a late chunk may undo it.
+        self.underrun_provisional = False
+        #: `UnderrunBegan` was emitted for it (edgemon's clock reached `u` live).
+        self.underrun_published = False
+        #: Confirmed underruns (the record).
         self.underruns = 0
         self.underrun_ms = 0.0
         self.risk = False
         self.unsafe = False
         self.due = INF  # instant of this stream's entry in its device's timer heap
+        self.held: Held | None = None  # chunks that arrived ahead of a missing seq
 
     # ------------------------------------------------------------------ queries
     def slack_at(self, t: float) -> float:

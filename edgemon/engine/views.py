@@ -269,10 +269,11 @@ class DeviceView:
         return total
 
     def underrun_ms(self, now: float) -> float:
-        """Time spent in underrun up to `now`, ongoing underruns included."""
+        """Time spent in confirmed underrun up to `now`, ongoing confirmed underruns included
+        (a provisional one counts once confirmed, SPEC §2.8)."""
         total = self._device.stats.underrun_ms
         for stream in self._device.streams.values():
-            if stream.underrun_since is not None:
+            if stream.underrun_since is not None and not stream.underrun_provisional:
                 total += max(0.0, now - stream.underrun_since)
         return total
 

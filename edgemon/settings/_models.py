@@ -246,6 +246,7 @@ class SlackSettings(_Section):
     default_chunk_gap_ms: PositiveMs = 200.0
     stream_idle_timeout_ms: PositiveMs = 30_000.0
     clock: ClockMode = "estimate"
+    allowed_lateness_ms: NonNegativeMs = 1_000.0
 
 
 class LimitsSettings(_Section):
@@ -256,6 +257,7 @@ class LimitsSettings(_Section):
     max_payload_bytes: Count = 262_144
     max_batch_events: Count = 1_000
     per_stream_series: Annotated[int, Field(ge=0)] = 20
+    device_idle_s: Annotated[float, Field(gt=0)] = 600.0
 
 
 class DeviceSettings(_Section):
@@ -330,6 +332,7 @@ class Settings(BaseSettings):
                 default_chunk_gap_ms=slack.default_chunk_gap_ms,
                 stream_idle_timeout_ms=slack.stream_idle_timeout_ms,
                 clock=slack.clock,
+                allowed_lateness_ms=slack.allowed_lateness_ms,
             ),
             limits=Limits(
                 max_devices=limits.max_devices,
@@ -337,6 +340,7 @@ class Settings(BaseSettings):
                 max_payload_bytes=limits.max_payload_bytes,
                 max_batch_events=limits.max_batch_events,
                 per_stream_series=limits.per_stream_series,
+                device_idle_ms=limits.device_idle_s * 1000.0,
             ),
             devices=MappingProxyType(
                 {

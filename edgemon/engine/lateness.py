@@ -1,0 +1,258 @@
+"""Late and out-of-order delivery (SPEC §2.8): what a device does so that its record follows
+its own times while its live decisions follow what edgemon knows.
+
+Underruns begin provisional; the device's event time, `allowed_lateness_ms` or the removal of
+the stream confirms them, and a chunk that reached the player before one retracts it. Chunks
+that arrive ahead of a missing `seq` wait in their stream's reorder buffer. Both waits are
+deadlines in the device's timer heap. `docs/semantics.md` states the rules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from edgemon.engine.headroom import INF
+from edgemon.engine.outputs import (
+    GapDeclared,
+    UnderrunBegan,
+    UnderrunConfirmed,
+    UnderrunRetracted,
+)
+from edgemon.engine.reorder import MAX_HELD, Held
+from edgemon.engine.stream import Phase
+
+if TYPE_CHECKING:
+    from edgemon.engine.clock import DeviceClock
+    from edgemon.engine.config import EngineConfig
+    from edgemon.engine.events import ChunkEvent
+    from edgemon.engine.outputs import Output
+    from edgemon.engine.stats import DeviceStats
+    from edgemon.engine.stream import Stream
+
+
+class Lateness:
+    """When a stream's provisional underrun at `u` is confirmed for want of late chunks."""
+
+    __slots__ = ("stream", "u")
+
+    def __init__(self, stream: Stream, u: float) -> None:
+        self.stream = stream
+        self.u = u
+
+
+class HoldEnd:
+    """When a stream's held chunks may have waited long enough (a gap is declared then)."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+
+
+class LateDelivery:
+    """The part of a `Device` that deals with late chunks (a base class of `Device`)."""
+
+    __slots__ = ("confirm_held", "event_time", "patient_wall", "provisional")
+
+    if TYPE_CHECKING:
+        id: str
+        config: EngineConfig
+        clock: DeviceClock
+        stats: DeviceStats
+        streams: dict[str, Stream]
+
+        def _end_underrun(
+            self, stream: Stream, end: float, at: float, out: list[Output]
+        ) -> None: ...
+
+        def _push(
+            self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd
+        ) -> None: ...
+
+        def _chunk(
+            self, event: ChunkEvent, at: float, out: list[Output], *, in_order: bool = False
+        ) -> str: ...
+
+    def __init__(self) -> None:
+        #: The device's event time: the largest `t_ms` it has reported.
+        self.event_time = -INF
+        #: Streams whose current underrun is provisional, by id.
+        self.provisional: dict[str, Stream] = {}
+        #: While edgemon's input is interrupted, lateness confirms nothing (it waits), and
+        #: after it, not before this wall time: the backlog gets its full lateness.
+        self.confirm_held = False
+        self.patient_wall = -INF
+
+    def _chunk_in_underrun(self, stream: Stream, t: float, at: float, out: list[Output]) -> None:
+        """A chunk reached the player at `t` while the stream was in underrun since `u`."""
+        since = stream.underrun_since
+        assert since is not None
+        if stream.underrun_provisional:
+            if t <= since:
+                # It reached the player before `u` and moved `u` later: by the device's own
+                # times there was no underrun at `u` (if the buffer is still empty, the
+                # refresh that follows finds when it really ran dry).
+                self._retract(stream, at, out)
+                return
+            self._confirm(stream, at, out)
+        if stream.start + stream.buffered > t:
+            self._end_underrun(stream, max(since, t), at, out)
+
+    # ------------------------------------------------------------------ reorder buffer
+    def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
+        """Keep a chunk that arrived ahead of a missing `seq` (SPEC §2.8)."""
+        held = stream.held
+        if held is None:
+            held = stream.held = Held()
+        if not held.add(event, at):
+            return "duplicate"
+        if len(held) > MAX_HELD:
+            self._flush_held(stream, at, out)  # too far ahead: the holes are gaps now
+        else:
+            self._push(self._hold_due(held), -1, HoldEnd(stream))
+        return "accepted"
+
+    def _hold_due(self, held: Held) -> float:
+        """When the hole before the lowest held chunk is declared a gap."""
+        due = held.first_arrival() + self.config.slack.allowed_lateness_ms
+        patient = self.patient_wall - self.clock.offset_ms
+        return due if due > patient else patient
+
+    def _release_held(self, stream: Stream, at: float, out: list[Output]) -> None:
+        """Apply the held chunks that now follow in `seq` order."""
+        held = stream.held
+        assert held is not None
+        while (event := held.take(stream.last_seq + 1)) is not None:
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                held.drain()
+                break
+            self._chunk(event, at, out, in_order=True)
+        if not len(held):
+            stream.held = None
+            self._recheck(stream, at, out)
+        else:
+            self._push(self._hold_due(held), -1, HoldEnd(stream))
+
+    def _expire_held(self, stream: Stream, now: float, out: list[Output]) -> None:
+        """Holes whose next chunk has waited `allowed_lateness_ms` are gaps: apply on."""
+        held = stream.held
+        assert held is not None
+        while len(held) and self._hold_due(held) <= now:
+            event = held.take_first()
+            out.append(GapDeclared(self.id, stream.id, now, stream.last_seq + 1, event.seq - 1))
+            self._chunk(event, now, out, in_order=True)
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                held.drain()
+                break
+            while (follows := held.take(stream.last_seq + 1)) is not None:
+                self._chunk(follows, now, out, in_order=True)
+        if not len(held):
+            stream.held = None
+            self._recheck(stream, now, out)
+        else:
+            self._push(self._hold_due(held), -1, HoldEnd(stream))
+
+    def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
+        """No more waiting (an `end`, or too many held): apply them all, declaring the gaps."""
+        held = stream.held
+        assert held is not None
+        for event in held.drain():  # still held meanwhile: nothing is confirmed half-way
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                break
+            if event.seq > stream.last_seq + 1:
+                out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
+            self._chunk(event, at, out, in_order=True)
+        stream.held = None
+        self._recheck(stream, at, out)
+
+    # ------------------------------------------------------------------ event time
+    def _begin_underrun(self, stream: Stream, u: float, now: float, out: list[Output]) -> None:
+        """An underrun began at `u` (≤ `now`): announced if edgemon's clock is at `u` now."""
+        stream.underrun_since = u
+        stream.underrun_provisional = True
+        stream.underrun_published = u == now
+        if stream.underrun_published:
+            out.append(UnderrunBegan(self.id, stream.id, u))
+        self.provisional[stream.id] = stream
+        if not self._recheck(stream, now, out):
+            self._push(self._lateness_due(u), 0, Lateness(stream, u))
+
+    def _lateness_due(self, u: float) -> float:
+        """When a provisional underrun at `u` stops waiting for late chunks."""
+        due = u + self.config.slack.allowed_lateness_ms
+        patient = self.patient_wall - self.clock.offset_ms
+        return due if due > patient else patient
+
+    def _recheck(self, stream: Stream, now: float, out: list[Output]) -> bool:
+        """Confirm a provisional underrun whose instant the device's time has passed."""
+        if not stream.underrun_provisional or stream.held is not None:
+            return False
+        u = stream.underrun_since
+        assert u is not None
+        if u < self.event_time or (self._lateness_due(u) <= now and not self.confirm_held):
+            self._confirm(stream, now, out)
+            return True
+        return False
+
+    def pass_event_time(self, now: float, out: list[Output]) -> None:
+        """The device's event time moved on: provisional underruns before it are confirmed."""
+        t_ms = self.event_time
+        for stream in [s for s in self.provisional.values() if s.underrun_since < t_ms]:  # type: ignore[operator]
+            self._recheck(stream, now, out)
+
+    def _confirm(self, stream: Stream, now: float, out: list[Output]) -> None:
+        u = stream.underrun_since
+        assert u is not None
+        stream.underrun_provisional = False
+        del self.provisional[stream.id]
+        stream.underruns += 1
+        self.stats.underruns += 1
+        out.append(UnderrunConfirmed(self.id, stream.id, u, now, stream.underrun_published))
+
+    def _retract(self, stream: Stream, now: float, out: list[Output]) -> None:
+        u = stream.underrun_since
+        assert u is not None
+        stream.underrun_since = None
+        stream.underrun_provisional = False
+        del self.provisional[stream.id]
+        if stream.underrun_published:
+            self.stats.underruns_retracted += 1
+            out.append(UnderrunRetracted(self.id, stream.id, u, now))
+
+    def hold_confirmations(self) -> None:
+        """edgemon's input is interrupted: late chunks cannot arrive, so lateness waits."""
+        self.confirm_held = True
+
+    def resume_confirmations(self, now: float, wall_ms: float) -> None:
+        """Input flows again at `now` (wall time `wall_ms`): every wait for late chunks starts
+        afresh from then."""
+        self.confirm_held = False
+        lateness = self.config.slack.allowed_lateness_ms
+        self.patient_wall = wall_ms + lateness
+        for stream in self.provisional.values():
+            assert stream.underrun_since is not None
+            self._push(now + lateness, 0, Lateness(stream, stream.underrun_since))
+        for stream in self.streams.values():
+            if stream.held is not None:
+                self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
+
+    def _timer(self, what: Lateness | HoldEnd, now: float, out: list[Output]) -> None:
+        stream = what.stream
+        if self.streams.get(stream.id) is not stream:
+            return
+        if self.confirm_held:
+            return  # waits: `resume_confirmations` arms these afresh
+        if isinstance(what, HoldEnd):
+            held = stream.held
+            if held is not None:
+                due = self._hold_due(held)
+                if due <= now:
+                    self._expire_held(stream, now, out)
+                else:  # the wait moved (a clock offset or a reload changed it)
+                    self._push(due, -1, HoldEnd(stream))
+        elif stream.underrun_provisional and stream.underrun_since == what.u:
+            due = self._lateness_due(what.u)
+            if due > now:  # the wait moved (a clock offset or a reload changed it)
+                self._push(due, 0, Lateness(stream, what.u))
+            elif stream.held is None:  # else confirmed once its held chunks are applied
+                self._confirm(stream, now, out)
