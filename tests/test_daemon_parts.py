@@ -69,6 +69,10 @@ def test_seq_strictly_increases_within_and_across_runs() -> None:
     second = SeqSource(MonotonicWallClock(wall_ns=fake.wall_ns, monotonic_ns=fake.monotonic_ns))
     assert second.next("a") > seqs[-1]
     assert seqs[-1] < 2**53  # exact in every JSON reader
+    second.forget("a")  # a device forgotten after device_idle_s keeps nothing here
+    assert "a" not in second._last
+    fake.wall += 600_000_000_000  # it comes back after its idle time
+    assert second.next("a") > seqs[-1]
 
 
 def test_throttle_payload_is_the_spec_object() -> None:

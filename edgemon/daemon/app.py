@@ -41,7 +41,16 @@ from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
 from edgemon.daemon.scheduler import Scheduler
 from edgemon.daemon.state import resolve_state_dir
 from edgemon.daemon.systemd import Notifier
-from edgemon.engine.outputs import Rejected, StreamEnded, ThrottleChanged, UnderrunBegan
+from edgemon.engine.outputs import (
+    DeviceForgotten,
+    GapDeclared,
+    Rejected,
+    StreamEnded,
+    ThrottleChanged,
+    UnderrunBegan,
+    UnderrunConfirmed,
+    UnderrunRetracted,
+)
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
 from edgemon.trace import TraceRecord, encode_record
@@ -103,6 +112,7 @@ class Daemon:
                 status_payload=self._status_payload,
                 on_subscribed=self._on_subscribed,
                 on_connected=self._on_connected,
+                on_disconnected=self._on_disconnected,
                 when_durable=self._when_durable,
             ),
             log=self.log,
@@ -416,7 +426,20 @@ class Daemon:
             elif isinstance(output, Rejected):
                 self._rejections(output)
             elif isinstance(output, UnderrunBegan):
-                log.info("underrun_began", device=output.device, stream=output.stream)
+                log.info("underrun_began", device=output.device, stream=output.stream,
+                         t_ms=output.t_ms)  # fmt: skip
+            elif isinstance(output, UnderrunConfirmed):
+                log.info("underrun_confirmed", device=output.device, stream=output.stream,
+                         t_ms=output.t_ms, published=output.published)  # fmt: skip
+            elif isinstance(output, UnderrunRetracted):
+                log.info("underrun_retracted", device=output.device, stream=output.stream,
+                         t_ms=output.t_ms, retracted_ms=output.retracted_ms)  # fmt: skip
+            elif isinstance(output, GapDeclared):
+                log.info("gap_declared", device=output.device, stream=output.stream,
+                         seqs=[output.missing_from, output.missing_to])  # fmt: skip
+            elif isinstance(output, DeviceForgotten):
+                self.publisher.forget(output.device)
+                log.info("device_forgotten", device=output.device)
             elif isinstance(output, StreamEnded):
                 log.debug("stream_ended", device=output.device, stream=output.stream,
                           reason=output.reason, underruns=output.underruns)  # fmt: skip
@@ -429,6 +452,15 @@ class Daemon:
             # costs no buffer), and before the first of them is read.
             self._restored = True
             self._restore()
+        # Late chunks can flow again: each provisional underrun waits its whole
+        # allowed_lateness_ms from now, for what the broker queued meanwhile (SPEC §2.8).
+        self.monitor.engine.input_restored(self.clock.now_ms())
+        self.scheduler.poke()
+
+    def _on_disconnected(self) -> None:
+        """No late chunk can arrive while the broker is away: nothing is confirmed for want of
+        one (an outage would otherwise confirm every provisional underrun)."""
+        self.monitor.engine.input_lost()
 
     def _on_subscribed(self) -> None:
         if not self.ready.is_set():

@@ -102,6 +102,8 @@ class LinkHooks:
     on_subscribed: Callable[[], None] = lambda: None
     #: CONNACK received, before any message of the session is read (every session).
     on_connected: Callable[[], None] = lambda: None
+    #: The session is gone (or never came up): no message can arrive until `on_connected`.
+    on_disconnected: Callable[[], None] = lambda: None
     #: Call the callback once every message given to `on_message` so far is durable.
     when_durable: Callable[[Callable[[], None]], None] = lambda callback: callback()
 
@@ -126,6 +128,7 @@ class MqttLink:
         self.connection = connection
         self._on_subscribed = hooks.on_subscribed
         self._on_connected = hooks.on_connected
+        self._on_disconnected = hooks.on_disconnected
         self._status_payload = hooks.status_payload
         self._log = log
         self._backoff = backoff or Backoff()
@@ -315,6 +318,7 @@ class MqttLink:
         self._lost.set()
         self.connection.connected = False
         self.connection.subscribed = False
+        self._on_disconnected()
 
 
 def _as_mqtt_error(error: BaseException) -> aiomqtt.MqttError:

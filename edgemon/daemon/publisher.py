@@ -57,6 +57,11 @@ class SeqSource:
         self._last[device] = seq
         return seq
 
+    def forget(self, device: str) -> None:
+        """Drop what is kept for `device` (forgotten after `device_idle_s`). Its next `seq`
+        still exceeds the last: that one was taken from a wall clock long since passed."""
+        self._last.pop(device, None)
+
 
 def throttle_payload(change: ThrottleChanged, seq: int) -> bytes:
     """The throttle object of SPEC §1 for one change."""
@@ -105,6 +110,10 @@ class ThrottlePublisher:
         self._outbox[topic] = throttle_payload(change, self._seq.next(change.device))
         self._idle.clear()
         self._wake.set()
+
+    def forget(self, device: str) -> None:
+        """A forgotten device keeps no `seq` here (what is still to be sent for it is sent)."""
+        self._seq.forget(device)
 
     @property
     def pending(self) -> int:
