@@ -7,6 +7,7 @@ anywhere. The gate itself is anything with `should_throttle_prefills()` (in prod
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -112,3 +113,27 @@ class AdmissionControl:
         owned, self._owned = self._owned, None
         if owned is not None:
             owned.close()
+
+
+class GatedScheduler:
+    """The gate plumbing the vLLM and vLLM-Omni schedulers share (a mixin put before vLLM's
+    class): `_attach_gate` in `__init__`, then `edgemon_gate` and `edgemon_stats`."""
+
+    _edgemon: AdmissionControl
+
+    def _attach_gate(self, gate: PrefillGate | None) -> None:
+        """Use `gate` (the caller's), or by default the one this process's environment
+        describes (then this scheduler owns it and closes it at shutdown)."""
+        self._edgemon = (
+            AdmissionControl.from_environ(os.environ) if gate is None else AdmissionControl(gate)
+        )
+
+    @property
+    def edgemon_gate(self) -> PrefillGate | None:
+        """The gate asked every step (its `stats` count holds and held seconds), or None."""
+        return self._edgemon.gate
+
+    @property
+    def edgemon_stats(self) -> AdmissionStats:
+        """Steps that held waiting requests, and idle back-offs, so far."""
+        return self._edgemon.stats

@@ -37,14 +37,13 @@ engines that schedule asynchronously (vLLM's default on GPUs; its CPU backend do
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from edgemon.integrations._admission import AdmissionControl, AdmissionStats, PrefillGate
+from edgemon.integrations._admission import AdmissionStats, GatedScheduler, PrefillGate
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -52,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["AdmissionStats", "EdgemonAsyncScheduler", "EdgemonScheduler"]
 
 
-class EdgemonScheduler(Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
+class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
     """vLLM's V1 ``Scheduler`` that admits no new prefill while edgemon's gate says throttle."""
 
     waiting: Any  # vLLM's RequestQueue
@@ -65,21 +64,7 @@ class EdgemonScheduler(Scheduler):  # type: ignore[misc]  # vLLM is untyped for 
         by default the gate comes from this process's environment and this scheduler owns it.
         """
         super().__init__(*args, **kwargs)
-        self._edgemon = (
-            AdmissionControl.from_environ(os.environ)
-            if edgemon_gate is None
-            else AdmissionControl(edgemon_gate)
-        )
-
-    @property
-    def edgemon_gate(self) -> PrefillGate | None:
-        """The gate asked every step (its ``stats`` count holds and held seconds), or None."""
-        return self._edgemon.gate
-
-    @property
-    def edgemon_stats(self) -> AdmissionStats:
-        """Steps that held waiting requests, and idle back-offs, so far."""
-        return self._edgemon.stats
+        self._attach_gate(edgemon_gate)
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """One scheduling step; with the gate on, running work only (see the module doc)."""

@@ -30,13 +30,12 @@ vLLM-Omni 0.30 does not import on vLLM 0.32).
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import TYPE_CHECKING, Any
 
 from vllm_omni.config.stage_config import PipelineConfig
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
 
-from edgemon.integrations._admission import AdmissionControl, AdmissionStats, PrefillGate
+from edgemon.integrations._admission import AdmissionStats, GatedScheduler, PrefillGate
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, MutableMapping
@@ -56,7 +55,7 @@ TALKER_PIPELINES = ("qwen3_tts",)
 PIPELINE_SUFFIX = "_edgemon"
 
 
-class EdgemonOmniARScheduler(OmniARScheduler):  # type: ignore[misc]  # vLLM-Omni is untyped here
+class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[misc]  # vLLM-Omni is untyped here
     """vLLM-Omni's ``OmniARScheduler`` whose waiting admission also waits for edgemon's gate."""
 
     waiting: Any  # vLLM's RequestQueue
@@ -70,21 +69,7 @@ class EdgemonOmniARScheduler(OmniARScheduler):  # type: ignore[misc]  # vLLM-Omn
         """
         self._edgemon_deferred = False
         super().__init__(*args, **kwargs)
-        self._edgemon = (
-            AdmissionControl.from_environ(os.environ)
-            if edgemon_gate is None
-            else AdmissionControl(edgemon_gate)
-        )
-
-    @property
-    def edgemon_gate(self) -> PrefillGate | None:
-        """The gate asked every step (its ``stats`` count holds and held seconds), or None."""
-        return self._edgemon.gate
-
-    @property
-    def edgemon_stats(self) -> AdmissionStats:
-        """Steps that held waiting requests, and idle back-offs, so far."""
-        return self._edgemon.stats
+        self._attach_gate(edgemon_gate)
 
     def _should_defer_waiting_admission(self) -> bool:
         if super()._should_defer_waiting_admission():
