@@ -137,3 +137,11 @@ class GatedScheduler:
     def edgemon_stats(self) -> AdmissionStats:
         """Steps that held waiting requests, and idle back-offs, so far."""
         return self._edgemon.stats
+
+    def shutdown(self) -> None:
+        """Shut vLLM's scheduler down (next in the MRO), then close the gate if this
+        scheduler opened it."""
+        try:
+            super().shutdown()  # type: ignore[misc]  # vLLM's scheduler, after this mixin
+        finally:
+            self._edgemon.close()

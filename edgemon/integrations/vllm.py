@@ -86,13 +86,6 @@ class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM
         )
         return output
 
-    def shutdown(self) -> None:
-        """Shut vLLM's scheduler down, then close the gate if this scheduler opened it."""
-        try:
-            super().shutdown()
-        finally:
-            self._edgemon.close()
-
 
 class EdgemonAsyncScheduler(EdgemonScheduler, AsyncScheduler):  # type: ignore[misc]
     """The ``AsyncScheduler`` flavour of `EdgemonScheduler` (same gating)."""

@@ -87,13 +87,6 @@ class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[m
             )
         return output
 
-    def shutdown(self) -> None:
-        """Shut vLLM-Omni's scheduler down, then close the gate if this scheduler opened it."""
-        try:
-            super().shutdown()
-        finally:
-            self._edgemon.close()
-
 
 class EdgemonOmniARAsyncScheduler(EdgemonOmniARScheduler, OmniARAsyncScheduler):  # type: ignore[misc]
     """The ``OmniARAsyncScheduler`` flavour (Qwen3-TTS's talker default) of the same gating."""
