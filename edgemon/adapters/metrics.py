@@ -14,7 +14,7 @@ either; prometheus_client drops both. Its `le="+Inf"` bucket is the count.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,12 +25,13 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from edgemon.adapters.metrics_text import TextMaker, add_histogram
 from edgemon.adapters.state import ConnectionState
 from edgemon.engine.stats import FINISH_REASONS
 from edgemon.engine.views import device_view, device_views
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
     from prometheus_client.metrics_core import Metric
 
@@ -104,22 +105,23 @@ class _Families:
         "underruns_retracted",
     )
 
-    def __init__(self, *, per_stream: bool) -> None:
+    def __init__(self, *, per_stream: bool, make: _Maker | None = None) -> None:
         dev = ("device",)
-        self._all: list[Metric] = []
+        maker: _Maker = make or _PromMaker()
+        self._all: list[Any] = []
 
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = dev) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(f"edgemon_{name}", doc, labels=labels)
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = dev) -> _Scalar:
+            family = maker.gauge(f"edgemon_{name}", doc, labels)
             self._all.append(family)
             return family
 
-        def counter(name: str, doc: str, labels: tuple[str, ...] = dev) -> CounterMetricFamily:
-            family = CounterMetricFamily(f"edgemon_{name}", doc, labels=labels)
+        def counter(name: str, doc: str, labels: tuple[str, ...] = dev) -> _Scalar:
+            family = maker.counter(f"edgemon_{name}", doc, labels)
             self._all.append(family)
             return family
 
-        def histogram(name: str, doc: str) -> HistogramMetricFamily:
-            family = HistogramMetricFamily(f"edgemon_{name}", doc, labels=dev)
+        def histogram(name: str, doc: str) -> _Hist:
+            family = maker.histogram(f"edgemon_{name}", doc)
             self._all.append(family)
             return family
 
@@ -187,12 +189,44 @@ class _Families:
         """Every family, sampled or not (for `describe`)."""
         return iter(self._all)
 
+    def texts(self) -> list[tuple[int, str]]:
+        """Made by a `TextMaker`: (family position, its lines) of the families with lines."""
+        return [(i, "".join(family.lines)) for i, family in enumerate(self._all) if family.lines]
 
-def _histogram(family: HistogramMetricFamily, device: str, histogram: Histogram) -> None:
-    buckets = [
-        ("+Inf" if le == _INF else repr(le / _MS), float(n)) for le, n in histogram.cumulative()
-    ]
-    family.add_metric([device], buckets, histogram.total / _MS)
+
+class _Scalar(Protocol):
+    def add_metric(self, labels: Sequence[str], value: float) -> None: ...
+
+
+class _Hist(Protocol):
+    def add_histogram(self, device: str, histogram: Histogram) -> None: ...
+
+
+class _Maker(Protocol):
+    def gauge(self, name: str, doc: str, labels: Sequence[str]) -> _Scalar: ...
+    def counter(self, name: str, doc: str, labels: Sequence[str]) -> _Scalar: ...
+    def histogram(self, name: str, doc: str) -> _Hist: ...
+
+
+class _PromHistogram(HistogramMetricFamily):
+    def add_histogram(self, device: str, histogram: Histogram) -> None:
+        add_histogram(self, device, histogram)
+
+
+class _PromMaker:
+    """prometheus_client's families (a registry's `collect`, and the text's headers)."""
+
+    @staticmethod
+    def gauge(name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=labels)
+
+    @staticmethod
+    def counter(name: str, doc: str, labels: Sequence[str]) -> CounterMetricFamily:
+        return CounterMetricFamily(name, doc, labels=labels)
+
+    @staticmethod
+    def histogram(name: str, doc: str) -> _PromHistogram:
+        return _PromHistogram(name, doc, labels=("device",))
 
 
 class EdgemonCollector:
@@ -203,7 +237,15 @@ class EdgemonCollector:
     per-stream gauges per device (lowest headroom first; 0 turns them off).
     """
 
-    __slots__ = ("_connection", "_high_water", "_monitor", "_per_stream", "_wall_clock")
+    __slots__ = (
+        "_connection",
+        "_high_water",
+        "_monitor",
+        "_per_stream",
+        "_text",
+        "_text_families",
+        "_wall_clock",
+    )
 
     def __init__(
         self,
@@ -220,6 +262,9 @@ class EdgemonCollector:
         #: Per device, the highest throttle and underrun seconds exported: counters that
         #: include an ongoing period must not step back when the period's end is settled.
         self._high_water: dict[str, tuple[float, float]] = {}
+        self._text = TextMaker()
+        #: The families `device_text` fills, made once (their label prefixes persist).
+        self._text_families = _Families(per_stream=self._per_stream > 0, make=self._text)
 
     def describe(self) -> Iterator[Metric]:
         """The families this collector exposes (lets the registry detect name clashes)."""
@@ -247,17 +292,19 @@ class EdgemonCollector:
         """Devices the engine no longer tracks leave no trace here either."""
         if self._high_water.keys() - present:
             self._high_water = {k: v for k, v in self._high_water.items() if k in present}
+        self._text.forget(present)
 
-    def device_families(self, device_id: str) -> list[Metric] | None:
-        """Every family (sampled or not, in `describe` order) with one device's samples, read
-        now at its clock; None if the device is no longer tracked. For a caller that reads
-        the fleet one device at a time (`edgemon.adapters.exposition`)."""
+    def device_text(self, device_id: str) -> list[tuple[int, str]] | None:
+        """One device's sample lines read now at its clock, per family (by position in
+        `describe` order, families without samples left out), as exposition text; None if the
+        device is no longer tracked. The same lines as `collect` gives for the device, written
+        without sample objects (`edgemon.adapters.metrics_text`)."""
         view = device_view(self._monitor.engine, device_id)
         if view is None:
             return None
-        families = _Families(per_stream=self._per_stream > 0)
-        self._add_device(families, view, view.now(self._wall_clock()))
-        return list(families.declared())
+        self._text.clear()
+        self._add_device(self._text_families, view, view.now(self._wall_clock()))
+        return self._text_families.texts()
 
     def daemon_families(self) -> list[Metric]:
         """The daemon-wide families (messages by result, MQTT connection)."""
@@ -286,7 +333,8 @@ class EdgemonCollector:
         )
 
     def _add_device(self, f: _Families, device: DeviceView, now: float) -> None:
-        labels = [device.id]
+        device_id = device.id
+        labels = (device_id,)
         stats = device.stats
         live = device.summary(now, self._per_stream)
         f.streams_active.add_metric(labels, device.stream_count)
@@ -297,8 +345,8 @@ class EdgemonCollector:
             f.slack_min.add_metric(labels, live.min_slack / _MS)
         if f.stream_slack is not None and f.stream_headroom is not None:
             for stream_id, slack, head in live.lowest:
-                f.stream_slack.add_metric([device.id, stream_id], slack / _MS)
-                f.stream_headroom.add_metric([device.id, stream_id], head / _MS)
+                f.stream_slack.add_metric((device_id, stream_id), slack / _MS)
+                f.stream_headroom.add_metric((device_id, stream_id), head / _MS)
         f.margin.add_metric(labels, device.margin / _MS)
         f.throttle_active.add_metric(labels, 1.0 if device.throttle_on else 0.0)
         f.clock_offset.add_metric(labels, device.clock_offset_ms / _MS)
@@ -320,17 +368,17 @@ class EdgemonCollector:
         f.started.add_metric(labels, stats.streams_started)
         finished = stats.finished
         for reason in FINISHED_REASONS:
-            f.finished.add_metric([device.id, reason], finished[reason])
-        _histogram(f.slack_at_arrival, device.id, stats.slack_at_arrival)
-        _histogram(f.chunk_gap, device.id, stats.chunk_gap)
-        _histogram(f.time_to_first_audio, device.id, stats.time_to_first_audio)
+            f.finished.add_metric((device_id, reason), finished[reason])
+        f.slack_at_arrival.add_histogram(device_id, stats.slack_at_arrival)
+        f.chunk_gap.add_histogram(device_id, stats.chunk_gap)
+        f.time_to_first_audio.add_histogram(device_id, stats.time_to_first_audio)
 
     @staticmethod
     def _add_kv(f: _Families, device: DeviceView) -> None:
         kv = device.kv
         if kv is None:
             return
-        labels = [device.id]
+        labels = (device.id,)
         f.kv_bytes_per_token.add_metric(labels, kv.bytes_per_token)
         f.kv_max_seqs.add_metric(labels, kv.max_seqs_without_preemption)
         if kv.max_num_seqs is not None:

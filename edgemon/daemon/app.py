@@ -34,6 +34,7 @@ from edgemon.adapters.http import (
 from edgemon.adapters.metrics import DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.clock import MonotonicWallClock
+from edgemon.daemon.gcpacer import GcPacer
 from edgemon.daemon.logs import RejectionLog
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.daemon.persistence import Persistence
@@ -122,6 +123,7 @@ class Daemon:
         )
         self.scheduler = Scheduler(self.monitor, clock=self.clock, handle=self._dispatch)
         self.registry.register(DeadlineLatenessCollector(self.scheduler.lateness))
+        self.gc = GcPacer(self._until_deadline)
         self._out: list[Output] = []
         self._restored = False
         self._stop = asyncio.Event()
@@ -173,6 +175,7 @@ class Daemon:
                     group.create_task(self._log_summaries(), name="log-summaries"),
                     group.create_task(self._reloader(), name="reloader"),
                     group.create_task(self._snapshots(), name="snapshots"),
+                    group.create_task(self.gc.run(), name="gc"),
                 ]
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
@@ -329,6 +332,11 @@ class Daemon:
             callback()
         else:
             self.state.when_durable(callback)
+
+    def _until_deadline(self) -> float | None:
+        """Milliseconds until the engine's next transition (None if none is due)."""
+        deadline = self.monitor.next_deadline()
+        return None if deadline is None else deadline - self.clock.now_ms()
 
     async def _snapshots(self) -> None:
         while True:

@@ -3,16 +3,22 @@
 The engine knows every future transition instant (SPEC §2.4), so nothing polls: the task
 sleeps until `monitor.next_deadline()` and calls `advance(now)`. A message that brings the
 next deadline forward calls `poke()`, which wakes the task early (only then: a message
-that leaves the deadline where it is costs no wake-up). The sleep is an `asyncio` timer at
-the deadline's loop time, so lateness is the event loop's timer granularity (about 1 ms on
-Linux's epoll) plus whatever else the loop is doing; `lateness_ms` keeps the recent values
-and `lateness` counts them all (exported as `edgemon_deadline_lateness_seconds`, SPEC §5).
+that leaves the deadline where it is costs no wake-up).
+
+The sleep is an `asyncio` timer, but the event loop's timers wait in whole milliseconds
+(epoll's timeout, rounded up), which alone would make a deadline up to 1 ms late. So the
+timer is set `fine_ms` early and the last stretch is slept with `time.sleep` (tens of
+microseconds late): the loop is held for under `fine_ms` just before a transition, which is
+what the transition is owed anyway. Lateness is then the wake-up latency plus whatever else
+the loop was doing; `lateness_ms` keeps the recent values and `lateness` counts them all
+(exported as `edgemon_deadline_lateness_seconds`, SPEC §5).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
@@ -28,6 +34,8 @@ if TYPE_CHECKING:
 #: Bounds of `edgemon_deadline_lateness_seconds`, in ms: SPEC §5's 1 and 2 ms targets fall on
 #: bucket bounds.
 LATENESS_BOUNDS_MS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)
+#: The last stretch before a deadline, slept without the event loop's millisecond timers.
+FINE_MS: Final = 1.5
 
 
 class Scheduler:
@@ -35,6 +43,7 @@ class Scheduler:
 
     __slots__ = (
         "_clock",
+        "_fine_ms",
         "_handle",
         "_monitor",
         "_target",
@@ -51,8 +60,10 @@ class Scheduler:
         clock: Clock,
         handle: Callable[[list[Output]], None],
         keep: int = 4096,
+        fine_ms: float = FINE_MS,
     ) -> None:
         self._monitor = monitor
+        self._fine_ms = fine_ms
         self._clock = clock
         self._handle = handle
         self._wake = asyncio.Event()
@@ -98,9 +109,18 @@ class Scheduler:
         if deadline is None:
             await self._wake.wait()
             return
-        delay = (deadline - self._clock.now_ms()) / 1000.0
+        delay_ms = deadline - self._clock.now_ms()
+        if delay_ms <= self._fine_ms:
+            _fine_sleep(delay_ms)
+            return
         try:
-            async with asyncio.timeout(delay):
+            async with asyncio.timeout((delay_ms - self._fine_ms) / 1000.0):
                 await self._wake.wait()
         except TimeoutError:
             pass
+
+
+def _fine_sleep(delay_ms: float) -> None:
+    """Hold the thread for `delay_ms` (at most the scheduler's `fine_ms`)."""
+    if delay_ms > 0:
+        time.sleep(delay_ms / 1000.0)

@@ -159,16 +159,26 @@ class LiveIndex:
         odd = sum(1 for s in self._odd.values() if s.headroom_at(t) < s.margin)
         return self._plateau_risk + bisect_left(self._f, (t,)) + odd
 
-    def lowest(self, t: float, k: int) -> list[tuple[float, Stream]]:
-        """The `k` live streams lowest in headroom at `t` (ties by id), with their headroom."""
+    def lowest(self, t: float, k: int) -> list[tuple[str, float, float]]:
+        """The `k` live streams lowest in headroom at `t` (ties by id): (id, slack, headroom).
+
+        Read from the index's keys (no stream is asked): headroom `min(P, L − t)`, slack
+        `min(B, L − t)`.
+        """
         if k <= 0:
             return []
         candidates = {sid for _, sid in self._p[:k]} | {sid for _, sid in self._l[:k]}
         by_stream = self._by_stream
-        ranked = [(by_stream[sid][0].headroom_at(t), by_stream[sid][0]) for sid in candidates]
-        ranked += [(s.headroom_at(t), s) for s in self._odd.values()]
-        ranked.sort(key=lambda pair: (pair[0], pair[1].id))
-        return ranked[:k]
+        ranked: list[tuple[float, str, float]] = []
+        for sid in candidates:
+            plateau, lasts, buffered, _ = by_stream[sid][1]
+            left = lasts - t
+            ranked.append(
+                (plateau if plateau < left else left, sid, buffered if buffered < left else left)
+            )
+        ranked += [(s.headroom_at(t), s.id, s.slack_at(t)) for s in self._odd.values()]
+        ranked.sort()  # by headroom, then id (ids are unique: slack never decides)
+        return [(sid, slack, head) for head, sid, slack in ranked[:k]]
 
 
 def _remove(keys: list[_Key], key: _Key) -> None:
@@ -252,12 +262,11 @@ class DeviceView:
         device = self._device
         index = device.live_index
         index.sync(device.streams)
-        ranked = index.lowest(now, lowest)
         return LiveSummary(
             at_risk=index.at_risk(now),
             min_headroom=index.min_headroom(now),
             min_slack=index.min_slack(now),
-            lowest=tuple((s.id, s.slack_at(now), head) for head, s in ranked),
+            lowest=tuple(index.lowest(now, lowest)),
         )
 
     def throttle_ms(self, now: float) -> float:

@@ -1,0 +1,103 @@
+"""Garbage collection at moments the daemon chooses, never in a deadline's way.
+
+CPython's full (generation 2) collection walks every object the collector tracks. At 10,000
+live streams that takes tens of milliseconds with the event loop stopped, at whatever moment
+allocations happen to trigger it: in `benchmarks/scrape.py`'s quiet phase those pauses were
+the whole of the p99 deadline lateness. So, while the daemon runs:
+
+- automatic collection keeps generations 0 and 1 (young objects only: a fraction of a
+  millisecond) but never starts a full collection (generation 2's threshold is out of reach);
+- every `interval_s` the pacer runs the full collection itself, at a moment when no transition
+  is due within `clear_ms` (nor within twice the last pause), then freezes the survivors
+  (`gc.freeze()`): later collections skip them, so each one costs only what survived since
+  the previous one;
+- every `unfreeze_every`-th round first unfreezes everything, so that a reference cycle among
+  long-lived objects is still reclaimed: one whole-heap pass, at a quiet moment.
+
+The thresholds and the frozen generation are the process's: `run` restores both when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["GcPacer"]
+
+#: Generation 2's threshold while paced: automatic full collections never start.
+_OUT_OF_REACH: Final = 1 << 30
+
+
+class GcPacer:
+    """Runs the full collections of the process (the daemon's `gc` task)."""
+
+    __slots__ = (
+        "_clear_ms",
+        "_interval_s",
+        "_max_wait_s",
+        "_rounds",
+        "_unfreeze_every",
+        "_until_deadline",
+        "last_pause_ms",
+        "rounds",
+    )
+
+    def __init__(
+        self,
+        until_deadline: Callable[[], float | None],
+        *,
+        interval_s: float = 10.0,
+        clear_ms: float = 20.0,
+        unfreeze_every: int = 360,
+        max_wait_s: float = 1.0,
+    ) -> None:
+        self._until_deadline = until_deadline
+        self._interval_s = interval_s
+        self._clear_ms = clear_ms
+        self._unfreeze_every = max(1, unfreeze_every)
+        self._max_wait_s = max_wait_s
+        #: Rounds run, and the last one's pause (ms).
+        self.rounds = 0
+        self.last_pause_ms = 0.0
+
+    async def run(self) -> None:
+        """Collect every `interval_s` until cancelled."""
+        saved = gc.get_threshold()
+        paced = (saved[0], saved[1], _OUT_OF_REACH)
+        gc.set_threshold(*paced)
+        try:
+            while True:
+                await asyncio.sleep(self._interval_s)
+                await self._clear()
+                self.collect()
+        finally:
+            if gc.get_threshold() == paced:  # nobody else changed them meanwhile
+                gc.set_threshold(*saved)
+            gc.unfreeze()
+
+    def collect(self) -> None:
+        """One round: a full collection of what is not frozen, then freeze the survivors."""
+        self.rounds += 1
+        if self.rounds % self._unfreeze_every == 0:
+            gc.unfreeze()
+        started = time.perf_counter()
+        gc.collect()
+        gc.freeze()
+        self.last_pause_ms = (time.perf_counter() - started) * 1000.0
+
+    async def _clear(self) -> None:
+        """Wait until no transition is due within the clearance (at most `max_wait_s`)."""
+        clearance = max(self._clear_ms, 2.0 * self.last_pause_ms)
+        waited = 0.0
+        while waited < self._max_wait_s:
+            left = self._until_deadline()
+            if left is None or left > clearance:
+                return
+            pause = max(0.0, left / 1000.0) + 0.001  # just past it
+            await asyncio.sleep(pause)
+            waited += pause
