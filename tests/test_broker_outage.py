@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
-from conftest import MosquittoServer
+from ports import MosquittoServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from conftest import MosquittoServer
+    from ports import MosquittoServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

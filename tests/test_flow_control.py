@@ -16,7 +16,7 @@ from test_daemon_app import running, sample, scrape, settings_for
 from edgemon.daemon import Daemon
 from edgemon.settings import StateSettings
 
-from conftest import MosquittoServer
+from ports import MosquittoServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
