@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from ports import (
@@ -25,14 +26,28 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+    from structlog.typing import EventDict, WrappedLogger
+
 
 # ------------------------------------------------------------------ logs and environment
+def _monotonic_s(_logger: WrappedLogger, _method: str, line: EventDict) -> EventDict:
+    line["monotonic_s"] = time.monotonic()
+    return line
+
+
 @pytest.fixture
 def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
-    """Every line logged through structlog during the test, as a dict (`event`, `log_level`
-    and the fields). Loggers must be made (`structlog.get_logger()`) inside the test."""
-    with capture_logs() as logs:
-        yield logs
+    """Every line logged through structlog during the test, as a dict: `event`, `log_level`,
+    `monotonic_s` (when, by `time.monotonic()`) and the fields (`daemons.logged()` picks them
+    out). Loggers must be made (`structlog.get_logger()`, a `Daemon`) inside the test. Every
+    level is captured: structlog's configuration is reset first (an in-process `edgemon demo`
+    sets its own), and again after the test."""
+    structlog.reset_defaults()
+    try:
+        with capture_logs(processors=[_monotonic_s]) as logs:
+            yield logs
+    finally:
+        structlog.reset_defaults()
 
 
 @pytest.fixture(autouse=True)
