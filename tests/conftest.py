@@ -3,29 +3,51 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from typing import TYPE_CHECKING
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
-from ports import Servers, accepts, end_process, free_port
+from ports import (
+    MOSQUITTO,
+    MOSQUITTO_START_S,
+    MosquittoServer,
+    Servers,
+    accepts,
+    end_process,
+    free_port,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, MutableMapping
     from pathlib import Path
     from typing import Any
 
+    from structlog.typing import EventDict, WrappedLogger
+
 
 # ------------------------------------------------------------------ logs and environment
+def _monotonic_s(_logger: WrappedLogger, _method: str, line: EventDict) -> EventDict:
+    line["monotonic_s"] = time.monotonic()
+    return line
+
+
 @pytest.fixture
 def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
-    """Every line logged through structlog during the test, as a dict (`event`, `log_level`
-    and the fields). Loggers must be made (`structlog.get_logger()`) inside the test."""
-    with capture_logs() as logs:
-        yield logs
+    """Every line logged through structlog during the test, as a dict: `event`, `log_level`,
+    `monotonic_s` (when, by `time.monotonic()`) and the fields (`daemons.logged()` picks them
+    out). Loggers must be made (`structlog.get_logger()`, a `Daemon`) inside the test. Every
+    level is captured: structlog's configuration is reset first (an in-process `edgemon demo`
+    sets its own), and again after the test."""
+    structlog.reset_defaults()
+    try:
+        with capture_logs(processors=[_monotonic_s]) as logs:
+            yield logs
+    finally:
+        structlog.reset_defaults()
 
 
 @pytest.fixture(autouse=True)
@@ -36,8 +58,6 @@ def own_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ------------------------------------------------------------------ mosquitto_broker
-_MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-_MOSQUITTO_START_S = 5.0
 _MOSQUITTO_TRIES = 3
 
 
@@ -48,7 +68,7 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
     Anonymous, no persistence, so no retained message survives the test. Skips the test when
     Mosquitto is not installed; its log is in `tmp_path / "mosquitto.log"`.
     """
-    if not os.access(_MOSQUITTO, os.X_OK):
+    if not os.access(MOSQUITTO, os.X_OK):
         pytest.skip("mosquitto is not installed")
     log = tmp_path / "mosquitto.log"
     for _ in range(_MOSQUITTO_TRIES):
@@ -61,12 +81,12 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
         )
         with log.open("ab") as log_file:
             process = subprocess.Popen(
-                [_MOSQUITTO, "-c", str(conf)],
+                [MOSQUITTO, "-c", str(conf)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=log_file,
             )
-        deadline = time.monotonic() + _MOSQUITTO_START_S
+        deadline = time.monotonic() + MOSQUITTO_START_S
         while process.poll() is None and time.monotonic() < deadline:
             if accepts(port):
                 break
@@ -85,68 +105,10 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
 
 
 # ------------------------------------------------------------------ mosquitto_server
-class MosquittoServer:
-    """A Mosquitto on one fixed port that a test can stop and start again (broker loss).
-
-    With `persistence`, its database lives in `directory`, so sessions (edgemon's, with what
-    is queued for it) survive a stop and start, as on a real edge box. `options` are more
-    lines of its config (queue limits, say).
-    """
-
-    def __init__(self, directory: Path, *, persistence: bool = False, options: str = "") -> None:
-        self.host = "127.0.0.1"
-        self.port = free_port()
-        self._conf = directory / "mosquitto-restartable.conf"
-        stored = (
-            f"persistence true\npersistence_location {directory}/\n"
-            "persistence_file mosquitto.db\n" + ("user root\n" if os.geteuid() == 0 else "")
-            # As root Mosquitto would drop to user `mosquitto`, who cannot write tmp_path.
-            if persistence
-            else "persistence false\n"
-        )
-        self._conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{stored}log_dest stderr\n"
-            + options,
-            encoding="utf-8",
-        )
-        self._log = directory / "mosquitto-restartable.log"
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """`mqtt://host:port`."""
-        return f"mqtt://{self.host}:{self.port}"
-
-    def start(self) -> None:
-        """Start it and wait until it accepts connections."""
-        assert self._process is None, "already running"
-        with self._log.open("ab") as log_file:
-            self._process = subprocess.Popen(
-                [_MOSQUITTO, "-c", str(self._conf)],
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-            )
-        deadline = time.monotonic() + _MOSQUITTO_START_S
-        while time.monotonic() < deadline and self._process.poll() is None:
-            if accepts(self.port):
-                return
-            time.sleep(0.02)
-        self.stop()
-        pytest.fail(f"mosquitto did not start; its log:\n{self._log.read_text()}")
-
-    def stop(self) -> None:
-        """Terminate it (idempotent); with persistence it writes its database first."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        end_process(process)
-
-
 @pytest.fixture
 def mosquitto_server(tmp_path: Path) -> Iterator[MosquittoServer]:
     """A running Mosquitto (anonymous, no persistence) that the test may stop and restart."""
-    if not os.access(_MOSQUITTO, os.X_OK):
+    if not os.access(MOSQUITTO, os.X_OK):
         pytest.skip("mosquitto is not installed")
     server = MosquittoServer(tmp_path)
     server.start()

@@ -1,12 +1,14 @@
 """The servers tests start: a free loopback port, whether it accepts yet, a clean end, the
-JSON APIs they answer, a named group of them (`Servers`, the `servers` fixture) and a TCP link
-between two of them that a test can cut (`TcpProxy`)."""
+JSON APIs they answer, a Mosquitto a test can stop and start again (`MosquittoServer`, the
+`mosquitto_server` fixture), a named group of them (`Servers`, the `servers` fixture) and a
+TCP link between two of them that a test can cut (`TcpProxy`)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -21,6 +23,11 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
+
+
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+#: How long a Mosquitto may take to accept connections.
+MOSQUITTO_START_S = 5.0
 
 
 def free_port() -> int:
@@ -72,6 +79,64 @@ def get_json(url: str, **params: str) -> Any:
 
 
 # ------------------------------------------------------------------ a group of processes
+class MosquittoServer:
+    """A Mosquitto on one fixed port that a test can stop and start again (broker loss).
+
+    With `persistence`, its database lives in `directory`, so sessions (edgemon's, with what
+    is queued for it) survive a stop and start, as on a real edge box. `options` are more
+    lines of its config (queue limits, say).
+    """
+
+    def __init__(self, directory: Path, *, persistence: bool = False, options: str = "") -> None:
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self._conf = directory / "mosquitto-restartable.conf"
+        stored = (
+            f"persistence true\npersistence_location {directory}/\n"
+            "persistence_file mosquitto.db\n" + ("user root\n" if os.geteuid() == 0 else "")
+            # As root Mosquitto would drop to user `mosquitto`, who cannot write tmp_path.
+            if persistence
+            else "persistence false\n"
+        )
+        self._conf.write_text(
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{stored}log_dest stderr\n"
+            + options,
+            encoding="utf-8",
+        )
+        self._log = directory / "mosquitto-restartable.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """`mqtt://host:port`."""
+        return f"mqtt://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        """Start it and wait until it accepts connections."""
+        assert self._process is None, "already running"
+        with self._log.open("ab") as log_file:
+            self._process = subprocess.Popen(
+                [MOSQUITTO, "-c", str(self._conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+            )
+        deadline = time.monotonic() + MOSQUITTO_START_S
+        while time.monotonic() < deadline and self._process.poll() is None:
+            if accepts(self.port):
+                return
+            time.sleep(0.02)
+        self.stop()
+        pytest.fail(f"mosquitto did not start; its log:\n{self._log.read_text()}")
+
+    def stop(self) -> None:
+        """Terminate it (idempotent); with persistence it writes its database first."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        end_process(process)
+
+
 class Servers:
     """The processes one test starts, by name, each logging to `directory/<name>.log`.
 

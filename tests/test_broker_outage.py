@@ -19,10 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
-from conftest import MosquittoServer
+from daemons import logged, running
+from ports import MosquittoServer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator, MutableMapping
     from pathlib import Path
 
     from edgemon.adapters.state import ConnectionState
@@ -50,25 +51,6 @@ def persistent_mosquitto(tmp_path: Path) -> Iterator[MosquittoServer]:
         yield server
     finally:
         server.stop()
-
-
-class RecordingLog:
-    """A hand-written structlog stand-in keeping (monotonic time, event, fields)."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[float, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Callable[..., None]:
-        if level not in {"debug", "info", "warning", "error", "exception", "critical"}:
-            raise AttributeError(level)
-
-        def log(event: str, **fields: Any) -> None:
-            self.lines.append((time.monotonic(), event, fields))
-
-        return log
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [fields for _, event, fields in self.lines if event == name]
 
 
 class Device:
@@ -145,7 +127,9 @@ async def chunks_counted(http_port: int) -> float:
 
 
 async def test_broker_outage_loses_and_doubles_nothing(
-    persistent_mosquitto: MosquittoServer, tmp_path: Path
+    persistent_mosquitto: MosquittoServer,
+    tmp_path: Path,
+    captured_logs: list[MutableMapping[str, Any]],
 ) -> None:
     """While a device publishes 300 chunks at QoS 1, its Mosquitto (persistence on) is stopped
     and started again. During the outage `/readyz` is 503 and `edgemon_mqtt_connected` 0, and
@@ -156,7 +140,6 @@ async def test_broker_outage_loses_and_doubles_nothing(
     devices equals exactly the number of chunks the device got PUBACKs for: the ones it
     published twice (no PUBACK in time) are counted as `duplicate`, not as chunks."""
     broker = persistent_mosquitto
-    log = RecordingLog()
     settings = Settings(
         mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{broker.port}", client_id="edgemon-outage"),
         http=HttpSettings(listen="127.0.0.1:0"),
@@ -164,14 +147,15 @@ async def test_broker_outage_loses_and_doubles_nothing(
     )
     assert settings.mqtt.persistent_session
     assert settings.mqtt.qos == 1
-    daemon = Daemon(settings, environ={}, log=log, install_signal_handlers=False)
+    daemon = Daemon(settings, environ={}, install_signal_handlers=False)
     messages = chunks()
     chunk_count = len(DEVICES) * CHUNKS_PER_DEVICE
-    daemon_task = asyncio.create_task(daemon.run(), name="daemon")
     device_task: asyncio.Task[None] | None = None
-    try:
-        async with asyncio.timeout(20):
-            await daemon.ready.wait()
+    async with (
+        running(daemon, start_within_s=20, stop_within_s=6, logs=captured_logs),
+        asyncio.timeout(20),
+    ):
+        try:
             http = daemon.http_port
             assert http is not None
             device = Device(broker.port, messages)
@@ -186,7 +170,9 @@ async def test_broker_outage_loses_and_doubles_nothing(
             assert samples(metrics, "edgemon_mqtt_connected") == {(): 0.0}
             # Restart while edgemon waits out a delay of at least 1 s (its third or later
             # retry), so the device's next chunks reach the broker before edgemon does.
-            while not any(d["delay_s"] >= 1.0 for d in log.events("mqtt_reconnect_scheduled")):
+            while not any(
+                d["delay_s"] >= 1.0 for d in logged(captured_logs, "mqtt_reconnect_scheduled")
+            ):
                 assert (await scrape(http, "/readyz"))[0] == 503
                 assert (await scrape(http, "/healthz"))[0] == 200
                 await asyncio.sleep(0.02)
@@ -201,14 +187,11 @@ async def test_broker_outage_loses_and_doubles_nothing(
                 await asyncio.sleep(0.02)
             await asyncio.sleep(0.3)  # a late duplicate would be counted by now
             metrics = (await scrape(http, "/metrics"))[1]
-    finally:
-        if device_task is not None:
-            device_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await device_task
-        daemon.request_stop()
-        async with asyncio.timeout(6):
-            assert await daemon_task == 0
+        finally:
+            if device_task is not None:
+                device_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await device_task
 
     chunks_total = samples(metrics, "edgemon_chunks_total")
     results = {dict(k)["result"]: v for k, v in samples(metrics, "edgemon_messages_total").items()}
@@ -229,7 +212,7 @@ async def test_broker_outage_loses_and_doubles_nothing(
     }
     assert samples(metrics, "edgemon_streams_active") == {(("device", d),): 1.0 for d in DEVICES}
     assert set(samples(metrics, "edgemon_underruns_total").values()) == {0.0}
-    delays = [fields["delay_s"] for fields in log.events("mqtt_reconnect_scheduled")]
+    delays = [fields["delay_s"] for fields in logged(captured_logs, "mqtt_reconnect_scheduled")]
     assert len(delays) >= 2
     for attempt, delay in enumerate(delays):  # Backoff: 0.5 s × 2ⁿ × uniform(0.5, 1)
         assert 0.25 * 2**attempt - 1e-3 <= delay <= 0.5 * 2**attempt + 1e-3, delays

@@ -110,8 +110,11 @@ def test_audio_ms_totals_and_final() -> None:
     assert streams.end("a", 3.0, "completed") is None
     with pytest.raises(ValueError, match="has ended"):
         streams.chunk("a", 4.0, audio_ms=40, final=False, **chunk)
-    pcm = {"audio_ms": None, "audio_format": "s16le:24000:1", "eta_ms": None, "final": False}
-    assert streams.chunk("b", 1.0, pcm_bytes=1, **pcm) is None
+    partial = streams.chunk(
+        "b", 1.0, pcm_bytes=1, audio_ms=None, audio_format="s16le:24000:1", eta_ms=None,
+        final=False,
+    )  # fmt: skip
+    assert partial is None
     assert streams.end("b", 2.0, "cancelled") is None
     assert len(streams) == 0
 

@@ -9,8 +9,8 @@ import pytest
 
 from edgemon.client import GateState, ThrottleGate
 
-from conftest import MosquittoServer
 from mqtt_probe import probe
+from ports import MosquittoServer
 
 if TYPE_CHECKING:
     from pathlib import Path

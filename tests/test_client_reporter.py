@@ -16,9 +16,8 @@ import pytest
 
 from edgemon.client import AudioFormat, Reporter
 
-from conftest import MosquittoServer
 from mqtt_probe import Probe, probe
-from ports import free_port
+from ports import MosquittoServer, free_port
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -1,6 +1,6 @@
 """The daemon in-process on a real Mosquitto: throttle objects, timers, HTTP, stop, reload,
 record and replay. Each test runs `Daemon.run()` as a task and stops it like SIGTERM would
-(`request_stop()`, the signal handler's own call)."""
+(`request_stop()`, the signal handler's own call): `daemons.running()`."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from edgemon.replay import replay
 from edgemon.settings import HttpSettings, MqttSettings, Settings, load_settings
 from edgemon.trace import read_records
 
+from daemons import running
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from conftest import MosquittoServer
+    from ports import MosquittoServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -37,24 +39,6 @@ def settings_for(port: int, client_id: str = "edgemon-test", **sections: Any) ->
         http=HttpSettings(listen="127.0.0.1:0"),
         **sections,
     )
-
-
-@contextlib.asynccontextmanager
-async def running(daemon: Daemon) -> AsyncIterator[asyncio.Task[int]]:
-    """Run the daemon until the block ends; then stop it and expect exit code 0 within 5 s."""
-    task = asyncio.create_task(daemon.run(), name="daemon")
-    try:
-        async with asyncio.timeout(5):
-            ready = asyncio.ensure_future(daemon.ready.wait())
-            await asyncio.wait((ready, task), return_when=asyncio.FIRST_COMPLETED)
-            ready.cancel()
-        assert not task.done(), "the daemon ended before it was ready"
-        yield task
-    finally:
-        daemon.request_stop()
-        async with asyncio.timeout(5):
-            code = await task
-        assert code == 0
 
 
 class Watcher:
@@ -261,10 +245,7 @@ async def test_stop_releases_throttles_then_goes_offline(
     status goes `offline`, and `run()` returns 0 well within 5 s."""
     _, port = mosquitto_broker
     daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
-    async with watching(port) as watcher:
-        task = asyncio.create_task(daemon.run())
-        async with asyncio.timeout(5):
-            await daemon.ready.wait()
+    async with watching(port) as watcher, running(daemon) as task:
         async with device(port) as client:
             await send(client, "dev4", chunk("a", 0, 30, 50))
             await send(client, "dev5", chunk("b", 0, 30, 50))

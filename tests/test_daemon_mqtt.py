@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from test_broker_outage import RecordingLog
+import structlog
 from test_daemon_app import settings_for
 
 from edgemon.adapters.state import ConnectionState
@@ -15,6 +17,11 @@ from edgemon.daemon import Daemon
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.settings import MqttSettings
 from edgemon.wire.topics import Topics
+
+from daemons import logged, running
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
 
 
 @pytest.mark.asyncio
@@ -39,34 +46,35 @@ async def test_the_link_disables_nagle_so_throttles_are_not_held_back() -> None:
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_two_instances_sharing_a_client_id_are_reported_and_back_off(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """Two daemons with the same client id take each other's session in a loop. Each notices
     that its sessions keep ending right after they begin and logs `mqtt_session_taken_over`
     (an error naming the client id and the likely cause), and its reconnect delays keep
     growing instead of restarting from the first one after every short session."""
     _, port = mosquitto_broker
-    logs = [RecordingLog(), RecordingLog()]
-    daemons = [
-        Daemon(settings_for(port, "edgemon-twin"), environ={}, log=log,
-               install_signal_handlers=False)
-        for log in logs
-    ]  # fmt: skip
-    tasks = [asyncio.create_task(daemon.run()) for daemon in daemons]
-    try:
+    twins = ("a", "b")
+
+    def lines(twin: str) -> list[MutableMapping[str, Any]]:
+        return [line for line in captured_logs if line.get("twin") == twin]
+
+    async with contextlib.AsyncExitStack() as stack:
+        for twin in twins:  # each logs through the real logger, its lines marked `twin`
+            logger = structlog.get_logger("edgemon").bind(twin=twin)
+            daemon = Daemon(
+                settings_for(port, "edgemon-twin"), environ={}, log=logger,
+                install_signal_handlers=False,
+            )  # fmt: skip
+            await stack.enter_async_context(running(daemon, until="started", logs=captured_logs))
         async with asyncio.timeout(30):
-            while not any(log.events("mqtt_session_taken_over") for log in logs):  # noqa: ASYNC110
+            while not logged(captured_logs, "mqtt_session_taken_over"):  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
-    finally:
-        for daemon in daemons:
-            daemon.request_stop()
-        async with asyncio.timeout(10):
-            await asyncio.gather(*tasks, return_exceptions=True)
-    log = next(log for log in logs if log.events("mqtt_session_taken_over"))
-    report = log.events("mqtt_session_taken_over")[0]
+    twin = next(twin for twin in twins if logged(lines(twin), "mqtt_session_taken_over"))
+    log = lines(twin)
+    report = logged(log, "mqtt_session_taken_over")[0]
     assert report["client_id"] == "edgemon-twin"
     assert report["sessions_lost"] >= 3
     assert "same client id" in report["cause"]
-    delays = [fields["delay_s"] for fields in log.events("mqtt_reconnect_scheduled")]
+    delays = [fields["delay_s"] for fields in logged(log, "mqtt_reconnect_scheduled")]
     assert len(delays) >= 3
     assert delays[2] >= 0.5 * 2**2 * 0.5 - 1e-3  # the third delay: no reset in between

@@ -8,11 +8,13 @@ import json
 
 import aiomqtt
 import pytest
-from test_daemon_app import running, throttle_on_then_off, watching
+from test_daemon_app import throttle_on_then_off, watching
 
 from edgemon.daemon.app import Daemon
 from edgemon.daemon.mqtt import RECEIVE_MAXIMUM, session_options
 from edgemon.settings import HttpSettings, MqttSettings, Settings
+
+from daemons import running
 
 pytestmark = pytest.mark.integration
 

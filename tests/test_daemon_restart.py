@@ -25,8 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
+from daemons import logged, running, start, stop
+
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, MutableMapping
     from pathlib import Path
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -125,22 +127,6 @@ async def finish(publisher: Publisher) -> None:
         await asyncio.shield(publisher.task)
 
 
-class Log:
-    """A logger that keeps `(event, fields)` of every call, whatever the level."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def __getattr__(self, _level: str) -> Any:
-        def record(event: str, *_args: Any, **fields: Any) -> None:
-            self.events.append((event, fields))
-
-        return record
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        return [fields for name, fields in self.events if name == event]
-
-
 async def get(port: int, path: str) -> tuple[int, str]:
     async with (
         aiohttp.ClientSession() as session,
@@ -215,26 +201,8 @@ def restart_settings(port: int, state_dir: Path) -> Settings:
     )
 
 
-async def start(daemon: Daemon) -> asyncio.Task[int]:
-    """Run the daemon as a task; return once it is subscribed."""
-    task = asyncio.create_task(daemon.run(), name="daemon")
-    async with asyncio.timeout(5):
-        ready = asyncio.ensure_future(daemon.ready.wait())
-        await asyncio.wait((ready, task), return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
-    assert not task.done(), "the daemon ended before it was ready"
-    return task
-
-
-async def stop(daemon: Daemon, task: asyncio.Task[int]) -> None:
-    """Stop it as SIGTERM does; exit code 0 within 5 s."""
-    daemon.request_stop()
-    async with asyncio.timeout(5):
-        assert await task == 0
-
-
 async def test_clean_restart_continues_every_stream_with_exact_totals(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: tuple[str, int], tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """SIGTERM's stop mid-stream, 1 s down while chunks keep coming, start again with the same
     state directory and client id: every stream is present at every poll after the restart
@@ -244,21 +212,21 @@ async def test_clean_restart_continues_every_stream_with_exact_totals(
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     settings = restart_settings(port, state_dir)
-    first, second = Log(), Log()
-    daemon = Daemon(settings, environ={}, log=first, install_signal_handlers=False)
-    task = await start(daemon)
+    daemon = Daemon(settings, environ={}, install_signal_handlers=False)
+    task = await start(daemon, logs=captured_logs)
     try:
         async with publishing(port) as publisher:
             assert daemon.http_port is not None
             await asyncio.sleep(0.1)  # the first chunks on their way
             await watch_streams(daemon.http_port, publisher, 1.0, check_slack_after_s=0.3)
-            await stop(daemon, task)
+            await stop(daemon, task, logs=captured_logs)
+            first = captured_logs[:]  # the first daemon's lines
             assert (state_dir / "snapshot.json").is_file()
             at_stop = publisher.count
             await asyncio.sleep(1.0)  # down: the broker queues for edgemon's session
             queued = publisher.count - at_stop
-            daemon = Daemon(settings, environ={}, log=second, install_signal_handlers=False)
-            task = await start(daemon)
+            daemon = Daemon(settings, environ={}, install_signal_handlers=False)
+            task = await start(daemon, logs=captured_logs)
             http = daemon.http_port
             assert http is not None
             polls = await watch_streams(http, publisher, 1.2, check_slack_after_s=0.3)
@@ -267,14 +235,15 @@ async def test_clean_restart_continues_every_stream_with_exact_totals(
             _, metrics = await get(http, "/metrics")
     finally:
         if not task.done():
-            await stop(daemon, task)
+            await stop(daemon, task, logs=captured_logs)
+    second = captured_logs[len(first) :]
     published = publisher.count
     assert queued >= 3 * len(STREAMS)
     assert polls >= 10
-    assert second.named("state_restored") == [{"devices": 2, "streams": 3}]
-    assert not second.named("state_restore_failed")
-    assert not first.named("snapshot_failed")
-    assert not second.named("snapshot_failed")
+    assert logged(second, "state_restored") == [{"devices": 2, "streams": 3}]
+    assert not logged(second, "state_restore_failed")
+    assert not logged(first, "snapshot_failed")
+    assert not logged(second, "snapshot_failed")
     assert total(metrics, "edgemon_chunks_total") == published
     assert total(metrics, "edgemon_audio_seconds_total") == pytest.approx(
         published * AUDIO_MS / 1000, abs=1e-9
@@ -440,8 +409,7 @@ async def test_a_broker_down_at_start_keeps_the_snapshot_and_the_streams_clocks(
         state=StateSettings(dir=state_dir, snapshot_interval_s=0.1),
     )
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)
-    task = asyncio.create_task(daemon.run(), name="daemon")
-    await asyncio.sleep(0.6)  # several snapshot intervals
-    assert daemon.monitor.messages == 0  # not restored: not subscribed yet
-    await stop(daemon, task)
+    async with running(daemon, until="started"):
+        await asyncio.sleep(0.6)  # several snapshot intervals
+        assert daemon.monitor.messages == 0  # not restored: not subscribed yet
     assert json.loads((state_dir / "snapshot.json").read_text()) == snapshot

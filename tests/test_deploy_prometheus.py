@@ -20,6 +20,8 @@ from edgemon.settings import HttpSettings, LimitsSettings, MqttSettings, Setting
 from edgemon.simulate import Simulation
 from edgemon.simulate.publisher import publish_simulation, wall_ms
 
+from daemons import running
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,37 +151,32 @@ async def scrape_running_edgemon(host: str, port: int) -> bytes:
         limits=LimitsSettings(per_stream_series=20),
     )
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)
-    task = asyncio.create_task(daemon.run(), name="daemon")
     stop = asyncio.Event()
     publisher = None
-    try:
-        async with asyncio.timeout(5):
-            await daemon.ready.wait()
-        simulation = Simulation(
-            devices=2, streams=2, rtf=[0.1, 1.2], stall_rate=0.0, seed=3, start_ms=wall_ms()
-        )
-        publisher = asyncio.create_task(
-            publish_simulation(simulation, hostname=host, port=port, duration_s=None, stop=stop)
-        )
-        wanted = (
-            "edgemon_chunk_gap_seconds_bucket",
-            "edgemon_time_to_first_audio_seconds_bucket",
-            "edgemon_slack_at_arrival_seconds_bucket",
-            "edgemon_stream_headroom_seconds{",
-            "edgemon_headroom_min_seconds{",
-            "edgemon_kv_admission_ok{",
-        )
-        body = await scrape_when_complete(
-            f"http://127.0.0.1:{daemon.http_port}/metrics", wanted, within_s=10
-        )
-    finally:
-        stop.set()
-        if publisher is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(publisher, 5)
-        daemon.request_stop()
-        async with asyncio.timeout(5):
-            assert await task == 0
+    async with running(daemon):
+        try:
+            simulation = Simulation(
+                devices=2, streams=2, rtf=[0.1, 1.2], stall_rate=0.0, seed=3, start_ms=wall_ms()
+            )
+            publisher = asyncio.create_task(
+                publish_simulation(simulation, hostname=host, port=port, duration_s=None, stop=stop)
+            )
+            wanted = (
+                "edgemon_chunk_gap_seconds_bucket",
+                "edgemon_time_to_first_audio_seconds_bucket",
+                "edgemon_slack_at_arrival_seconds_bucket",
+                "edgemon_stream_headroom_seconds{",
+                "edgemon_headroom_min_seconds{",
+                "edgemon_kv_admission_ok{",
+            )
+            body = await scrape_when_complete(
+                f"http://127.0.0.1:{daemon.http_port}/metrics", wanted, within_s=10
+            )
+        finally:
+            stop.set()
+            if publisher is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(publisher, 5)
     return body
 
 

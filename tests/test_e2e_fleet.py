@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any
 import aiomqtt
 import pytest
 
-from conftest import MosquittoServer
-from ports import Servers, TcpProxy, free_port, get_json, reachable
+from ports import MosquittoServer, Servers, TcpProxy, free_port, get_json, reachable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

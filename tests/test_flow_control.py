@@ -11,12 +11,13 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
-from test_daemon_app import running, sample, scrape, settings_for
+from test_daemon_app import sample, scrape, settings_for
 
 from edgemon.daemon import Daemon
 from edgemon.settings import StateSettings
 
-from conftest import MosquittoServer
+from daemons import running
+from ports import MosquittoServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

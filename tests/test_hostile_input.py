@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_daemon_app import device, now_ms, running, sample, scrape, settings_for, watching
+from test_daemon_app import device, now_ms, sample, scrape, settings_for, watching
 
 from edgemon.adapters.metrics import KNOWN_RESULTS
 from edgemon.daemon import Daemon
@@ -28,8 +28,10 @@ from edgemon.engine.outputs import StreamEnded, ThrottleChanged, UnderrunBegan
 from edgemon.engine.stream import Phase
 from edgemon.monitor import Monitor
 
+from daemons import logged, running
+
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterable, Mapping, MutableMapping
 
     from test_daemon_app import Watcher
 
@@ -54,27 +56,18 @@ REJECTIONS = (
 
 
 # ------------------------------------------------------------------ helpers
-class RecordingLog:
-    """A structlog-like logger that keeps `(monotonic s, level, event, fields)` of each call."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[float, str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        def log(event: str, *_args: Any, **fields: Any) -> None:
-            self.lines.append((time.monotonic(), level, event, fields))
-
-        return log
-
-    def rejections(self, device_id: str | None = None, reason: str | None = None) -> list[Any]:
-        """`message_rejected` lines, optionally of one device and reason."""
-        return [
-            (t, fields)
-            for t, _, event, fields in self.lines
-            if event == "message_rejected"
-            and (device_id is None or fields["device"] == device_id)
-            and (reason is None or fields["reason"] == reason)
-        ]
+def rejections(
+    logs: Iterable[Mapping[str, Any]], device_id: str | None = None, reason: str | None = None
+) -> list[tuple[float, Mapping[str, Any]]]:
+    """`(monotonic s, line)` of each captured `message_rejected` line, optionally of one
+    device and reason."""
+    return [
+        (line["monotonic_s"], line)
+        for line in logs
+        if line["event"] == "message_rejected"
+        and (device_id is None or line["device"] == device_id)
+        and (reason is None or line["reason"] == reason)
+    ]
 
 
 def ev(kind: str, stream: str, t: float | None = None, **extra: Any) -> dict[str, Any]:
@@ -381,7 +374,7 @@ async def until_counted(daemon: Daemon, expect: Counter[str], within_s: float = 
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_hostile_messages_are_counted_and_harm_no_one(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """Each kind of hostile input (malformed JSON, wrong types, non-finite and huge numbers,
     bad `audio_ms`, huge `seq`, `t_ms` years away, control characters and 10 kB ids, bad topic
@@ -392,12 +385,11 @@ async def test_hostile_messages_are_counted_and_harm_no_one(
     is logged at most once per second, and a legit device's throttle ON/OFF objects keep
     arriving at the exact instants throughout and after."""
     _, port = mosquitto_broker
-    log = RecordingLog()
-    daemon = Daemon(settings_for(port), environ={}, log=log, install_signal_handlers=False)
+    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
     expected: Counter[str] = Counter()
     async with (
         watching(port) as watcher,
-        running(daemon) as task,
+        running(daemon, logs=captured_logs) as task,
         device(port) as hostile,
         legit_alongside(port, watcher) as legit,
     ):
@@ -430,27 +422,26 @@ async def test_hostile_messages_are_counted_and_harm_no_one(
     assert len(legit.done) >= 2
     # Rate limit: per (device, reason), successive lines at least a second apart.
     by_key: dict[tuple[str | None, str], list[float]] = {}
-    for t, fields in log.rejections():
+    for t, fields in rejections(captured_logs):
         by_key.setdefault((fields["device"], fields["reason"]), []).append(t)
     assert by_key
     for key, times in by_key.items():
         assert all(b - a >= 0.99 for a, b in itertools.pairwise(times)), key
-    assert not [line for line in log.lines if line[2] == "message_failed"]
+    assert not logged(captured_logs, "message_failed")
 
 
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_a_burst_of_bad_messages_is_logged_once_per_second(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """50 identical bad messages from one device within a second give one `message_rejected`
     line (suppressed 0), all 50 counted; another reason of that device and the same reason of
     another device are logged on their own; the next line for the key, a second later, reports
     `suppressed=49`."""
     _, port = mosquitto_broker
-    log = RecordingLog()
-    daemon = Daemon(settings_for(port), environ={}, log=log, install_signal_handlers=False)
-    async with running(daemon), device(port) as client:
+    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
+    async with running(daemon, logs=captured_logs), device(port) as client:
         started = time.monotonic()
         for _ in range(50):
             await client.publish(f"{P}/noisy/events", b"{not json", qos=0)
@@ -459,15 +450,15 @@ async def test_a_burst_of_bad_messages_is_logged_once_per_second(
         await until_counted(daemon, Counter(invalid_json=51, invalid_event=1))
         burst_s = time.monotonic() - started
         assert burst_s < 1.0, f"the burst took {burst_s:.2f} s: cannot judge the rate limit"
-        lines = log.rejections("noisy", "invalid_json")
+        lines = rejections(captured_logs, "noisy", "invalid_json")
         assert len(lines) == 1
         assert lines[0][1]["suppressed"] == 0
-        assert len(log.rejections("noisy", "invalid_event")) == 1
-        assert len(log.rejections("other", "invalid_json")) == 1
+        assert len(rejections(captured_logs, "noisy", "invalid_event")) == 1
+        assert len(rejections(captured_logs, "other", "invalid_json")) == 1
         await asyncio.sleep(max(0.0, lines[0][0] + 1.02 - time.monotonic()))
         await client.publish(f"{P}/noisy/events", b"{not json", qos=1)
         await until_counted(daemon, Counter(invalid_json=52))
-        lines = log.rejections("noisy", "invalid_json")
+        lines = rejections(captured_logs, "noisy", "invalid_json")
         assert len(lines) == 2
         assert lines[1][1]["suppressed"] == 49
         assert lines[1][0] - lines[0][0] >= 1.0

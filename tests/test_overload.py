@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from test_daemon_app import device, now_ms, running, sample, scrape, settings_for, watching
-from test_hostile_input import RecordingLog
+from test_daemon_app import device, now_ms, sample, scrape, settings_for, watching
+from test_hostile_input import rejections
 
 from edgemon.daemon import Daemon
 
+from daemons import running
+
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, MutableMapping
 
     from test_daemon_app import Watcher
 
@@ -171,7 +173,7 @@ async def batches_sent(proc: asyncio.subprocess.Process) -> int:
 
 
 async def test_a_flood_is_held_back_not_shed_with_bounded_memory(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """Three publisher processes (one at QoS 1, two at QoS 0) send ~90 kB batches of 1000
     chunks for 2 s, more than the daemon can apply: nothing is shed
@@ -179,10 +181,13 @@ async def test_a_flood_is_held_back_not_shed_with_bounded_memory(
     by less than `RSS_BOUND_MB`, the daemon stays up, and a legit device's throttle ON/OFF
     objects keep arriving during the flood."""
     _, port = mosquitto_broker
-    log = RecordingLog()
-    daemon = Daemon(settings_for(port), environ={}, log=log, install_signal_handlers=False)
+    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
     latency = legit_latency(daemon)
-    async with watching(port) as watcher, running(daemon) as task, device(port) as legit:
+    async with (
+        watching(port) as watcher,
+        running(daemon, logs=captured_logs) as task,
+        device(port) as legit,
+    ):
         await legit_cycle(legit, watcher, 0)  # warm: the legit device exists before the flood
         rss_before = rss_mb()
         peak = rss_before
@@ -210,7 +215,7 @@ async def test_a_flood_is_held_back_not_shed_with_bounded_memory(
         f"legit delivery delay max {max(latency):.0f} ms"
     )
     assert overloaded in {None, 0.0}
-    assert not log.rejections(None, "overloaded")
+    assert not rejections(captured_logs, None, "overloaded")
     assert peak - rss_before < RSS_BOUND_MB
     assert sum(sent) > 0
     assert cycles, "no legit ON/OFF cycle completed during the flood"

@@ -27,10 +27,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
+from daemons import logged, running
 from ports import accepts, end_process, free_port
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping, Sequence
 
 pytestmark = pytest.mark.integration
 
@@ -191,62 +192,29 @@ def secret_file(path: Path, text: str) -> Path:
 
 
 # ---------------------------------------------------------------------- the daemon, in-process
-class RecordingLog:
-    """A hand-written structlog stand-in that keeps every line as (level, event, fields)."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def _keep(self, level: str) -> Callable[..., None]:
-        def log(event: str, **fields: Any) -> None:
-            self.lines.append((level, event, fields))
-
-        return log
-
-    def __getattr__(self, level: str) -> Callable[..., None]:
-        if level not in {"debug", "info", "warning", "error", "exception", "critical"}:
-            raise AttributeError(level)
-        return self._keep(level)
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [fields for _, event, fields in self.lines if event == name]
-
-
 def mqtt_settings(url: str, **fields: Any) -> MqttSettings:
     return MqttSettings(url=url, client_id=f"edgemon-sec-{time.monotonic_ns()}", **fields)
 
 
 @contextlib.asynccontextmanager
 async def started(
-    mqtt: MqttSettings, *, http: HttpSettings | None = None, ready: bool = True
-) -> AsyncIterator[tuple[Daemon, RecordingLog]]:
-    """Run a daemon for the block (expecting it subscribed within 5 s when `ready`), then
-    stop it as SIGTERM does and expect exit code 0 within 6 s."""
-    log = RecordingLog()
+    mqtt: MqttSettings,
+    *,
+    http: HttpSettings | None = None,
+    ready: bool = True,
+    logs: Sequence[Mapping[str, Any]] = (),
+) -> AsyncIterator[Daemon]:
+    """Run a daemon for the block (expecting it subscribed within 5 s when `ready`, else its
+    HTTP server listening), then stop it as SIGTERM does and expect exit code 0 within 6 s.
+    `logs`, the captured lines, are shown if it fails."""
     settings = Settings(
         mqtt=mqtt,
         http=http or HttpSettings(listen="127.0.0.1:0"),
         state=StateSettings(dir=NO_STATE),
     )
-    daemon = Daemon(settings, environ={}, log=log, install_signal_handlers=False)
-    task = asyncio.create_task(daemon.run(), name="daemon")
-    try:
-        async with asyncio.timeout(5):
-            waiting = asyncio.ensure_future(daemon.ready.wait() if ready else _http_up(daemon))
-            await asyncio.wait((waiting, task), return_when=asyncio.FIRST_COMPLETED)
-            waiting.cancel()
-        assert not task.done(), f"the daemon ended early: {log.lines}"
-        yield daemon, log
-    finally:
-        daemon.request_stop()
-        async with asyncio.timeout(6):
-            code = await task
-        assert code == 0, log.lines
-
-
-async def _http_up(daemon: Daemon) -> None:
-    while daemon.http_port is None:  # noqa: ASYNC110 - the daemon exposes no event for it
-        await asyncio.sleep(0.01)
+    daemon = Daemon(settings, environ={}, install_signal_handlers=False)
+    async with running(daemon, until="ready" if ready else "http", stop_within_s=6, logs=logs):
+        yield daemon
 
 
 async def get(
@@ -293,7 +261,9 @@ async def expect_throttle(devices_port: int, device_id: str) -> dict[str, Any]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def assert_refused_and_retrying(daemon: Daemon, log: RecordingLog, error: str) -> None:
+async def assert_refused_and_retrying(
+    daemon: Daemon, logs: Sequence[Mapping[str, Any]], error: str
+) -> None:
     """For REFUSED_WATCH_S: never subscribed, `/readyz` 503, `edgemon_mqtt_connected 0`, the
     daemon alive, at least two failed attempts each naming `error`, spaced by backoff."""
     await asyncio.sleep(REFUSED_WATCH_S)
@@ -304,10 +274,10 @@ async def assert_refused_and_retrying(daemon: Daemon, log: RecordingLog, error: 
     _, metrics, _ = await get(f"{base}/metrics")
     assert sample(metrics, "edgemon_mqtt_connected") == 0.0
     assert (await get(f"{base}/healthz"))[0] == 200
-    failures = log.events("mqtt_connect_failed")
-    assert len(failures) >= 2, log.lines
+    failures = logged(logs, "mqtt_connect_failed")
+    assert len(failures) >= 2, logs
     assert all(error in failure["error"] for failure in failures), failures
-    delays = [fields["delay_s"] for fields in log.events("mqtt_reconnect_scheduled")]
+    delays = [fields["delay_s"] for fields in logged(logs, "mqtt_reconnect_scheduled")]
     for attempt, delay in enumerate(delays):  # Backoff(first 0.5 s): 0.5·2ⁿ × [0.5, 1]
         assert 0.25 * 2**attempt - 1e-3 <= delay <= 0.5 * 2**attempt + 1e-3, delays
 
@@ -320,7 +290,7 @@ async def test_mqtts_with_the_right_ca_connects_and_processes(pki: Pki, tmp_path
     a throttle object; `/readyz` 200 and `edgemon_mqtt_connected 1`."""
     with mosquitto(tmp_path, tls_listener(pki)) as ports:
         mqtt = mqtt_settings(f"mqtts://127.0.0.1:{ports.edgemon}", ca_file=pki.ca)
-        async with started(mqtt) as (daemon, _):
+        async with started(mqtt) as daemon:
             throttle = await expect_throttle(ports.devices, "tls1")
             base = f"http://127.0.0.1:{daemon.http_port}"
             assert (await get(f"{base}/readyz"))[0] == 200
@@ -333,25 +303,29 @@ async def test_mqtts_with_the_right_ca_connects_and_processes(pki: Pki, tmp_path
 
 @PAHO_TLS_SOCKET_LEAK
 @pytest.mark.asyncio
-async def test_mqtts_with_a_wrong_ca_is_refused_and_retried(pki: Pki, tmp_path: Path) -> None:
+async def test_mqtts_with_a_wrong_ca_is_refused_and_retried(
+    pki: Pki, tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
+) -> None:
     """With a CA that did not sign the broker's certificate the TLS handshake fails
     (certificate verify failed): never connected, `/readyz` 503, `edgemon_mqtt_connected 0`,
     and the daemon keeps retrying with backoff without crashing; it stops cleanly."""
     with mosquitto(tmp_path, tls_listener(pki)) as ports:
         mqtt = mqtt_settings(f"mqtts://127.0.0.1:{ports.edgemon}", ca_file=pki.other_ca)
-        async with started(mqtt, ready=False) as (daemon, log):
-            await assert_refused_and_retrying(daemon, log, "CERTIFICATE_VERIFY_FAILED")
+        async with started(mqtt, ready=False, logs=captured_logs) as daemon:
+            await assert_refused_and_retrying(daemon, captured_logs, "CERTIFICATE_VERIFY_FAILED")
 
 
 @PAHO_TLS_SOCKET_LEAK
 @pytest.mark.asyncio
-async def test_mqtts_without_a_ca_file_uses_the_system_cas(pki: Pki, tmp_path: Path) -> None:
+async def test_mqtts_without_a_ca_file_uses_the_system_cas(
+    pki: Pki, tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
+) -> None:
     """Without `ca_file` the system CAs are used: a broker certificate from a private CA is
     refused (no silent fallback to an unverified connection)."""
     with mosquitto(tmp_path, tls_listener(pki)) as ports:
         mqtt = mqtt_settings(f"mqtts://127.0.0.1:{ports.edgemon}")
-        async with started(mqtt, ready=False) as (daemon, log):
-            await assert_refused_and_retrying(daemon, log, "CERTIFICATE_VERIFY_FAILED")
+        async with started(mqtt, ready=False, logs=captured_logs) as daemon:
+            await assert_refused_and_retrying(daemon, captured_logs, "CERTIFICATE_VERIFY_FAILED")
 
 
 def client_certificate_listener(pki: Pki) -> str:
@@ -372,7 +346,7 @@ async def test_mqtts_client_certificate(pki: Pki, tmp_path: Path) -> None:
         async with started(with_cert):
             throttle = await expect_throttle(ports.devices, "tls2")
         assert throttle["throttle"] is True
-        async with started(mqtt_settings(url, ca_file=pki.ca), ready=False) as (daemon, _):
+        async with started(mqtt_settings(url, ca_file=pki.ca), ready=False) as daemon:
             await asyncio.sleep(1.0)
             assert not daemon.ready.is_set()
             base = f"http://127.0.0.1:{daemon.http_port}"
@@ -392,23 +366,28 @@ async def test_mqtts_client_certificate(pki: Pki, tmp_path: Path) -> None:
     "whole 4 s shutdown timeout and cancels mqtt-ingest.",
 )
 @pytest.mark.asyncio
-async def test_refused_client_certificate_is_retried_with_backoff(pki: Pki, tmp_path: Path) -> None:
+async def test_refused_client_certificate_is_retried_with_backoff(
+    pki: Pki, tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
+) -> None:
     """Without the required client certificate the attempt fails at once and is retried
     with backoff (as with a wrong CA): two failed attempts within REFUSED_WATCH_S, and a
     stop is clean (no `shutdown_cancelled`)."""
     with mosquitto(tmp_path, client_certificate_listener(pki)) as ports:
         url = f"mqtts://127.0.0.1:{ports.edgemon}"
-        async with started(mqtt_settings(url, ca_file=pki.ca), ready=False) as (daemon, log):
+        refused = mqtt_settings(url, ca_file=pki.ca)
+        async with started(refused, ready=False, logs=captured_logs) as daemon:
             try:
-                await assert_refused_and_retrying(daemon, log, "")
+                await assert_refused_and_retrying(daemon, captured_logs, "")
             finally:
                 stopped = time.monotonic()
         assert time.monotonic() - stopped < 2.0
-        assert log.events("shutdown_cancelled") == []
+        assert logged(captured_logs, "shutdown_cancelled") == []
 
 
 @pytest.mark.asyncio
-async def test_mqtt_password_from_a_file(tmp_path: Path) -> None:
+async def test_mqtt_password_from_a_file(
+    tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
+) -> None:
     """`username` + `password_file` against `allow_anonymous false` and a `mosquitto_passwd`
     file: the right password (file ends in a newline, stripped) connects and events flow; a
     wrong one is refused (CONNACK not authorised) and retried with growing delays."""
@@ -422,14 +401,17 @@ async def test_mqtt_password_from_a_file(tmp_path: Path) -> None:
             throttle = await expect_throttle(ports.devices, "pw1")
         assert throttle["throttle"] is True
         refused = mqtt_settings(url, username="edgemon", password_file=wrong)
-        async with started(refused, ready=False) as (daemon, log):
-            await assert_refused_and_retrying(daemon, log, "")
-    reasons = " ".join(failure["error"] for failure in log.events("mqtt_connect_failed"))
+        captured_logs.clear()  # the lines of the refused daemon only
+        async with started(refused, ready=False, logs=captured_logs) as daemon:
+            await assert_refused_and_retrying(daemon, captured_logs, "")
+    reasons = " ".join(failure["error"] for failure in logged(captured_logs, "mqtt_connect_failed"))
     assert "authori" in reasons.lower() or "password" in reasons.lower(), reasons
 
 
 @pytest.mark.asyncio
-async def test_unreadable_password_file_at_a_reconnect_is_retried(tmp_path: Path) -> None:
+async def test_unreadable_password_file_at_a_reconnect_is_retried(
+    tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
+) -> None:
     """The password file is read again on each attempt; if it is missing or empty at one
     (removed, or caught mid-rotation) the attempt fails like a refused one: logged, retried
     with backoff, and the daemon keeps running."""
@@ -438,13 +420,13 @@ async def test_unreadable_password_file_at_a_reconnect_is_retried(tmp_path: Path
     with mosquitto(tmp_path, f"allow_anonymous false\npassword_file {broker_passwords}") as ports:
         url = f"mqtt://127.0.0.1:{ports.edgemon}"
         refused = mqtt_settings(url, username="edgemon", password_file=password)
-        async with started(refused, ready=False) as (daemon, log):
+        async with started(refused, ready=False, logs=captured_logs) as daemon:
             async with asyncio.timeout(3):
-                while not log.events("mqtt_connect_failed"):  # noqa: ASYNC110 - no event
+                while not logged(captured_logs, "mqtt_connect_failed"):  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
             password.unlink()
             await asyncio.sleep(REFUSED_WATCH_S)
-            assert log.events("daemon_failed") == []
+            assert logged(captured_logs, "daemon_failed") == []
             assert (await get(f"http://127.0.0.1:{daemon.http_port}/healthz"))[0] == 200
 
 
@@ -468,7 +450,7 @@ async def test_http_tls_and_basic_auth_through_the_daemon(
         basic_auth_password_file=secret_file(tmp_path / "http-password", password),
     )
     trust = ssl.create_default_context(cafile=str(pki.ca))
-    async with started(mqtt_settings(f"mqtt://127.0.0.1:{port}"), http=http) as (daemon, _):
+    async with started(mqtt_settings(f"mqtt://127.0.0.1:{port}"), http=http) as daemon:
         base = f"https://127.0.0.1:{daemon.http_port}"
         for path in ("/metrics", "/readyz", "/api/v1/streams"):
             wrong = [None, ("scraper", "wrong"), ("root", password), ("scraper", password[:-1])]

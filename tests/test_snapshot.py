@@ -174,7 +174,7 @@ def per_stream(lines: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[s
 def test_downtime_with_a_queued_backlog_is_no_underrun() -> None:
     """edgemon is away for 10 s while a stream keeps getting chunks (the broker queues them);
     restored, it takes the backlog at its own t_ms: no underrun, the stream is intact."""
-    chunks = [
+    chunks: list[dict[str, Any]] = [
         {"type": "chunk", "stream": "s", "t_ms": 200.0 * i, "seq": i, "audio_ms": 250.0}
         for i in range(80)
     ]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from conftest import MosquittoServer
+    from ports import MosquittoServer
 
 pytestmark = pytest.mark.integration
 

@@ -41,10 +41,11 @@ T = 30.0  # generous: a loaded machine
 )
 def flavour(request: pytest.FixtureRequest) -> type[Any]:
     """The scheduler class under test: both flavours."""
-    return request.param
+    cls: type[Any] = request.param
+    return cls
 
 
-class _OmniDefers(OmniARScheduler):
+class _OmniDefers(OmniARScheduler):  # type: ignore[misc]  # vLLM-Omni is untyped for mypy here
     """A vLLM-Omni scheduler whose own hook defers admission while `defer` is set."""
 
     defer = False

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 @pytest.fixture(params=[EdgemonScheduler, EdgemonAsyncScheduler], ids=lambda cls: cls.__name__)
 def flavour(request: pytest.FixtureRequest) -> type[Any]:
     """The scheduler class under test: both flavours."""
-    return request.param
+    cls: type[Any] = request.param
+    return cls
 
 
 def test_preempted_requests_come_back_in_vllms_order(tiny_model: Path) -> None:
@@ -37,7 +38,7 @@ def test_preempted_requests_come_back_in_vllms_order(tiny_model: Path) -> None:
     (vLLM-Omni 0.30's restore reverses them: `prepend_requests` is `extendleft`.)"""
     traces = {}
     for cls, gate in ((Scheduler, None), (EdgemonScheduler, FlagGate())):
-        kwargs = {} if gate is None else {"edgemon_gate": gate}
+        kwargs: dict[str, Any] = {} if gate is None else {"edgemon_gate": gate}
         # Two 32-token prompts (2 blocks each) and two 4-token ones (1 block each) fill the
         # 6 usable blocks; the next step both long ones need a third block: vLLM preempts the
         # last running request for each, p-4 then p-3. p-1 ends two steps later and frees 3.
