@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from edgemon.daemon.state import SNAPSHOT_NAME, StateStore
+from edgemon.daemon.state import SNAPSHOT_NAME, StateStore, encode
+from edgemon.engine import EngineConfig
+from edgemon.monitor import Monitor
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,3 +50,23 @@ def test_a_snapshot_that_cannot_be_written_raises_os_error(tmp_path: Path) -> No
     store = StateStore(tmp_path / "gone")
     with pytest.raises(OSError, match=r".+"):
         store.save({"n": 1})
+
+
+@pytest.mark.parametrize("devices", [0, 1, 3])
+def test_snapshots_are_encoded_device_by_device_to_the_same_json(devices: int) -> None:
+    """`encode` (each device its own `json.dumps`, so the GIL is let go between devices)
+    writes exactly the compact JSON of the whole snapshot in one call: no device, one, many;
+    and any other object as it is."""
+    monitor = Monitor(EngineConfig())
+    for d in range(devices):
+        events = [
+            {"type": "chunk", "stream": f"s{s}", "t_ms": 1000.0, "seq": 0, "audio_ms": 500.0}
+            for s in range(4)
+        ]
+        monitor.receive(f"edgemon/v1/dev{d}/events", json.dumps(events).encode(), 1000.0, [])
+    data = monitor.snapshot(1100.0) | {"wal_generation": 3}
+    whole = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+    assert encode(data) == whole
+    assert len(json.loads(encode(data))["engine"]["devices"]) == devices
+    other = {"engine": {"devices": "not a list"}, "x": [1, 2]}
+    assert encode(other) == json.dumps(other, separators=(",", ":")).encode()

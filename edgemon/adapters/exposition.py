@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client.exposition import choose_encoder
 
+from edgemon.adapters.clearance import clear_of_deadlines
 from edgemon.adapters.metrics import EdgemonRegistry
 
 if TYPE_CHECKING:
@@ -70,16 +71,8 @@ class Slicer:
             return
         self.yields += 1
         await asyncio.sleep(0)
-        until = self._until
-        if until is not None:
-            waited = 0.0
-            while waited < self._max_wait:
-                left = until()
-                if left is None or left > self._clear:
-                    break
-                pause = max(0.0, left / 1000.0) + 0.0002  # just past it, then it fires
-                await asyncio.sleep(pause)
-                waited += pause
+        if self._until is not None:
+            await clear_of_deadlines(self._until, self._clear, self._max_wait)
         self._since = time.perf_counter()
 
 

@@ -26,6 +26,8 @@ import gc
 import time
 from typing import TYPE_CHECKING, Final
 
+from edgemon.adapters.clearance import clear_of_deadlines
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -75,7 +77,8 @@ class GcPacer:
         try:
             while True:
                 await asyncio.sleep(self._interval_s)
-                await self._clear()
+                clearance = max(self._clear_ms, 2.0 * self.last_pause_ms)
+                await clear_of_deadlines(self._until_deadline, clearance, self._max_wait_s)
                 self.collect()
         finally:
             if gc.get_threshold() == paced:  # nobody else changed them meanwhile
@@ -91,15 +94,3 @@ class GcPacer:
         gc.collect()
         gc.freeze()
         self.last_pause_ms = (time.perf_counter() - started) * 1000.0
-
-    async def _clear(self) -> None:
-        """Wait until no transition is due within the clearance (at most `max_wait_s`)."""
-        clearance = max(self._clear_ms, 2.0 * self.last_pause_ms)
-        waited = 0.0
-        while waited < self._max_wait_s:
-            left = self._until_deadline()
-            if left is None or left > clearance:
-                return
-            pause = max(0.0, left / 1000.0) + 0.001  # just past it
-            await asyncio.sleep(pause)
-            waited += pause

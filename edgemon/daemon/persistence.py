@@ -13,6 +13,7 @@ All file operations run on one worker thread, in the order they are asked for.
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,8 @@ class Persistence:
         self.wal: WriteAheadLog | None = None
         self.restored = False
         self._generation = 0
+        #: How long the last snapshot held the event loop to take the state (ms).
+        self.capture_ms = 0.0
 
     # ------------------------------------------------------------------ start
     def restore(self, now_ms: float) -> list[tuple[str, bytes]]:
@@ -136,7 +139,9 @@ class Persistence:
             self._generation = wal.rotate()
         else:
             self._generation += 1
+        started = time.perf_counter()
         data = self._monitor.snapshot(now_ms)
+        self.capture_ms = (time.perf_counter() - started) * 1000.0
         data[WAL_GENERATION] = covered = self._generation
         loop = asyncio.get_running_loop()
         try:
