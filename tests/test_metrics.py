@@ -59,9 +59,7 @@ class Rig:
     def receive(self, topic: str, payload: bytes, t: float) -> None:
         """Take a raw message at device time `t` (wall `t + OFFSET`), then its timers."""
         self.wall_ms = t + OFFSET
-        self.monitor.engine.advance(self.wall_ms, self.out, inclusive=False)
-        self.monitor.receive(topic, payload, self.wall_ms, self.out)
-        self.monitor.advance(self.wall_ms, self.out)
+        self.monitor.handle(topic, payload, self.wall_ms, self.out)
 
     def send(self, t: float, *events: dict[str, Any], device: str = "d1") -> None:
         """One message (a batch when several events) from `device` at device time `t`."""
