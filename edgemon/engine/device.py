@@ -182,10 +182,17 @@ class Device(LateDelivery):
         return "accepted"
 
     def _chunk(  # noqa: C901, PLR0912, PLR0915
-        self, event: ChunkEvent, at: float, out: list[Output], *, in_order: bool = False
+        self,
+        event: ChunkEvent,
+        at: float,
+        out: list[Output],
+        *,
+        in_order: bool = False,
+        floor: float = -INF,
     ) -> str:
         """Apply a chunk; `in_order`: one taken from the reorder buffer, applied in `seq`
-        order (the next one, or one after a declared gap)."""
+        order (the next one, or one after a declared gap), that arrived when the lateness
+        horizon was at `floor`."""
         stream = self.streams.get(event.stream)
         if stream is None:
             if event.seq > 0 and event.stream in self.tombstones:
@@ -235,7 +242,7 @@ class Device(LateDelivery):
                     eta = self.config.slack.default_chunk_gap_ms
         stream.expected = t + eta
         if stream.underrun_since is not None:
-            self._chunk_in_underrun(stream, t, at, out)
+            self._chunk_in_underrun(stream, t, at, out, floor if in_order else self.horizon)
         if stream.phase is Phase.LIVE:
             if event.final:
                 stream.phase = Phase.DRAINING
@@ -285,7 +292,9 @@ class Device(LateDelivery):
         """Fire all timers at the earliest pending instant, decide the throttle, then sample."""
         timers = self.timers
         instant = timers[0][0]
-        self.clock.reach(instant, instant + self.clock.offset_ms)
+        wall = instant + self.clock.offset_ms
+        self.clock.reach(instant, wall)
+        self.advance_horizon(instant, wall)
         while timers and timers[0][0] == instant and timers[0][1] <= 0:
             what = heappop(timers)[3]
             if type(what) is Stream:
@@ -470,6 +479,7 @@ class Device(LateDelivery):
         assert since is not None
         duration = max(0.0, end - since)
         stream.underrun_since = None
+        self.open_underruns.pop(stream.id, None)
         stream.underrun_ms += duration
         self.stats.underrun_ms += duration
         out.append(UnderrunEnded(self.id, stream.id, at, duration))
@@ -523,6 +533,8 @@ class Device(LateDelivery):
         self.streams[stream.id] = stream
         if stream.phase is Phase.LIVE:
             self.live += 1
+        if stream.underrun_since is not None and not stream.underrun_provisional:
+            self.open_underruns[stream.id] = stream
         if stream.underrun_provisional and stream.underrun_since is not None:
             self.provisional[stream.id] = stream
             u = stream.underrun_since
