@@ -27,14 +27,12 @@ from edgemon.engine.outputs import (
     UnderrunRetracted,
 )
 from edgemon.engine.reorder import MAX_HELD, Held
+from edgemon.engine.state import DeviceState
 from edgemon.engine.stream import Phase
 
 if TYPE_CHECKING:
-    from edgemon.engine.clock import DeviceClock
-    from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import ChunkEvent
     from edgemon.engine.outputs import Output
-    from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
 
 
@@ -57,24 +55,12 @@ class HoldEnd:
         self.stream = stream
 
 
-class LateDelivery:
+class LateDelivery(DeviceState):
     """The part of a `Device` that deals with late chunks (a base class of `Device`)."""
 
-    __slots__ = (
-        "confirm_held",
-        "event_time",
-        "horizon",
-        "open_underruns",
-        "patient_wall",
-        "provisional",
-    )
+    __slots__ = ()
 
     if TYPE_CHECKING:
-        id: str
-        config: EngineConfig
-        clock: DeviceClock
-        stats: DeviceStats
-        streams: dict[str, Stream]
 
         def _end_underrun(
             self, stream: Stream, end: float, at: float, out: list[Output]
@@ -98,9 +84,9 @@ class LateDelivery:
         #: The device's event time: the largest `t_ms` it has reported.
         self.event_time = -INF
         #: Streams whose current underrun is provisional, by id.
-        self.provisional: dict[str, Stream] = {}
+        self.provisional = {}
         #: Streams in a confirmed underrun still going on, by id.
-        self.open_underruns: dict[str, Stream] = {}
+        self.open_underruns = {}
         #: No underrun ends before this instant any more (see the module docstring).
         self.horizon = -INF
         #: While edgemon's input is interrupted, lateness confirms nothing (it waits), and
