@@ -1,7 +1,8 @@
 """The monitor: topics and payloads in, engine outputs out — what the daemon and replay share.
 
-It adds to the engine only what belongs to messages: topic routing, decoding, and the count
-of every message or event by `result` (SPEC §5 `edgemon_messages_total{result}`).
+It adds to the engine only what belongs to messages: topic routing, decoding, the count of
+every message or event by `result` (SPEC §5 `edgemon_messages_total{result}`), and the order
+in which a message and the clock take turns (`Monitor.handle`, SPEC §2.7).
 """
 
 from __future__ import annotations
@@ -37,8 +38,39 @@ class Monitor:
         #: Events applied (engine objects are messages, not events).
         self.events = 0
 
+    def handle(
+        self,
+        topic: str,
+        payload: bytes,
+        recv_ms: float,
+        out: list[Output],
+        *,
+        decide: bool = True,
+    ) -> None:
+        """Take one MQTT message received at wall time `recv_ms`, in the order of SPEC §2.7.
+
+        Every timer due strictly before `recv_ms` fires first (on every device: a device idle
+        long enough is forgotten before its next message starts it afresh), then the message
+        is applied, then the clock reaches `recv_ms`: the timers due at it and the throttle
+        decision for this instant. The daemon, replay and the tests all feed messages here.
+
+        `decide=False` leaves that last step to the next call: for a caller that knows more
+        messages share the instant and must be applied before its timers and samples
+        (replay, whose next message or final run-on reaches the instant after all of them).
+        The daemon cannot know, so it decides at every message.
+        """
+        self.advance(recv_ms, out, inclusive=False)
+        self.receive(topic, payload, recv_ms, out)
+        if decide:
+            self.advance(recv_ms, out)
+
     def receive(self, topic: str, payload: bytes, recv_ms: float, out: list[Output]) -> None:
-        """Take one MQTT message received at wall time `recv_ms`."""
+        """Lower level than `handle`: route, decode and apply one message, and nothing else.
+
+        No timer fires and no throttle decision is taken here: a caller driving the clock by
+        hand (tests of an exact interleaving) pairs it with `advance`. Everything else uses
+        `handle`.
+        """
         self.messages += 1
         route = self.topics.parse(topic)
         if route is None:
@@ -105,7 +137,8 @@ class Monitor:
         self.engine, self.results, self.messages, self.events = engine, results, messages, events
 
     def advance(self, wall_ms: float, out: list[Output], *, inclusive: bool = True) -> None:
-        """Fire every timer due by wall time `wall_ms` (see `Engine.advance`)."""
+        """Let the clock reach wall time `wall_ms` with no message: fire every timer due by
+        then (see `Engine.advance`). `handle` does this itself around each message."""
         mark = len(out)
         self.engine.advance(wall_ms, out, inclusive=inclusive)
         self._count_gaps(out, mark)

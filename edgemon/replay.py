@@ -43,8 +43,9 @@ def replay(
     forgotten: list[DeviceStats] = []  # devices forgotten on the way still count
     for record in records:
         now = max(now, record.recv_ms)
-        monitor.advance(now, out, inclusive=False)
-        monitor.receive(record.topic, record.payload, now, out)
+        # Messages at one instant all come before its timers and samples: the next record
+        # (or the run-on below) takes the decision at `now` once it is later.
+        monitor.handle(record.topic, record.payload, now, out, decide=False)
         for line in _lines(out, forgotten):
             rejected += line["kind"] == "rejected"
             yield line

@@ -46,8 +46,7 @@ def fed_monitor() -> tuple[Monitor, float]:
         ("box-b", chunk("done", t, 0, 2000, final=True)),
     ]
     for device, event in sends:
-        monitor.receive(f"edgemon/v1/{device}/events", json.dumps(event).encode(), t, out)
-        monitor.advance(t, out)
+        monitor.handle(f"edgemon/v1/{device}/events", json.dumps(event).encode(), t, out)
     monitor.advance(t + 50, out)
     return monitor, t + 50
 

@@ -201,8 +201,7 @@ async def test_scheduler_fires_transitions_on_time_without_messages(fine_ms: flo
     for n in range(streams):  # staggered deadlines, 10 ms apart
         now = clock.now_ms()
         out: list[Output] = []
-        monitor.receive(f"edgemon/v1/d{n}/events", _chunk("s", now, 0, 150 + 10 * n, 0), now, out)
-        monitor.advance(now, out)
+        monitor.handle(f"edgemon/v1/d{n}/events", _chunk("s", now, 0, 150 + 10 * n, 0), now, out)
         handle(out)
         scheduler.poke()
     async with asyncio.timeout(3):

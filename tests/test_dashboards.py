@@ -119,13 +119,11 @@ def exported_names() -> set[str]:
     )
     out: list[Output] = []
     for device, engine in simulation.engine_objects().items():
-        monitor.receive(f"edgemon/v1/{device}/engine", json.dumps(engine).encode(), 0.0, out)
+        monitor.handle(f"edgemon/v1/{device}/engine", json.dumps(engine).encode(), 0.0, out)
     for message in simulation.until(20_000.0):
         now["ms"] = message.t_ms
         topic = f"edgemon/v1/{message.device}/events"
-        monitor.engine.advance(now["ms"], out, inclusive=False)
-        monitor.receive(topic, json.dumps(message.payload).encode(), now["ms"], out)
-        monitor.advance(now["ms"], out)
+        monitor.handle(topic, json.dumps(message.payload).encode(), now["ms"], out)
     text = generate_latest(registry).decode()
     families = {family.name: family for family in text_string_to_metric_families(text)}
     collector = EdgemonCollector(

@@ -70,8 +70,7 @@ class Daemon:
         """Events from device d1 at device time `t`, received at wall `t + OFFSET`."""
         self.wall_ms = t + OFFSET
         payload = json.dumps(list(events)).encode()
-        self.monitor.receive("edgemon/v1/d1/events", payload, self.wall_ms, self.out)
-        self.monitor.advance(self.wall_ms, self.out)
+        self.monitor.handle("edgemon/v1/d1/events", payload, self.wall_ms, self.out)
 
     def app(self, basic_auth: tuple[str, str] | None = None) -> web.Application:
         return create_app(

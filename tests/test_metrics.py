@@ -59,9 +59,7 @@ class Rig:
     def receive(self, topic: str, payload: bytes, t: float) -> None:
         """Take a raw message at device time `t` (wall `t + OFFSET`), then its timers."""
         self.wall_ms = t + OFFSET
-        self.monitor.engine.advance(self.wall_ms, self.out, inclusive=False)
-        self.monitor.receive(topic, payload, self.wall_ms, self.out)
-        self.monitor.advance(self.wall_ms, self.out)
+        self.monitor.handle(topic, payload, self.wall_ms, self.out)
 
     def send(self, t: float, *events: dict[str, Any], device: str = "d1") -> None:
         """One message (a batch when several events) from `device` at device time `t`."""
@@ -169,27 +167,33 @@ def test_time_dependent_gauges_follow_the_clock_between_scrapes() -> None:
 
 def test_underrun_throttle_and_their_durations() -> None:
     """An underrun is counted once the timer passes it (no wait for late chunks here);
-    throttle seconds grow while ON.
+    throttle and underrun seconds grow while ON, as far as the engine has reached.
 
     At risk from D+1120 (B + S − t < 80): throttle ON then. The buffer empties at D+1200:
-    underrun. A chunk of 500 ms at D+1400 ends the underrun (200 ms) and leaves headroom
-    1600 − 1300 − 100 = 200 ≥ 100: throttle OFF at D+1400 after 280 ms.
+    underrun. Nothing happens between D+1200 and D+1300, so the engine has reached D+1200
+    (the ongoing periods count up to there); a message at D+1300 brings it to D+1300. A chunk
+    of 500 ms at D+1400 ends the underrun (200 ms) and leaves headroom 1600 − 1300 − 100 =
+    200 ≥ 100: throttle OFF at D+1400 after 280 ms.
     """
     rig = Rig(config=NO_LATENESS)
     three_chunks(rig)
     rig.advance(D + 1300)
     m = rig.scrape()
     assert m.get("edgemon_underruns_total", device="d1") == 1
-    assert m.get("edgemon_underrun_seconds_total", device="d1") == pytest.approx(0.1)  # ongoing
+    assert m.get("edgemon_underrun_seconds_total", device="d1") == 0  # reached D+1200
     assert m.get("edgemon_throttle_active", device="d1") == 1
     assert m.get("edgemon_throttle_engagements_total", device="d1") == 1
-    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.18)
+    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.08)
     assert m.get("edgemon_playback_slack_min_seconds", device="d1") == pytest.approx(-0.1)
 
-    rig.at(D + 1350)
+    rig.send(D + 1300, start("s2", D + 1300))  # the engine reaches D+1300
     m = rig.scrape()
-    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.23)
-    assert m.get("edgemon_underrun_seconds_total", device="d1") == pytest.approx(0.15)
+    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.18)
+    assert m.get("edgemon_underrun_seconds_total", device="d1") == pytest.approx(0.1)  # ongoing
+    rig.at(D + 1350)  # no message, no timer: nothing more is settled
+    m = rig.scrape()
+    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.18)
+    assert m.get("edgemon_underrun_seconds_total", device="d1") == pytest.approx(0.1)
 
     rig.send(D + 1400, chunk("s1", D + 1400, 3, 500, eta_ms=100))
     m = rig.scrape()
@@ -202,8 +206,10 @@ def test_underrun_throttle_and_their_durations() -> None:
 
 
 def test_throttle_seconds_never_step_back_when_the_engine_settles_late() -> None:
-    """A scrape between the OFF instant and the timer that applies it shows a longer ON period;
-    the counter keeps that value rather than going down (a decrease reads as a reset).
+    """A scrape between the OFF instant and the timer that applies it counts the ON period
+    only as far as the engine has reached, so the counter never goes down once the timer
+    runs (a decrease reads as a reset), and ends on the exact 250 ms. (The case that once
+    needed a high-water mark in the exporter: the scrape counted up to its own `now`.)
 
     A chunk of 100 ms at D with ETA 100 leaves headroom 0: ON at D. A chunk of 2 s at D+50
     makes it safe, but the 250 ms minimum on-time holds the throttle: OFF at D+250, applied
@@ -213,13 +219,39 @@ def test_throttle_seconds_never_step_back_when_the_engine_settles_late() -> None
     rig.send(D, chunk("s1", D, 0, 100, eta_ms=100))
     rig.send(D + 50, chunk("s1", D + 50, 1, 2000, eta_ms=100))
     rig.at(D + 300)  # the daemon's timer has not run yet
-    m = rig.scrape()
-    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.3)
+    before = rig.scrape().get("edgemon_throttle_seconds_total", device="d1")
+    assert before == pytest.approx(0.05)  # reached D+50
     rig.advance(D + 300)
     m = rig.scrape()
     assert m.get("edgemon_throttle_active", device="d1") == 0
     assert rig.monitor.engine.device("d1").stats.throttle_ms == 250  # type: ignore[union-attr]
-    assert m.get("edgemon_throttle_seconds_total", device="d1") == pytest.approx(0.3)
+    after = m.get("edgemon_throttle_seconds_total", device="d1")
+    assert after == pytest.approx(0.25)
+    assert before is not None
+    assert after is not None
+    assert after >= before
+
+
+def test_underrun_seconds_never_step_back_when_a_late_chunk_ends_the_underrun() -> None:
+    """An ongoing confirmed underrun counts only up to the lateness horizon (allowed lateness
+    behind the instant the engine has reached): a chunk later than the lateness that ends
+    it at an earlier `t_ms` cannot take back what a scrape showed.
+
+    s1 runs dry at D+1200 (confirmed at D+2200 for want of late chunks). A message of s2 at
+    D+2400 brings the engine there: horizon D+1400, so 200 ms are counted. A chunk of s1
+    with `t_ms` D+1300 then arrives (1.1 s late): by its own time the underrun lasted 100 ms,
+    but the 200 ms were settled, so the underrun ends at the horizon: 200 ms, not less.
+    """
+    rig = Rig()
+    three_chunks(rig)
+    rig.advance(D + 2200)
+    rig.send(D + 2400, start("s2", D + 2400))
+    before = rig.scrape().get("edgemon_underrun_seconds_total", device="d1")
+    assert before == pytest.approx(0.2)
+    rig.send(D + 2450, chunk("s1", D + 1300, 3, 5_000, eta_ms=100))
+    after = rig.scrape().get("edgemon_underrun_seconds_total", device="d1")
+    assert after == pytest.approx(0.2)
+    assert rig.monitor.engine.device("d1").stats.underrun_ms == 200  # type: ignore[union-attr]
 
 
 def test_per_stream_series_are_capped_lowest_headroom_first_and_vanish_with_the_stream() -> None:
@@ -373,6 +405,9 @@ def test_provisional_underruns_count_only_once_confirmed_and_retractions_are_cou
     rig.send(D + 1400, chunk("s1", D + 1400, 4, 500, eta_ms=100))  # the device is past 1300
     m = rig.scrape()
     assert m.get("edgemon_underruns_total", device="d1") == 1
+    assert m.get("edgemon_underrun_seconds_total", device="d1") == 0  # horizon D+400
+    rig.send(D + 2400, start("s3", D + 2400))  # horizon D+1400: 100 ms of s2 are settled
+    m = rig.scrape()
     assert m.get("edgemon_underrun_seconds_total", device="d1") == pytest.approx(0.1)  # ongoing
 
 

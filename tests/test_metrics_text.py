@@ -69,10 +69,8 @@ async def test_text_path_is_the_registry_text_as_the_fleet_changes(accept: str) 
     next_scrape = start + 500.0
     for message in simulation.until(start + 30_000.0):
         now["ms"] = message.t_ms
-        monitor.advance(now["ms"], out, inclusive=False)
         topic = f"edgemon/v1/{message.device}/events"
-        monitor.receive(topic, json.dumps(message.payload).encode(), now["ms"], out)
-        monitor.advance(now["ms"], out)
+        monitor.handle(topic, json.dumps(message.payload).encode(), now["ms"], out)
         if now["ms"] >= next_scrape:
             next_scrape += 1_500.0
             body, _ = await render(registry, accept, Slicer(math.inf))

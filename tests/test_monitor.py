@@ -7,7 +7,13 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine.config import EngineConfig, Limits, SlackPolicy
-from edgemon.engine.outputs import Rejected, StreamEnded
+from edgemon.engine.outputs import (
+    Rejected,
+    StreamEnded,
+    ThrottleChanged,
+    UnderrunBegan,
+    UnderrunConfirmed,
+)
 from edgemon.monitor import APPLIED, Monitor
 
 if TYPE_CHECKING:
@@ -318,3 +324,34 @@ def test_engine_hardware_class_sets_the_device_margin() -> None:
     device = h.monitor.engine.device("d1")
     assert device is not None
     assert device.margin == 200
+
+
+def test_handle_fires_due_timers_then_applies_the_message_then_decides() -> None:
+    """`Monitor.handle` owns the order of SPEC §2.7: a timer of another device due before the
+    message fires first, then the message's own outputs (a rejected duplicate), then the
+    throttle decision at the message's instant. Skipping the first step puts d2's underrun
+    after the rejection; deciding before applying (or not at all) loses d1's throttle."""
+    config = EngineConfig(
+        slack=SlackPolicy(allowed_lateness_ms=0, hysteresis_ms=0, min_on_ms=0, clock="trust")
+    )
+    monitor = Monitor(config)
+    out: list[Output] = []
+    monitor.handle(D2, json.dumps(chunk(0, 0, stream="b", audio=400, eta_ms=100)).encode(), 0, out)
+    monitor.handle(D1, json.dumps(chunk(0, 0, stream="a", audio=1000, eta_ms=100)).encode(), 0, out)
+    assert out == []
+    late = chunk(1, 500, stream="a", audio=50, eta_ms=5000)  # at risk from 500 on
+    monitor.handle(D1, json.dumps([late, late]).encode(), 500, out)
+    kinds = [(type(o).__name__, getattr(o, "device", None), getattr(o, "t_ms", None)) for o in out]
+    assert kinds == [
+        ("ThrottleChanged", "d2", 320.0),  # d2's timers, due before 500
+        ("UnderrunBegan", "d2", 400.0),
+        ("UnderrunConfirmed", "d2", 400.0),
+        ("Rejected", "d1", None),  # the message: its second chunk is a duplicate
+        ("ThrottleChanged", "d1", 500.0),  # the decision at 500, after the message
+    ]
+    assert isinstance(out[3], Rejected)
+    assert out[3].reason == "duplicate"
+    assert isinstance(out[1], UnderrunBegan)
+    assert isinstance(out[2], UnderrunConfirmed)
+    assert isinstance(out[4], ThrottleChanged)
+    assert out[4].active

@@ -97,9 +97,7 @@ class Traffic:
                 body["final"] = True
                 self.seq.pop(key, None)
         payload = json.dumps(body).encode()
-        self.monitor.engine.advance(wall, self.out, inclusive=False)
-        self.monitor.receive(f"edgemon/v1/{device}/events", payload, wall, self.out)
-        self.monitor.advance(wall, self.out)
+        self.monitor.handle(f"edgemon/v1/{device}/events", payload, wall, self.out)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -135,8 +133,7 @@ def test_unread_changes_are_bounded_and_a_later_read_is_still_exact() -> None:
     wall = 1_000_000.0
 
     def send(body: dict[str, Any]) -> None:
-        monitor.receive("edgemon/v1/d/events", json.dumps(body).encode(), wall, out)
-        monitor.advance(wall, out)
+        monitor.handle("edgemon/v1/d/events", json.dumps(body).encode(), wall, out)
 
     for i in range(4):
         audio = 50.0 * (i + 1)

@@ -51,10 +51,7 @@ class Node:
         )
 
     def apply(self, topic: str, payload: bytes, now: float) -> None:
-        engine = self.monitor.engine
-        engine.advance(now, self.out, inclusive=False)
-        self.monitor.receive(topic, payload, now, self.out)
-        engine.advance(now, self.out)
+        self.monitor.handle(topic, payload, now, self.out)
         self.out.clear()
 
     def receive(self, seq: int, now: float) -> None:

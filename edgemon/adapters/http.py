@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 
 from edgemon.adapters.exposition import Slicer, render
-from edgemon.engine.stream import Phase
 from edgemon.engine.views import device_view, device_views
 
 if TYPE_CHECKING:
@@ -47,8 +46,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from edgemon.adapters.state import ConnectionState
-    from edgemon.engine.stream import Stream
-    from edgemon.engine.views import DeviceView
+    from edgemon.engine.views import DeviceView, StreamState
     from edgemon.monitor import Monitor
     from edgemon.settings import HttpSettings
 
@@ -142,7 +140,7 @@ class _Views:
         limit = _page_limit(query.get("limit"))
         engine = self._monitor.engine
         if "device" in query:
-            ids = [query["device"]] if engine.device(query["device"]) is not None else []
+            ids = [query["device"]] if device_view(engine, query["device"]) is not None else []
         else:
             cursor = query.get("cursor")
             ids = sorted(view.id for view in device_views(engine))
@@ -199,7 +197,7 @@ def streams_view(monitor: Monitor, wall_ms: float) -> dict[str, Any]:
 
 
 def _device_view(device: DeviceView, now: float) -> dict[str, Any]:
-    streams = [_stream_view(stream, now) for stream in device.streams()]
+    streams = [_stream_view(state) for state in device.stream_states(now)]
     streams.sort(key=lambda s: (s["headroom_ms"] is None, s["headroom_ms"] or 0.0, s["stream"]))
     live = [s["headroom_ms"] for s in streams if s["headroom_ms"] is not None]
     return {
@@ -216,20 +214,18 @@ def _device_view(device: DeviceView, now: float) -> dict[str, Any]:
     }
 
 
-def _stream_view(stream: Stream, now: float) -> dict[str, Any]:
-    phase = stream.phase
-    head = stream.headroom_at(now) if phase is Phase.LIVE else None
+def _stream_view(state: StreamState) -> dict[str, Any]:
     return {
-        "stream": stream.id,
-        "phase": phase.value,
-        "slack_ms": None if phase is Phase.WAITING else _finite(stream.slack_at(now)),
-        "eta_ms": _finite(stream.eta_at(now)) if phase is Phase.LIVE else None,
-        "headroom_ms": None if head is None else _finite(head),
-        "at_risk": head is not None and head < stream.margin,
-        "margin_ms": stream.margin,
-        "chunks": stream.chunks,
-        "underruns": stream.underruns,
-        "in_underrun": stream.underrun_since is not None,
+        "stream": state.stream,
+        "phase": state.phase,
+        "slack_ms": state.slack_ms,
+        "eta_ms": state.eta_ms,
+        "headroom_ms": state.headroom_ms,
+        "at_risk": state.at_risk,
+        "margin_ms": state.margin_ms,
+        "chunks": state.chunks,
+        "underruns": state.underruns,
+        "in_underrun": state.in_underrun,
     }
 
 

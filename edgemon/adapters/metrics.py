@@ -239,7 +239,6 @@ class EdgemonCollector:
 
     __slots__ = (
         "_connection",
-        "_high_water",
         "_monitor",
         "_per_stream",
         "_text",
@@ -259,9 +258,6 @@ class EdgemonCollector:
         self._wall_clock = wall_clock
         self._connection = connection
         self._per_stream = max(0, per_stream_series)
-        #: Per device, the highest throttle and underrun seconds exported: counters that
-        #: include an ongoing period must not step back when the period's end is settled.
-        self._high_water: dict[str, tuple[float, float]] = {}
         self._text = TextMaker()
         #: The families `device_text` fills, made once (their label prefixes persist).
         self._text_families = _Families(per_stream=self._per_stream > 0, make=self._text)
@@ -275,9 +271,7 @@ class EdgemonCollector:
         """Every family, computed now (all devices at once)."""
         wall_ms = self._wall_clock()
         families = _Families(per_stream=self._per_stream > 0)
-        views = device_views(self._monitor.engine)
-        self._forget_gone({view.id for view in views})
-        for view in views:
+        for view in device_views(self._monitor.engine):
             self._add_device(families, view, view.now(wall_ms))
         yield from families
         yield from self._daemon_families()
@@ -285,14 +279,8 @@ class EdgemonCollector:
     def device_ids(self) -> list[str]:
         """The devices tracked now."""
         ids = [view.id for view in device_views(self._monitor.engine)]
-        self._forget_gone(set(ids))
+        self._text.forget(set(ids))
         return ids
-
-    def _forget_gone(self, present: set[str]) -> None:
-        """Devices the engine no longer tracks leave no trace here either."""
-        if self._high_water.keys() - present:
-            self._high_water = {k: v for k, v in self._high_water.items() if k in present}
-        self._text.forget(present)
 
     def device_text(self, device_id: str) -> list[tuple[int, str]] | None:
         """One device's sample lines read now at its clock, per family (by position in
@@ -352,17 +340,13 @@ class EdgemonCollector:
         f.clock_offset.add_metric(labels, device.clock_offset_ms / _MS)
         f.last_event.add_metric(labels, device.last_message_wall_ms / _MS)
         self._add_kv(f, device)
-
-        last_throttle, last_underrun = self._high_water.get(device.id, (0.0, 0.0))
-        throttle_s = max(last_throttle, device.throttle_ms(now) / _MS)
-        underrun_s = max(last_underrun, device.underrun_ms(now) / _MS)
-        self._high_water[device.id] = (throttle_s, underrun_s)
-
+        # Both views never step back (they count an ongoing period only as far as the engine
+        # has settled it), so these counters need no memory here.
         f.engagements.add_metric(labels, stats.throttle_engagements)
-        f.throttle_seconds.add_metric(labels, throttle_s)
+        f.throttle_seconds.add_metric(labels, device.throttle_ms() / _MS)
         f.underruns.add_metric(labels, stats.underruns)
         f.underruns_retracted.add_metric(labels, stats.underruns_retracted)
-        f.underrun_seconds.add_metric(labels, underrun_s)
+        f.underrun_seconds.add_metric(labels, device.underrun_ms() / _MS)
         f.chunks.add_metric(labels, stats.chunks)
         f.audio.add_metric(labels, stats.audio_ms / _MS)
         f.started.add_metric(labels, stats.streams_started)

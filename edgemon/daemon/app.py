@@ -417,14 +417,10 @@ class Daemon:
         self.scheduler.poke()
 
     def _apply(self, topic: str, payload: bytes, now: float) -> None:
-        """The engine path of every message, live or replayed from the log: due timers, the
-        message, the throttle decision at this instant (outputs in `self._out`)."""
-        out = self._out
-        monitor = self.monitor
+        """The engine path of every message, live or replayed from the log, in the order
+        `Monitor.handle` owns (outputs in `self._out`)."""
         try:
-            monitor.advance(now, out, inclusive=False)  # as replay: due timers, then the message
-            monitor.receive(topic, payload, now, out)
-            monitor.advance(now, out)  # the throttle decision at this instant
+            self.monitor.handle(topic, payload, now, self._out)
         except Exception:  # no message may stop the daemon
             self.monitor.results["internal_error"] += 1
             self.log.exception("message_failed", topic=topic)

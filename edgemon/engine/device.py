@@ -5,77 +5,43 @@ Each stream keeps two right-limit flags, "at risk" (`headroom < margin`) and "un
 each. A flag only changes at an event or at an instant known in advance, so the device keeps
 one timer per stream in a heap and never scans its streams on the hot path. The throttle is
 decided from the two counts once per instant, after every change at that instant.
+
+This module applies events and brings streams to an instant; the other concerns are base
+classes of `Device`, each in its module: the timer heap (`timers`), the throttle
+(`throttle`), streams coming and going (`lifecycle`, `tombstones`), late delivery
+(`lateness`), samples (`sampling`) and restoring from a snapshot (`restore`).
 """
 
 from __future__ import annotations
 
-import math
-from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
-from edgemon.engine.lateness import HoldEnd, LateDelivery, Lateness
-from edgemon.engine.outputs import (
-    StreamEnded,
-    StreamSample,
-    ThrottleChanged,
-    UnderrunEnded,
-)
-from edgemon.engine.stats import DeviceStats, fold_reason
-from edgemon.engine.stream import EWMA_ALPHA, Phase, Stream
+from edgemon.engine.lateness import LateDelivery
+from edgemon.engine.lifecycle import Lifecycle
+from edgemon.engine.restore import Restore
+from edgemon.engine.sampling import Sampling
+from edgemon.engine.stats import DeviceStats
+from edgemon.engine.stream import EWMA_ALPHA, Phase
+from edgemon.engine.throttle import Throttle
+from edgemon.engine.timers import TimerHeap
+from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.views import LiveIndex
 
 if TYPE_CHECKING:
-    from edgemon.engine.config import DeviceOverride, EngineConfig
+    from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output
+    from edgemon.engine.stream import Stream
     from edgemon.engine.tts import TtsEngineInfo
 
-#: Most at-risk stream ids a throttle object lists (SPEC §1).
-MAX_LISTED_STREAMS: Final = 16
 
-# Timer kinds besides streams. At equal instants priority -1 (held chunks: messages) comes
-# first, then 0 (timers), then 1 (samples).
-_MIN_ON: Final = "min_on"
-_SAMPLE: Final = "sample"
-
-
-Timer = tuple[float, int, int, "Stream | str | Lateness | HoldEnd"]
-
-
-class Device(LateDelivery):
+class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling, Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
-    __slots__ = (
-        "_compact_above",
-        "_next_timer_id",
-        "_risk_count",
-        "_sample_due",
-        "_unsafe_count",
-        "base_margin",
-        "clock",
-        "config",
-        "decision_pending",
-        "dirty",
-        "engine_info",
-        "forget_due",
-        "gap_ewma",
-        "id",
-        "last_message_wall_ms",
-        "live",
-        "live_index",
-        "override",
-        "sample_every_ms",
-        "stats",
-        "streams",
-        "throttle_on",
-        "throttle_since",
-        "timers",
-        "tombstones",
-        "wall_due",
-    )
+    __slots__ = ()
 
     def __init__(
         self, device_id: str, config: EngineConfig, *, sample_every_ms: float | None = None
@@ -83,15 +49,13 @@ class Device(LateDelivery):
         super().__init__()
         self.id = device_id
         self.config = config
-        self.override: DeviceOverride | None = config.devices.get(device_id)
+        self.override = config.devices.get(device_id)
         self.clock = DeviceClock(
             trust=config.slack.clock == "trust", window_ms=config.slack.clock_window_ms
         )
-        self.streams: dict[str, Stream] = {}
-        #: Recently removed stream ids and when: late redeliveries must not resurrect them.
-        self.tombstones: dict[str, float] = {}
-        self.timers: list[Timer] = []
-        #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
+        self.streams = {}
+        self.tombstones = {}
+        self.timers = []
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
         self._compact_above = 64
         self._next_timer_id = 0
@@ -102,14 +66,14 @@ class Device(LateDelivery):
         self.decision_pending = False
         self.throttle_on = False
         self.throttle_since = 0.0
-        self.gap_ewma: float | None = None
-        self.engine_info: TtsEngineInfo | None = None
+        self.gap_ewma = None
+        self.engine_info = None
         self.base_margin = config.slack.default_margin_ms
         self.stats = DeviceStats()
         self.sample_every_ms = sample_every_ms
         self._sample_due = INF
-        self.wall_due = INF  # this device's entry in the engine's queue
-        self.forget_due = INF  # this device's entry in the engine's queue of idle devices
+        self.wall_due = INF
+        self.forget_due = INF
         self.last_message_wall_ms = 0.0
 
     # ------------------------------------------------------------------ queries
@@ -121,29 +85,9 @@ class Device(LateDelivery):
             return override.margin_ms
         return self.base_margin
 
-    @property
-    def at_risk_count(self) -> int:
-        """Live streams at risk just after the device's current instant."""
-        return self._risk_count
-
     def live_streams(self) -> list[Stream]:
         """Streams that have audio and await a next chunk."""
         return [s for s in self.streams.values() if s.phase is Phase.LIVE]
-
-    def next_timer(self) -> float:
-        """The device-clock instant of the earliest pending timer (INF if none).
-
-        Stale stream entries (superseded by a later push, or of a removed stream) are dropped
-        from the top first, so the engine never schedules a wake-up that has nothing to do.
-        """
-        timers = self.timers
-        while timers:
-            due, _, _, what = timers[0]
-            if type(what) is Stream and what.due != due:  # NaN once removed: never equal
-                heappop(timers)
-                continue
-            return due
-        return INF
 
     # ------------------------------------------------------------------ events
     def apply(self, event: Event, at: float, out: list[Output]) -> str:
@@ -182,10 +126,17 @@ class Device(LateDelivery):
         return "accepted"
 
     def _chunk(  # noqa: C901, PLR0912, PLR0915
-        self, event: ChunkEvent, at: float, out: list[Output], *, in_order: bool = False
+        self,
+        event: ChunkEvent,
+        at: float,
+        out: list[Output],
+        *,
+        in_order: bool = False,
+        floor: float = -INF,
     ) -> str:
         """Apply a chunk; `in_order`: one taken from the reorder buffer, applied in `seq`
-        order (the next one, or one after a declared gap)."""
+        order (the next one, or one after a declared gap), that arrived when the lateness
+        horizon was at `floor`."""
         stream = self.streams.get(event.stream)
         if stream is None:
             if event.seq > 0 and event.stream in self.tombstones:
@@ -235,7 +186,7 @@ class Device(LateDelivery):
                     eta = self.config.slack.default_chunk_gap_ms
         stream.expected = t + eta
         if stream.underrun_since is not None:
-            self._chunk_in_underrun(stream, t, at, out)
+            self._chunk_in_underrun(stream, t, at, out, floor if in_order else self.horizon)
         if stream.phase is Phase.LIVE:
             if event.final:
                 stream.phase = Phase.DRAINING
@@ -274,42 +225,6 @@ class Device(LateDelivery):
         ewma = self.gap_ewma
         self.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
         stats.chunk_gap.observe(gap)
-
-    # ------------------------------------------------------------------ timers
-    def catch_up(self, at: float, out: list[Output]) -> None:
-        """Fire every timer due strictly before `at` (messages at `at` come before its timers)."""
-        while self.timers and self.timers[0][0] < at:
-            self.fire(out)
-
-    def fire(self, out: list[Output]) -> float:
-        """Fire all timers at the earliest pending instant, decide the throttle, then sample."""
-        timers = self.timers
-        instant = timers[0][0]
-        self.clock.reach(instant, instant + self.clock.offset_ms)
-        while timers and timers[0][0] == instant and timers[0][1] <= 0:
-            what = heappop(timers)[3]
-            if type(what) is Stream:
-                if what.due == instant:  # else superseded, or removed (due is NaN)
-                    self._wake(what, instant, out)
-            elif isinstance(what, str):
-                self.dirty = True
-            else:
-                assert not isinstance(what, Stream)
-                self._timer(what, instant, out)
-        if self.dirty:
-            self._decide_throttle(instant, out)
-        if timers and timers[0][0] == instant and timers[0][3] == _SAMPLE:
-            heappop(timers)
-            self._sample(instant, out)
-        return instant
-
-    def settle(self, out: list[Output]) -> None:
-        """Decide the throttle at the current instant, once its messages have all been applied."""
-        instant = self.clock.floor_ms
-        if self.timers and self.timers[0][0] <= instant:
-            self.fire(out)  # timers at this very instant come first, then the decision
-        elif self.dirty:
-            self._decide_throttle(instant, out)
 
     def _wake(self, stream: Stream, now: float, out: list[Output]) -> None:
         stream.due = INF
@@ -369,95 +284,7 @@ class Device(LateDelivery):
         expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         return expiry if expiry < due else due
 
-    def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None:
-        if risk != stream.risk:
-            self._risk_count += 1 if risk else -1
-            stream.risk = risk
-            self.dirty = True
-        if unsafe != stream.unsafe:
-            self._unsafe_count += 1 if unsafe else -1
-            stream.unsafe = unsafe
-            self.dirty = True
-
-    def _push(self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd) -> None:
-        self._next_timer_id += 1
-        timers = self.timers
-        heappush(timers, (due, priority, self._next_timer_id, what))
-        if len(timers) > self._compact_above:
-            self._compact()
-
-    def _compact(self) -> None:
-        """Drop superseded entries buried in the heap (in place: `fire` may hold the list).
-
-        A healthy stream's next crossing lies far ahead and moves later with every chunk, so
-        superseded entries would otherwise pile up until their instants came. Rebuilding
-        when the heap doubles keeps it within twice its live entries, O(1) amortised.
-        """
-        timers = self.timers
-        timers[:] = [e for e in timers if type(e[3]) is not Stream or e[3].due == e[0]]
-        heapify(timers)
-        self._compact_above = 2 * len(timers) + 64
-
-    # ------------------------------------------------------------------ throttle
-    def _decide_throttle(self, now: float, out: list[Output]) -> None:
-        """SPEC §2.5 from the two counts: ON on any risk, OFF when none unsafe after min-on."""
-        self.dirty = False
-        if not self.throttle_on:
-            if self._risk_count:
-                self.throttle_on = True
-                self.throttle_since = now
-                self.stats.throttle_engagements += 1
-                min_on = self.config.slack.min_on_ms
-                if min_on > 0:
-                    self._push(now + min_on, 0, _MIN_ON)
-                out.append(self._throttle_change(now))
-        elif not self._unsafe_count and now >= self.throttle_since + self.config.slack.min_on_ms:
-            self.throttle_on = False
-            self.stats.throttle_ms += now - self.throttle_since
-            out.append(self._throttle_change(now))
-
-    def release(self, now: float, out: list[Output]) -> None:
-        """Turn the throttle off at `now` whatever the streams say (edgemon is stopping)."""
-        if self.throttle_on:
-            self.throttle_on = False
-            self.stats.throttle_ms += now - self.throttle_since
-            out.append(self._throttle_change(now))
-
-    def _throttle_change(self, now: float) -> ThrottleChanged:
-        ranked = sorted((s.headroom_at(now), s.id) for s in self.live_streams())
-        at_risk = [sid for _, sid in ranked if self.streams[sid].risk] if self.throttle_on else []
-        return ThrottleChanged(
-            device=self.id,
-            t_ms=now,
-            active=self.throttle_on,
-            streams=tuple(at_risk[:MAX_LISTED_STREAMS]),
-            min_headroom_ms=ranked[0][0] if ranked else None,
-            margin_ms=self.margin,
-        )
-
-    # ------------------------------------------------------------------ lifecycle
-    def _new_stream(
-        self, stream_id: str, t_ms: float, *, start: StartEvent | None
-    ) -> Stream | None:
-        if len(self.streams) >= self.config.limits.max_streams_per_device:
-            return None
-        self.tombstones.pop(stream_id, None)
-        override = self.override
-        player = (override.player if override else None) or (start.player if start else None)
-        from_start = start.margin_ms if start else None
-        stream = Stream(
-            stream_id,
-            t_ms=t_ms,
-            rebuffer=(player or self.config.slack.player) == "rebuffer",
-            margin=self._margin_for(from_start),
-            margin_from_start=from_start,
-            started_by_event=start is not None,
-            play_start_ms=start.play_start_ms if start else None,
-        )
-        self.streams[stream_id] = stream
-        self.stats.streams_started += 1
-        return stream
-
+    # ------------------------------------------------------------------ margins
     def _margin_for(self, from_start: float | None) -> float:
         """SPEC §2.4 order: device config, start event, engine object, hardware, default."""
         override = self.override
@@ -465,81 +292,6 @@ class Device(LateDelivery):
             return override.margin_ms
         return self.base_margin if from_start is None else from_start
 
-    def _end_underrun(self, stream: Stream, end: float, at: float, out: list[Output]) -> None:
-        since = stream.underrun_since
-        assert since is not None
-        duration = max(0.0, end - since)
-        stream.underrun_since = None
-        stream.underrun_ms += duration
-        self.stats.underrun_ms += duration
-        out.append(UnderrunEnded(self.id, stream.id, at, duration))
-
-    def _remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
-        stream.held = None
-        if stream.underrun_provisional:
-            self._confirm(stream, now, out)  # nothing can undo it once the stream is gone
-        if stream.underrun_since is not None:
-            self._end_underrun(stream, now, now, out)
-        self._set_flags(stream, risk=False, unsafe=False)
-        if stream.phase is Phase.LIVE:
-            self.live -= 1
-        self.dirty = True
-        stream.due = math.nan  # its timer entries are stale from now on
-        del self.streams[stream.id]
-        self.live_index.note(stream)
-        self._bury(stream.id, now)
-        self.stats.finished[fold_reason(reason)] += 1
-        out.append(
-            StreamEnded(
-                device=self.id,
-                stream=stream.id,
-                t_ms=now,
-                reason=reason,
-                chunks=stream.chunks,
-                audio_ms=stream.buffered,
-                underruns=stream.underruns,
-                underrun_ms=stream.underrun_ms,
-                min_slack_ms=stream.min_slack,
-                time_to_first_audio_ms=stream.first_audio_ms,
-            )
-        )
-
-    def _bury(self, stream_id: str, now: float) -> None:
-        """Remember a removed id for one idle timeout, at most a few per allowed stream."""
-        tombstones = self.tombstones
-        tombstones[stream_id] = now
-        horizon = now - self.config.slack.stream_idle_timeout_ms
-        cap = 4 * self.config.limits.max_streams_per_device
-        while tombstones:
-            oldest, when = next(iter(tombstones.items()))
-            if when >= horizon and len(tombstones) <= cap:
-                break
-            del tombstones[oldest]
-
-    # ------------------------------------------------------------------ restore
-    def adopt(self, stream: Stream) -> None:
-        """Take a restored stream; its margin follows the configuration in force now."""
-        stream.margin = self._margin_for(stream.margin_from_start)
-        self.streams[stream.id] = stream
-        if stream.phase is Phase.LIVE:
-            self.live += 1
-        if stream.underrun_provisional and stream.underrun_since is not None:
-            self.provisional[stream.id] = stream
-            u = stream.underrun_since
-            self._push(self._lateness_due(u), 0, Lateness(stream, u))
-        if stream.held is not None:
-            self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
-
-    def restore_timers(self, at: float) -> None:
-        """Recompute flags, counts and timers of adopted streams from instant `at` on."""
-        for stream in list(self.streams.values()):
-            self._refresh(stream, at, [])
-        min_on_until = self.throttle_since + self.config.slack.min_on_ms
-        if self.throttle_on and min_on_until > at:
-            self._push(min_on_until, 0, _MIN_ON)
-        self.dirty = True
-
-    # ------------------------------------------------------------------ engine object
     def set_engine_info(self, info: TtsEngineInfo, at: float) -> None:
         """Take a new engine object: margins of streams without their own may change."""
         self.engine_info = info
@@ -563,32 +315,3 @@ class Device(LateDelivery):
             stream.due = min(stream.due, at)
             self._push(at, 0, stream)
         self.dirty = True
-
-    # ------------------------------------------------------------------ samples
-    def _ensure_sampling(self, at: float) -> None:
-        every = self.sample_every_ms
-        if every is None or self._sample_due != INF:
-            return
-        self._sample_due = math.ceil(at / every) * every
-        self._push(self._sample_due, 1, _SAMPLE)
-
-    def _sample(self, now: float, out: list[Output]) -> None:
-        self._sample_due = INF
-        for stream in self.live_streams():
-            head = stream.headroom_at(now)
-            out.append(
-                StreamSample(
-                    device=self.id,
-                    stream=stream.id,
-                    t_ms=now,
-                    slack_ms=stream.slack_at(now),
-                    eta_ms=stream.eta_at(now),
-                    headroom_ms=head,
-                    at_risk=head < stream.margin,
-                )
-            )
-        if self.live and self.sample_every_ms is not None:
-            due = now + self.sample_every_ms
-            # A period below the float resolution at `now` must still move time on.
-            self._sample_due = due if due > now else math.nextafter(now, INF)
-            self._push(self._sample_due, 1, _SAMPLE)

@@ -123,6 +123,7 @@ class Engine:
             device.event_time = latest
             if device.provisional:
                 device.pass_event_time(at, out)
+        device.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
         if device.dirty and not device.decision_pending:
             device.decision_pending = True
             self._pending.append(device)

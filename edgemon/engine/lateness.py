@@ -5,6 +5,14 @@ Underruns begin provisional; the device's event time, `allowed_lateness_ms` or t
 the stream confirms them, and a chunk that reached the player before one retracts it. Chunks
 that arrive ahead of a missing `seq` wait in their stream's reorder buffer. Both waits are
 deadlines in the device's timer heap. `docs/semantics.md` states the rules.
+
+The device's lateness **horizon** is the instant before which it no longer waits for late
+chunks: `allowed_lateness_ms` behind the instant it has reached, frozen while edgemon's input
+is interrupted and until the wait restarted afterwards has run out (the rule that confirms a
+provisional underrun for want of late chunks). It never decreases. A confirmed underrun is
+not ended before the horizon at the time its ending chunk arrived, so the time of an ongoing
+confirmed underrun up to the horizon is settled: `DeviceView.underrun_ms` counts it, and that
+count can never step back (a chunk later than the lateness cannot shorten what was counted).
 """
 
 from __future__ import annotations
@@ -19,14 +27,12 @@ from edgemon.engine.outputs import (
     UnderrunRetracted,
 )
 from edgemon.engine.reorder import MAX_HELD, Held
+from edgemon.engine.state import DeviceState
 from edgemon.engine.stream import Phase
 
 if TYPE_CHECKING:
-    from edgemon.engine.clock import DeviceClock
-    from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import ChunkEvent
     from edgemon.engine.outputs import Output
-    from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
 
 
@@ -49,17 +55,12 @@ class HoldEnd:
         self.stream = stream
 
 
-class LateDelivery:
+class LateDelivery(DeviceState):
     """The part of a `Device` that deals with late chunks (a base class of `Device`)."""
 
-    __slots__ = ("confirm_held", "event_time", "patient_wall", "provisional")
+    __slots__ = ()
 
     if TYPE_CHECKING:
-        id: str
-        config: EngineConfig
-        clock: DeviceClock
-        stats: DeviceStats
-        streams: dict[str, Stream]
 
         def _end_underrun(
             self, stream: Stream, end: float, at: float, out: list[Output]
@@ -70,21 +71,40 @@ class LateDelivery:
         ) -> None: ...
 
         def _chunk(
-            self, event: ChunkEvent, at: float, out: list[Output], *, in_order: bool = False
+            self,
+            event: ChunkEvent,
+            at: float,
+            out: list[Output],
+            *,
+            in_order: bool = False,
+            floor: float = -INF,
         ) -> str: ...
 
     def __init__(self) -> None:
         #: The device's event time: the largest `t_ms` it has reported.
         self.event_time = -INF
         #: Streams whose current underrun is provisional, by id.
-        self.provisional: dict[str, Stream] = {}
+        self.provisional = {}
+        #: Streams in a confirmed underrun still going on, by id.
+        self.open_underruns = {}
+        #: No underrun ends before this instant any more (see the module docstring).
+        self.horizon = -INF
         #: While edgemon's input is interrupted, lateness confirms nothing (it waits), and
         #: after it, not before this wall time: the backlog gets its full lateness.
         self.confirm_held = False
         self.patient_wall = -INF
 
-    def _chunk_in_underrun(self, stream: Stream, t: float, at: float, out: list[Output]) -> None:
-        """A chunk reached the player at `t` while the stream was in underrun since `u`."""
+    def advance_horizon(self, reached: float, wall_ms: float) -> None:
+        """The device's clock reached `reached` at wall time `wall_ms`: move the horizon on."""
+        horizon = reached - self.config.slack.allowed_lateness_ms
+        if horizon > self.horizon and not self.confirm_held and wall_ms >= self.patient_wall:
+            self.horizon = horizon
+
+    def _chunk_in_underrun(
+        self, stream: Stream, t: float, at: float, out: list[Output], floor: float
+    ) -> None:
+        """A chunk reached the player at `t` while the stream was in underrun since `u`; it
+        arrived when the horizon was at `floor`."""
         since = stream.underrun_since
         assert since is not None
         if stream.underrun_provisional:
@@ -96,7 +116,9 @@ class LateDelivery:
                 return
             self._confirm(stream, at, out)
         if stream.start + stream.buffered > t:
-            self._end_underrun(stream, max(since, t), at, out)
+            # Later than the lateness: the time up to the horizon was settled, it stays.
+            end = t if t > floor else floor
+            self._end_underrun(stream, end if end > since else since, at, out)
 
     # ------------------------------------------------------------------ reorder buffer
     def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
@@ -104,7 +126,7 @@ class LateDelivery:
         held = stream.held
         if held is None:
             held = stream.held = Held()
-        if not held.add(event, at):
+        if not held.add(event, at, self.horizon):
             return "duplicate"
         if len(held) > MAX_HELD:
             self._flush_held(stream, at, out)  # too far ahead: the holes are gaps now
@@ -122,11 +144,11 @@ class LateDelivery:
         """Apply the held chunks that now follow in `seq` order."""
         held = stream.held
         assert held is not None
-        while (event := held.take(stream.last_seq + 1)) is not None:
+        while (pair := held.take(stream.last_seq + 1)) is not None:
             if stream.phase is Phase.DRAINING or stream.id not in self.streams:
                 held.drain()
                 break
-            self._chunk(event, at, out, in_order=True)
+            self._chunk(pair[0], at, out, in_order=True, floor=pair[1])
         if not len(held):
             stream.held = None
             self._recheck(stream, at, out)
@@ -138,14 +160,14 @@ class LateDelivery:
         held = stream.held
         assert held is not None
         while len(held) and self._hold_due(held) <= now:
-            event = held.take_first()
+            event, floor = held.take_first()
             out.append(GapDeclared(self.id, stream.id, now, stream.last_seq + 1, event.seq - 1))
-            self._chunk(event, now, out, in_order=True)
+            self._chunk(event, now, out, in_order=True, floor=floor)
             if stream.phase is Phase.DRAINING or stream.id not in self.streams:
                 held.drain()
                 break
             while (follows := held.take(stream.last_seq + 1)) is not None:
-                self._chunk(follows, now, out, in_order=True)
+                self._chunk(follows[0], now, out, in_order=True, floor=follows[1])
         if not len(held):
             stream.held = None
             self._recheck(stream, now, out)
@@ -156,12 +178,12 @@ class LateDelivery:
         """No more waiting (an `end`, or too many held): apply them all, declaring the gaps."""
         held = stream.held
         assert held is not None
-        for event in held.drain():  # still held meanwhile: nothing is confirmed half-way
+        for event, floor in held.drain():  # still held meanwhile: nothing confirmed half-way
             if stream.phase is Phase.DRAINING or stream.id not in self.streams:
                 break
             if event.seq > stream.last_seq + 1:
                 out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
-            self._chunk(event, at, out, in_order=True)
+            self._chunk(event, at, out, in_order=True, floor=floor)
         stream.held = None
         self._recheck(stream, at, out)
 
@@ -205,6 +227,7 @@ class LateDelivery:
         assert u is not None
         stream.underrun_provisional = False
         del self.provisional[stream.id]
+        self.open_underruns[stream.id] = stream
         stream.underruns += 1
         self.stats.underruns += 1
         out.append(UnderrunConfirmed(self.id, stream.id, u, now, stream.underrun_published))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from edgemon.engine.headroom import INF
+
 if TYPE_CHECKING:
     from edgemon.engine.events import ChunkEvent
 
@@ -18,43 +20,60 @@ MAX_HELD: Final = 32
 
 
 class Held:
-    """Chunks of one stream waiting for a missing `seq`, with when each arrived (device clock)."""
+    """Chunks of one stream waiting for a missing `seq`, with when each arrived (device clock)
+    and the device's lateness horizon then (`LateDelivery.horizon`): an underrun the chunk
+    ends is not ended before that horizon."""
 
-    __slots__ = ("arrived", "chunks")
+    __slots__ = ("arrived", "chunks", "floors")
 
     def __init__(self) -> None:
         self.chunks: dict[int, ChunkEvent] = {}
         self.arrived: dict[int, float] = {}
+        self.floors: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self.chunks)
 
-    def add(self, event: ChunkEvent, at: float) -> bool:
-        """Hold `event`, arrived at `at`; False if that `seq` is held already (a duplicate)."""
+    def add(self, event: ChunkEvent, at: float, floor: float = -INF) -> bool:
+        """Hold `event`, arrived at `at` with the horizon at `floor`; False if that `seq` is
+        held already (a duplicate)."""
         if event.seq in self.chunks:
             return False
         self.chunks[event.seq] = event
         self.arrived[event.seq] = at
+        self.floors[event.seq] = floor
         return True
 
     def first_arrival(self) -> float:
         """When the lowest held chunk arrived: the hole before it waits from then."""
         return self.arrived[min(self.chunks)]
 
-    def take(self, seq: int) -> ChunkEvent | None:
-        """The held chunk of `seq`, taken out, if there is one."""
-        self.arrived.pop(seq, None)
-        return self.chunks.pop(seq, None)
+    def earliest_end(self) -> float:
+        """The earliest instant a held chunk may end an underrun at (INF if none held)."""
+        floors = self.floors
+        return min(
+            (max(e.t_ms, floors[seq]) for seq, e in self.chunks.items()),
+            default=INF,
+        )
 
-    def take_first(self) -> ChunkEvent:
-        """The lowest held chunk, taken out."""
-        event = self.chunks.pop(min(self.chunks))
-        del self.arrived[event.seq]
-        return event
+    def take(self, seq: int) -> tuple[ChunkEvent, float] | None:
+        """The held chunk of `seq` and its floor, taken out, if there is one."""
+        event = self.chunks.pop(seq, None)
+        if event is None:
+            return None
+        del self.arrived[seq]
+        return event, self.floors.pop(seq)
 
-    def drain(self) -> list[ChunkEvent]:
-        """Every held chunk in `seq` order, taken out."""
-        chunks = [self.chunks[seq] for seq in sorted(self.chunks)]
+    def take_first(self) -> tuple[ChunkEvent, float]:
+        """The lowest held chunk and its floor, taken out."""
+        pair = self.take(min(self.chunks))
+        assert pair is not None
+        return pair
+
+    def drain(self) -> list[tuple[ChunkEvent, float]]:
+        """Every held chunk with its floor, in `seq` order, taken out."""
+        pairs = [(self.chunks[seq], self.floors[seq]) for seq in sorted(self.chunks)]
         self.chunks.clear()
         self.arrived.clear()
-        return chunks
+        self.floors.clear()
+        return pairs

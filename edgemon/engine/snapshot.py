@@ -99,6 +99,7 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
         "throttle_since": device.throttle_since,
         "last_message_wall_ms": device.last_message_wall_ms,
         "event_time": _finite(device.event_time),
+        "horizon": _finite(device.horizon),
         "engine_info": None if info is None else _engine_info(info),
         "stats": {
             **{name: getattr(stats, name) for name in _STAT_FIELDS},
@@ -123,7 +124,12 @@ def _stream(stream: Stream) -> dict[str, Any]:
 
 
 def _held(held: Held) -> dict[str, Any]:
-    return {"chunks": [[asdict(e), held.arrived[seq]] for seq, e in held.chunks.items()]}
+    return {
+        "chunks": [
+            [asdict(e), held.arrived[seq], _finite(held.floors[seq])]
+            for seq, e in held.chunks.items()
+        ]
+    }
 
 
 def _engine_info(info: TtsEngineInfo) -> dict[str, Any]:
@@ -156,6 +162,8 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
     device.last_message_wall_ms = float(item["last_message_wall_ms"])
     event_time = item.get("event_time")
     device.event_time = -INF if event_time is None else float(event_time)
+    horizon = item.get("horizon")
+    device.horizon = -INF if horizon is None else float(horizon)
     info = item["engine_info"]
     if info is not None:
         kv = info["kv"]
@@ -209,7 +217,8 @@ def _restore_stream(device: Device, fields: dict[str, Any], resumed: float) -> N
     held = fields.get("held")
     if held is not None:
         stream.held = Held()
-        for chunk, arrived in held["chunks"]:
-            stream.held.add(ChunkEvent(**chunk), float(arrived))
+        for chunk, arrived, *floor in held["chunks"]:
+            bound = floor[0] if floor and floor[0] is not None else -INF
+            stream.held.add(ChunkEvent(**chunk), float(arrived), float(bound))
     stream.phase = Phase(fields["phase"])
     device.adopt(stream)

@@ -20,6 +20,7 @@ and read directly.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -198,6 +199,46 @@ class LiveSummary:
     lowest: tuple[tuple[str, float, float], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """One stream at one instant (ms, device clock); None where its phase has no such value
+    (slack before the first chunk, ETA and headroom unless live) or it is not finite."""
+
+    stream: str
+    phase: str
+    slack_ms: float | None
+    eta_ms: float | None
+    headroom_ms: float | None
+    at_risk: bool
+    margin_ms: float
+    chunks: int
+    underruns: int
+    #: In underrun now, provisional or confirmed.
+    in_underrun: bool
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def stream_state(stream: Stream, now: float) -> StreamState:
+    """What a stream looks like at device time `now`."""
+    phase = stream.phase
+    head = stream.headroom_at(now) if phase is Phase.LIVE else None
+    return StreamState(
+        stream=stream.id,
+        phase=phase.value,
+        slack_ms=None if phase is Phase.WAITING else _finite(stream.slack_at(now)),
+        eta_ms=_finite(stream.eta_at(now)) if phase is Phase.LIVE else None,
+        headroom_ms=None if head is None else _finite(head),
+        at_risk=head is not None and head < stream.margin,
+        margin_ms=stream.margin,
+        chunks=stream.chunks,
+        underruns=stream.underruns,
+        in_underrun=stream.underrun_since is not None,
+    )
+
+
 class DeviceView:
     """What the adapters may read of one device: nothing here changes the engine's state
     (only the index of its live streams catches up)."""
@@ -269,22 +310,39 @@ class DeviceView:
             lowest=tuple(index.lowest(now, lowest)),
         )
 
-    def throttle_ms(self, now: float) -> float:
-        """Time spent throttled up to `now`, the ongoing period included."""
+    def throttle_ms(self) -> float:
+        """Time spent throttled, the ongoing period up to the instant the engine has reached
+        for the device (never beyond: it may turn off at that very instant once the decision
+        or a timer due there runs). Never decreases: the throttle turns off at an instant
+        the engine reaches, never before one it has reached."""
         device = self._device
         total = device.stats.throttle_ms
         if device.throttle_on:
-            total += max(0.0, now - device.throttle_since)
+            ongoing = device.clock.floor_ms - device.throttle_since
+            if ongoing > 0.0:
+                total += ongoing
         return total
 
-    def underrun_ms(self, now: float) -> float:
-        """Time spent in confirmed underrun up to `now`, ongoing confirmed underruns included
-        (a provisional one counts once confirmed, SPEC §2.8)."""
-        total = self._device.stats.underrun_ms
-        for stream in self._device.streams.values():
-            if stream.underrun_since is not None and not stream.underrun_provisional:
-                total += max(0.0, now - stream.underrun_since)
+    def underrun_ms(self) -> float:
+        """Time spent in confirmed underrun (a provisional one counts once confirmed, SPEC
+        §2.8), ongoing ones up to the device's lateness horizon (`LateDelivery.horizon`), or
+        to the earliest end a held chunk could give. Never decreases: no underrun ends
+        before either. O(ongoing confirmed underruns), not O(streams)."""
+        device = self._device
+        total = device.stats.underrun_ms
+        horizon = device.horizon
+        for stream in device.open_underruns.values():
+            since = stream.underrun_since
+            assert since is not None
+            held = stream.held
+            end = horizon if held is None else min(horizon, held.earliest_end())
+            if end > since:
+                total += end - since
         return total
+
+    def stream_states(self, now: float) -> list[StreamState]:
+        """Every stream at device time `now`, in no particular order (O(streams))."""
+        return [stream_state(stream, now) for stream in self._device.streams.values()]
 
     def streams(self) -> Iterator[Stream]:
         """Every stream, in no particular order (read them, never write)."""

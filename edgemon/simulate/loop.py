@@ -226,8 +226,7 @@ class _VirtualLoop:
 
     def _message(self, body: bytes) -> None:
         out: list[Output] = []
-        self.monitor.receive(TOPIC, body, self.now, out)
-        self.monitor.advance(self.now, out)
+        self.monitor.handle(TOPIC, body, self.now, out)
         self._outputs(out)
 
     def _timer(self, _: Any) -> None:

@@ -1,0 +1,96 @@
+"""A device's streams coming and going: created by their first event, removed with a summary.
+
+A stream begins at a `start` or its first chunk (within the device's stream limit) and ends by
+an `end`, by playing out its `final` chunk, or by expiry; its removal settles any underrun it
+is in and emits its `StreamEnded` summary (SPEC §2.6). Its id is then buried for a while
+(`edgemon.engine.tombstones`) so that late redeliveries do not bring it back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from edgemon.engine.outputs import StreamEnded, UnderrunEnded
+from edgemon.engine.state import DeviceState
+from edgemon.engine.stats import fold_reason
+from edgemon.engine.stream import Phase, Stream
+
+if TYPE_CHECKING:
+    from edgemon.engine.events import StartEvent
+    from edgemon.engine.outputs import Output
+
+
+class Lifecycle(DeviceState):
+    """The part of a `Device` that creates and removes streams (a base class of `Device`)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def _margin_for(self, from_start: float | None) -> float: ...
+        def _confirm(self, stream: Stream, now: float, out: list[Output]) -> None: ...
+        def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None: ...
+        def _bury(self, stream_id: str, now: float) -> None: ...
+
+    def _new_stream(
+        self, stream_id: str, t_ms: float, *, start: StartEvent | None
+    ) -> Stream | None:
+        if len(self.streams) >= self.config.limits.max_streams_per_device:
+            return None
+        self.tombstones.pop(stream_id, None)
+        override = self.override
+        player = (override.player if override else None) or (start.player if start else None)
+        from_start = start.margin_ms if start else None
+        stream = Stream(
+            stream_id,
+            t_ms=t_ms,
+            rebuffer=(player or self.config.slack.player) == "rebuffer",
+            margin=self._margin_for(from_start),
+            margin_from_start=from_start,
+            started_by_event=start is not None,
+            play_start_ms=start.play_start_ms if start else None,
+        )
+        self.streams[stream_id] = stream
+        self.stats.streams_started += 1
+        return stream
+
+    def _end_underrun(self, stream: Stream, end: float, at: float, out: list[Output]) -> None:
+        since = stream.underrun_since
+        assert since is not None
+        duration = max(0.0, end - since)
+        stream.underrun_since = None
+        self.open_underruns.pop(stream.id, None)
+        stream.underrun_ms += duration
+        self.stats.underrun_ms += duration
+        out.append(UnderrunEnded(self.id, stream.id, at, duration))
+
+    def _remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
+        stream.held = None
+        if stream.underrun_provisional:
+            self._confirm(stream, now, out)  # nothing can undo it once the stream is gone
+        if stream.underrun_since is not None:
+            self._end_underrun(stream, now, now, out)
+        self._set_flags(stream, risk=False, unsafe=False)
+        if stream.phase is Phase.LIVE:
+            self.live -= 1
+        self.dirty = True
+        stream.due = math.nan  # its timer entries are stale from now on
+        del self.streams[stream.id]
+        self.live_index.note(stream)
+        self._bury(stream.id, now)
+        self.stats.finished[fold_reason(reason)] += 1
+        out.append(
+            StreamEnded(
+                device=self.id,
+                stream=stream.id,
+                t_ms=now,
+                reason=reason,
+                chunks=stream.chunks,
+                audio_ms=stream.buffered,
+                underruns=stream.underruns,
+                underrun_ms=stream.underrun_ms,
+                min_slack_ms=stream.min_slack,
+                time_to_first_audio_ms=stream.first_audio_ms,
+            )
+        )
