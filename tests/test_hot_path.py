@@ -1,4 +1,4 @@
-"""The per-message bookkeeping of the daemon's hot path: the deadline poke and the loggers."""
+"""The per-message costs of the daemon's hot path: the deadline poke, the loggers, reading."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import math
+import socket
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,6 +14,7 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 
 from edgemon.daemon.clock import MonotonicWallClock
+from edgemon.daemon.intake import ReadBuffer
 from edgemon.daemon.logs import configure_logging
 from edgemon.daemon.scheduler import Scheduler
 from edgemon.engine import EngineConfig
@@ -169,3 +171,27 @@ def test_daemon_loggers_resolve_their_configuration_once() -> None:
     log.info("two")
     assert [json.loads(line)["event"] for line in first.getvalue().splitlines()] == ["one", "two"]
     assert later.getvalue() == ""
+
+
+def test_read_buffer_serves_paho_from_one_read_of_the_socket() -> None:
+    """Three PUBLISH-sized packets written at once: paho's first 1-byte `recv` reads them
+    all from the socket, the later `recv`s are served from the buffer (`pending()` counts
+    what is left), sizes are respected, and an empty socket raises BlockingIOError as the
+    socket itself would; b"" at the end of the stream."""
+    left, right = socket.socketpair()
+    with left, right:
+        right.setblocking(False)
+        reader = ReadBuffer(right)
+        data = b"".join(bytes((0x32, 5)) + bytes([n]) * 5 for n in range(3))
+        left.sendall(data)
+        got = bytearray(reader.recv(1))
+        assert reader.pending() == len(data) - 1  # one read took the whole block
+        while reader.pending():
+            got += reader.recv(1)
+            got += reader.recv(1 + len(got) % 6)
+        assert bytes(got) == data
+        with pytest.raises(BlockingIOError):
+            reader.recv(1)
+        left.close()
+        assert reader.recv(1) == b""
+        assert reader.fileno() == right.fileno()
