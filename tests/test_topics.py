@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edgemon.wire.topics import Topics, valid_device_id
 
@@ -127,3 +129,38 @@ def test_custom_prefix() -> None:
     assert topics.parse("edgemon/v1/d/events") is None
     assert topics.parse("site/a/edgex/d/events") is None
     assert topics.parse("site/a/d/events") is None
+
+
+def test_parse_remembers_routes_within_its_bound() -> None:
+    """Routes are remembered per topic string, at most `cached` of them (the cache starts
+    over when full), and every parse still gives the route a fresh parse gives."""
+    topics = Topics(cached=4)
+    names = [f"edgemon/v1/d{n}/{kind}" for n in range(10) for kind in ("events", "engine")]
+    for _ in range(3):
+        for name in names:
+            assert topics.parse(name) == Topics().parse(name) is not None
+            assert 1 <= topics.remembered <= 4
+
+
+@pytest.mark.parametrize(
+    "topic",
+    ["other/v1/d1/events", "edgemon/v1/bad device/events", "edgemon/v1/d1/throttle", ""],
+)
+def test_topics_that_are_not_ours_are_never_remembered(topic: str) -> None:
+    """A topic that is not an inbound edgemon topic is parsed (to None) every time and never
+    takes a place in the cache: a flood of junk topics cannot evict or grow anything."""
+    topics = Topics(cached=4)
+    assert topics.parse("edgemon/v1/d1/events") == ("d1", "events")
+    for _ in range(3):
+        assert topics.parse(topic) is None
+    assert topics.remembered == 1
+
+
+@given(st.lists(st.sampled_from(["edgemon/v1/", "edgemon/v1/d", "x/"]) | st.text(max_size=12)))
+def test_cached_parse_equals_a_fresh_parse(parts: list[str]) -> None:
+    """Any sequence of topics parsed through one small cache gives, topic by topic, exactly
+    what a Topics that never saw a topic before gives."""
+    topics = Topics(cached=3)
+    for n, part in enumerate(parts):
+        topic = part + ("/events" if n % 2 else "")
+        assert topics.parse(topic) == Topics().parse(topic)

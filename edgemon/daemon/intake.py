@@ -15,6 +15,10 @@ be delivered again by the broker, with the DUP flag, to the next session: it is 
 then without being applied or counted twice. So are the messages of the write-ahead log
 replayed after a crash (`expect_redelivery`): edgemon cannot know which of them it had
 acknowledged. A redelivery is recognised by its DUP flag and its exact topic and payload.
+
+Two costs paho would pay per message are paid per read and per batch instead: the socket is
+read in blocks of `READ_CHUNK` bytes (`ReadBuffer`; paho asks for 1-byte headers and then
+the rest, three `recv` calls per message), and a batch's PUBACKs leave in one write.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
+
+from paho.mqtt.client import PUBACK
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -38,8 +44,67 @@ RECENT_ACKS = 4096
 #: How long after a session begins redeliveries of the previous one are still expected.
 REDELIVERY_WINDOW_S = 60.0
 
+#: Bytes asked of the socket at once (paho then takes its packets from them).
+READ_CHUNK = 65_536
+
 #: (mid, qos, topic, payload) of one received message awaiting its acknowledgement.
 Pending = tuple[int, int, str, bytes]
+
+_PUBACK_HEAD = bytes((PUBACK, 2))
+
+
+class ReadBuffer:
+    """paho's socket, read in blocks: `recv(n)` serves what the last block left before it
+    reads the socket again, so a message costs one system call per block, not three.
+
+    `pending()` counts what is buffered (and, for TLS, what the SSL object holds), which is
+    how the reader callback knows to run again without the socket becoming readable. The
+    rest is the socket's own.
+    """
+
+    __slots__ = ("_buf", "_pos", "_sock")
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._buf = b""
+        self._pos = 0
+
+    def recv(self, size: int) -> bytes:
+        """Up to `size` bytes: from the buffer, else from one read of the socket (whose
+        errors, such as BlockingIOError, are raised as they are; b"" at the end)."""
+        buf, pos = self._buf, self._pos
+        if pos >= len(buf):
+            buf = self._sock.recv(max(size, READ_CHUNK))
+            pos = 0
+            self._buf = buf
+        end = min(pos + size, len(buf))
+        self._pos = end
+        if pos == 0 and end == len(buf):
+            return buf
+        return buf[pos:end]
+
+    def pending(self) -> int:
+        """Bytes readable without the socket: buffered here, or decrypted in the SSL object."""
+        inner = getattr(self._sock, "pending", None)
+        return len(self._buf) - self._pos + (inner() if inner is not None else 0)
+
+    def send(self, data: bytes | bytearray) -> int:
+        """The socket's send."""
+        sent: int = self._sock.send(data)
+        return sent
+
+    def close(self) -> None:
+        """The socket's close."""
+        self._sock.close()
+
+    def fileno(self) -> int:
+        """The socket's descriptor."""
+        fileno: int = self._sock.fileno()
+        return fileno
+
+    def setblocking(self, flag: bool) -> None:
+        """The socket's setblocking."""
+        self._sock.setblocking(flag)
 
 
 def _no_wal(callback: Callable[[], None]) -> None:
@@ -66,6 +131,11 @@ class Intake:
         self._session = 0
         self._batch: list[Pending] = []
         self._flush_scheduled = False
+        self._reading = False  # in `_readable`: it ends the batch itself
+        self._reader: ReadBuffer | None = None
+        #: PUBACKs of durable batches, written together once per loop iteration.
+        self._acks = bytearray()
+        self._acks_scheduled = False
         #: Applied, not acknowledged yet: count and payload bytes.
         self.pending = 0
         self.pending_bytes = 0
@@ -99,7 +169,11 @@ class Intake:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._fail = fail
-        self._fd = sock.fileno() if (sock := client.socket()) is not None else -1
+        sock = client.socket()
+        if sock is not None and not isinstance(sock, ReadBuffer):
+            client._sock = sock = ReadBuffer(sock)  # noqa: SLF001 - paho reads through it
+        self._reader = sock if isinstance(sock, ReadBuffer) else None
+        self._fd = sock.fileno() if sock is not None else -1
         self.paused = False
         if self._fd >= 0:
             loop.add_reader(self._fd, self._readable)
@@ -117,6 +191,8 @@ class Intake:
             self._loop.remove_reader(self._fd)  # still open: paho has not removed it itself
         self._fd = -1
         self._client = None
+        self._reader = None
+        self._acks = bytearray()  # not sent: in `_recent`, so expected again
         self._session += 1
         batch, self._batch = self._batch, []
         self._unacknowledged(batch, persistent=persistent)
@@ -136,10 +212,19 @@ class Intake:
         if client is None:
             return
         try:
-            for _ in range(READ_BUDGET):
-                before = self._received
-                if client.loop_read() or self.paused or self._received == before:
-                    break
+            reader = self._reader
+            self._reading = True
+            try:
+                for _ in range(READ_BUDGET):
+                    before = self._received
+                    if client.loop_read() or self.paused or self._received == before:
+                        break
+                    if reader is not None and not reader.pending():
+                        break  # all read is handled: the loop says when more comes
+            finally:
+                self._reading = False
+            if self._batch and not self._flush_scheduled:
+                self._flush()  # what was read together is one batch
             sock: Any = client.socket()
             if sock is not None and not self.paused and getattr(sock, "pending", int)() > 0:
                 # Decrypted TLS data waits in the SSL object, not in the socket.
@@ -171,7 +256,7 @@ class Intake:
         self._settled.clear()
         self.pending += 1
         self.pending_bytes += len(payload)
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and not self._reading:
             self._flush_scheduled = True
             self._call_soon(self._flush)
         if self.pending >= self._max_messages or self.pending_bytes >= self._max_bytes:
@@ -188,16 +273,30 @@ class Intake:
     def _acknowledge(self, batch: list[Pending], session: int) -> None:
         client = self._client
         if session == self._session and client is not None:
-            ack = client.ack
             recent = self._recent
+            acks = self._acks
             for mid, qos, topic, payload in batch:
-                ack(mid, qos)
+                if qos == 1:  # PUBACK, success (MQTT 3.1.1 and 5): 0x40, length 2, mid
+                    acks += _PUBACK_HEAD + mid.to_bytes(2, "big")
+                else:
+                    client.ack(mid, qos)
                 recent.append((topic, payload))
+            if acks and not self._acks_scheduled:
+                self._acks_scheduled = True
+                self._call_soon(self._send_acks)
         else:
             self._unacknowledged(batch, persistent=True)
         self._released(batch)
         if self.paused and self.pending < self._max_messages // 2:
             self._resume()
+
+    def _send_acks(self) -> None:
+        """The PUBACKs of every batch made durable since the last call, as one packet to
+        paho: one write for all of them (paho writes each packet it is given on its own)."""
+        self._acks_scheduled = False
+        acks, self._acks = self._acks, bytearray()
+        if acks and self._client is not None:
+            self._client._packet_queue(PUBACK, bytes(acks), 0, 0)  # noqa: SLF001
 
     def _released(self, batch: list[Pending]) -> None:
         self.pending -= len(batch)
@@ -213,6 +312,7 @@ class Intake:
         self._closed = True
         self._flush()
         await self._settled.wait()
+        self._send_acks()  # before the farewell and DISCONNECT are queued
 
     def _unacknowledged(self, batch: list[Pending], *, persistent: bool) -> None:
         if persistent:

@@ -45,7 +45,7 @@ def configure_logging(settings: LogSettings, *, stream: TextIO | None = None) ->
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[settings.level]),
         logger_factory=structlog.PrintLoggerFactory(out),
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=True,  # a logger resolves its configuration once
     )
 
 

@@ -1,9 +1,10 @@
 """The deadline timer: one task sleeps until the engine's next transition and fires it.
 
 The engine knows every future transition instant (SPEC §2.4), so nothing polls: the task
-sleeps until `monitor.next_deadline()` and calls `advance(now)`. A message that brings the
-next deadline forward calls `poke()`, which wakes the task early (only then: a message
-that leaves the deadline where it is costs no wake-up).
+sleeps until `monitor.next_deadline()` and calls `advance(now)`. After each message the
+daemon calls `poke()`, which wakes the task early only when the engine's timer heaps now
+begin before the deadline it sleeps until (a message that leaves the deadline where it is
+costs a comparison, no wake-up and no recomputation).
 
 The sleep is an `asyncio` timer, but the event loop's timers wait in whole milliseconds
 (epoll's timeout, rounded up), which alone would make a deadline up to 1 ms late. So the
@@ -75,9 +76,13 @@ class Scheduler:
         self.lateness = Histogram(LATENESS_BOUNDS_MS)
 
     def poke(self) -> None:
-        """Call after anything that may have moved the next deadline (a message, a reload)."""
-        deadline = self._monitor.next_deadline()
-        if deadline is not None and deadline < self._target:
+        """Call after anything that may have moved the next deadline (a message, a reload).
+
+        O(1): the engine's heap heads are a lower bound of its next deadline, so when they
+        are not before the deadline the task sleeps until, nothing came earlier. A head that
+        is only a superseded entry costs one early wake-up, which recomputes the deadline.
+        """
+        if self._monitor.engine.deadline_floor() < self._target:
             self._wake.set()
 
     async def run(self) -> None:

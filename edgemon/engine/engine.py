@@ -267,6 +267,18 @@ class Engine:
             return (queue or idle)[0][0]
         return None
 
+    def deadline_floor(self) -> float:
+        """At most `next_deadline()` (inf for none), in O(1): the heads of the timer heaps as
+        they are, without dropping superseded entries first. For a caller that only needs to
+        know whether the next deadline may have come earlier than one it already knows."""
+        if self._pending:
+            return -INF
+        queue, idle = self._queue, self._idle
+        due = queue[0][0] if queue else INF
+        if idle and idle[0][0] < due:
+            return idle[0][0]
+        return due
+
     def _schedule(self, device: Device) -> None:
         instant = device.next_timer()
         if instant != INF:

@@ -3,19 +3,37 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 _DEVICE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 Kind = Literal["events", "engine"]
 
+#: Routes remembered by default: two topics per device at the default `max_devices` (1,000),
+#: with room to spare.
+CACHED_ROUTES = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class Topics:
-    """Topic names under one prefix."""
+    """Topic names under one prefix.
+
+    `parse` remembers the routes of up to `cached` topics (a dict lookup instead of a regex
+    per message); when that many are known it starts over, so memory stays bounded whatever
+    topics arrive. Topics that are not ours are never remembered.
+    """
 
     prefix: str = "edgemon/v1"
+    cached: int = CACHED_ROUTES
+    _routes: dict[str, tuple[str, Kind]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    @property
+    def remembered(self) -> int:
+        """How many routes `parse` holds now (at most `cached`)."""
+        return len(self._routes)
 
     @property
     def subscriptions(self) -> tuple[str, str]:
@@ -32,6 +50,17 @@ class Topics:
 
     def parse(self, topic: str) -> tuple[str, Kind] | None:
         """`(device, kind)` of an inbound topic, or None if it is not one of ours."""
+        route = self._routes.get(topic)
+        if route is None:
+            route = self._parse(topic)
+            if route is not None:
+                routes = self._routes
+                if len(routes) >= self.cached:
+                    routes.clear()
+                routes[topic] = route
+        return route
+
+    def _parse(self, topic: str) -> tuple[str, Kind] | None:
         prefix = self.prefix
         if not topic.startswith(prefix) or topic[len(prefix) : len(prefix) + 1] != "/":
             return None
