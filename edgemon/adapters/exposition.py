@@ -45,21 +45,26 @@ class Slicer:
     With `until_deadline` (ms until the engine's next transition, None if none), a slice
     does not start within `clear_ms` of a transition: the slicer sleeps past it first (at
     most `max_wait_s` per call, so a fleet with transitions every millisecond still gets
-    scraped), and the deadline task fires with nothing in its way.
+    scraped), and the deadline task fires with nothing in its way. With `busy` (the throttle
+    publisher has an object to send), no slice starts until it is sent: a transition that
+    just fired goes out on the wire before the scrape goes on (sending takes a few turns of
+    the loop, and a slice could otherwise run in each; also at most `max_wait_s`).
     """
 
-    __slots__ = ("_budget", "_clear", "_max_wait", "_since", "_until", "yields")
+    __slots__ = ("_budget", "_busy", "_clear", "_max_wait", "_since", "_until", "yields")
 
     def __init__(
         self,
         budget_s: float = 0.0005,
         *,
         until_deadline: Callable[[], float | None] | None = None,
+        busy: Callable[[], bool] | None = None,
         clear_ms: float = 2.0,
         max_wait_s: float = 0.02,
     ) -> None:
         self._budget = budget_s
         self._until = until_deadline
+        self._busy = busy
         self._clear = clear_ms
         self._max_wait = max_wait_s
         self._since = time.perf_counter()
@@ -71,6 +76,10 @@ class Slicer:
             return
         self.yields += 1
         await asyncio.sleep(0)
+        if self._busy is not None:
+            started = time.perf_counter()
+            while self._busy() and time.perf_counter() - started < self._max_wait:  # noqa: ASYNC110
+                await asyncio.sleep(0)  # a turn of the loop for the publisher's next step
         if self._until is not None:
             await clear_of_deadlines(self._until, self._clear, self._max_wait)
         self._since = time.perf_counter()

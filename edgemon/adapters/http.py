@@ -76,12 +76,14 @@ def create_app(
     wall_clock: Callable[[], float],
     basic_auth: tuple[str, str] | None = None,
     slice_budget_s: float = SLICE_BUDGET_S,
+    publishing: Callable[[], bool] | None = None,
 ) -> web.Application:
     """The application; `wall_clock` is edgemon's wall time in ms, `basic_auth` (user, password);
-    a request yields to the event loop after each `slice_budget_s` of work."""
+    a request yields to the event loop after each `slice_budget_s` of work, and starts no
+    slice while `publishing()` (a throttle object is on its way out)."""
     middlewares = [] if basic_auth is None else [_basic_auth(*basic_auth)]
     app = web.Application(middlewares=middlewares)
-    views = _Views(registry, monitor, connection, wall_clock, slice_budget_s)
+    views = _Views(registry, monitor, connection, wall_clock, slice_budget_s, publishing)
     app.router.add_get("/metrics", views.metrics)
     app.router.add_get("/healthz", views.healthz)
     app.router.add_get("/readyz", views.readyz)
@@ -90,7 +92,7 @@ def create_app(
 
 
 class _Views:
-    __slots__ = ("_budget", "_connection", "_monitor", "_registry", "_wall_clock")
+    __slots__ = ("_budget", "_connection", "_monitor", "_publishing", "_registry", "_wall_clock")
 
     def __init__(
         self,
@@ -99,8 +101,10 @@ class _Views:
         connection: ConnectionState,
         wall_clock: Callable[[], float],
         budget: float,
+        publishing: Callable[[], bool] | None,
     ) -> None:
         self._budget = budget
+        self._publishing = publishing
         self._registry = registry
         self._monitor = monitor
         self._connection = connection
@@ -122,7 +126,7 @@ class _Views:
             deadline = monitor.next_deadline()
             return None if deadline is None else deadline - wall_clock()
 
-        return Slicer(self._budget, until_deadline=until_deadline)
+        return Slicer(self._budget, until_deadline=until_deadline, busy=self._publishing)
 
     async def healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

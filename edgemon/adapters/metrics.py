@@ -333,8 +333,9 @@ class EdgemonCollector:
             f.slack_min.add_metric(labels, live.min_slack / _MS)
         if f.stream_slack is not None and f.stream_headroom is not None:
             for stream_id, slack, head in live.lowest:
-                f.stream_slack.add_metric((device_id, stream_id), slack / _MS)
-                f.stream_headroom.add_metric((device_id, stream_id), head / _MS)
+                key = (device_id, stream_id)
+                f.stream_slack.add_metric(key, slack / _MS)
+                f.stream_headroom.add_metric(key, head / _MS)
         f.margin.add_metric(labels, device.margin / _MS)
         f.throttle_active.add_metric(labels, 1.0 if device.throttle_on else 0.0)
         f.clock_offset.add_metric(labels, device.clock_offset_ms / _MS)

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 SHUTDOWN_TIMEOUT_S = 4.0
 #: A periodic snapshot starts no closer than this to the next transition (ms).
-SNAPSHOT_CLEARANCE_MS = 20.0
+SNAPSHOT_CLEARANCE_MS = 50.0
 #: The interpreter's switch interval while the daemon runs (Python's default: 5 ms).
 SWITCH_INTERVAL_S = 0.0005
 #: `edgemon_wal_commit_seconds` buckets: a page-cache write is ~10 µs, a disk flush ms.
@@ -266,6 +266,7 @@ class Daemon:
             connection=self.connection,
             wall_clock=self.clock.now_ms,
             basic_auth=basic_auth_from_settings(http),
+            publishing=lambda: self.publisher.busy,
         )
         async with serve(
             app, host=host, port=port, ssl_context=ssl_context, shutdown_timeout=1.0
@@ -354,7 +355,7 @@ class Daemon:
 
     async def _snapshots(self) -> None:
         """Every `snapshot_interval_s`, at a moment when no transition is due within twice
-        what the last capture took (at least 20 ms): the capture holds the loop."""
+        what the last capture took (at least 50 ms): the capture holds the loop."""
         while True:
             await asyncio.sleep(self.settings.state.snapshot_interval_s)
             if self.state is not None:

@@ -56,7 +56,7 @@ class GcPacer:
         until_deadline: Callable[[], float | None],
         *,
         interval_s: float = 1.0,
-        clear_ms: float = 20.0,
+        clear_ms: float = 50.0,
         unfreeze_every: int = 3600,
         max_wait_s: float = 1.0,
     ) -> None:

@@ -83,7 +83,18 @@ def throttle_payload(change: ThrottleChanged, seq: int) -> bytes:
 class ThrottlePublisher:
     """Turns throttle changes into retained messages and sends them in order per device."""
 
-    __slots__ = ("_idle", "_outbox", "_retry_s", "_seq", "_sink", "_topic", "_wake", "published")
+    __slots__ = (
+        "_idle",
+        "_outbox",
+        "_retry_s",
+        "_sending",
+        "_seq",
+        "_sink",
+        "_stalled",
+        "_topic",
+        "_wake",
+        "published",
+    )
 
     def __init__(
         self,
@@ -101,6 +112,8 @@ class ThrottlePublisher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._retry_s = retry_s
+        self._sending = False
+        self._stalled = False
         self.published = 0
 
     def submit(self, change: ThrottleChanged) -> None:
@@ -120,6 +133,12 @@ class ThrottlePublisher:
         """Objects not yet acknowledged by the broker."""
         return len(self._outbox)
 
+    @property
+    def busy(self) -> bool:
+        """Whether an object is about to be sent or being sent (until the broker's PUBACK);
+        not while the publisher waits for a session or to retry."""
+        return not self._stalled and (self._sending or bool(self._outbox))
+
     async def drain(self) -> None:
         """Return once everything submitted so far has been published."""
         await self._idle.wait()
@@ -133,16 +152,22 @@ class ThrottlePublisher:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            self._stalled = True
             await self._sink.wait_connected()
+            self._stalled = False
             topic = next(iter(outbox))
             payload = outbox.pop(topic)
+            self._sending = True
             try:
                 await self._sink.publish(topic, payload, qos=1, retain=True)
             except PublishError:
+                self._sending, self._stalled = False, True
                 outbox.setdefault(topic, payload)  # unless a newer one came meanwhile
                 await asyncio.sleep(self._retry_s)
             else:
                 self.published += 1
+            finally:
+                self._sending = self._stalled = False
 
 
 class TopicFor(Protocol):
