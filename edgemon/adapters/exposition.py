@@ -76,12 +76,8 @@ class Slicer:
             return
         self.yields += 1
         await asyncio.sleep(0)
-        if self._busy is not None:
-            started = time.perf_counter()
-            while self._busy() and time.perf_counter() - started < self._max_wait:  # noqa: ASYNC110
-                await asyncio.sleep(0)  # a turn of the loop for the publisher's next step
-        if self._until is not None:
-            await clear_of_deadlines(self._until, self._clear, self._max_wait)
+        if self._until is not None or self._busy is not None:
+            await clear_of_deadlines(self._until, self._clear, self._max_wait, self._busy)
         self._since = time.perf_counter()
 
 

@@ -129,7 +129,7 @@ class Daemon:
         )
         self.scheduler = Scheduler(self.monitor, clock=self.clock, handle=self._dispatch)
         self.registry.register(DeadlineLatenessCollector(self.scheduler.lateness))
-        self.gc = GcPacer(self._until_deadline)
+        self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)
         self._out: list[Output] = []
         self._restored = False
         self._stop = asyncio.Event()
@@ -355,12 +355,15 @@ class Daemon:
 
     async def _snapshots(self) -> None:
         """Every `snapshot_interval_s`, at a moment when no transition is due within twice
-        what the last capture took (at least 50 ms): the capture holds the loop."""
+        what the last capture took (at least 50 ms) and no throttle object is on its way
+        out: the capture holds the loop."""
         while True:
             await asyncio.sleep(self.settings.state.snapshot_interval_s)
             if self.state is not None:
                 clearance = max(SNAPSHOT_CLEARANCE_MS, 2.0 * self.state.capture_ms)
-                await clear_of_deadlines(self._until_deadline, clearance, max_wait_s=1.0)
+                await clear_of_deadlines(
+                    self._until_deadline, clearance, 1.0, lambda: self.publisher.busy
+                )
             await self._snapshot()
 
     async def _snapshot(self) -> None:

@@ -8,7 +8,8 @@ the whole of the p99 deadline lateness. So, while the daemon runs:
 - automatic collection keeps generations 0 and 1 (young objects only: a fraction of a
   millisecond) but never starts a full collection (generation 2's threshold is out of reach);
 - every `interval_s` (1 s) the pacer runs the full collection itself, at a moment when no
-  transition is due within `clear_ms` (nor within twice the last pause), then freezes the
+  transition is due within `clear_ms` (nor within twice the last pause) and no throttle
+  object is on its way out, then freezes the
   survivors (`gc.freeze()`): later collections skip them, so each one costs only what survived
   the last second (a fraction of a millisecond in steady state; tens of milliseconds once
   after 10,000 streams arrive at once);
@@ -41,6 +42,7 @@ class GcPacer:
     """Runs the full collections of the process (the daemon's `gc` task)."""
 
     __slots__ = (
+        "_busy",
         "_clear_ms",
         "_interval_s",
         "_max_wait_s",
@@ -55,12 +57,14 @@ class GcPacer:
         self,
         until_deadline: Callable[[], float | None],
         *,
+        busy: Callable[[], bool] | None = None,
         interval_s: float = 1.0,
         clear_ms: float = 50.0,
         unfreeze_every: int = 3600,
         max_wait_s: float = 1.0,
     ) -> None:
         self._until_deadline = until_deadline
+        self._busy = busy
         self._interval_s = interval_s
         self._clear_ms = clear_ms
         self._unfreeze_every = max(1, unfreeze_every)
@@ -78,7 +82,9 @@ class GcPacer:
             while True:
                 await asyncio.sleep(self._interval_s)
                 clearance = max(self._clear_ms, 2.0 * self.last_pause_ms)
-                await clear_of_deadlines(self._until_deadline, clearance, self._max_wait_s)
+                await clear_of_deadlines(
+                    self._until_deadline, clearance, self._max_wait_s, self._busy
+                )
                 self.collect()
         finally:
             if gc.get_threshold() == paced:  # nobody else changed them meanwhile
