@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from edgemon.engine.stream import Phase
 
@@ -199,10 +199,12 @@ class LiveSummary:
     lowest: tuple[tuple[str, float, float], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class StreamState:
+class StreamState(NamedTuple):
     """One stream at one instant (ms, device clock); None where its phase has no such value
-    (slack before the first chunk, ETA and headroom unless live) or it is not finite."""
+    (slack before the first chunk, ETA and headroom unless live) or it is not finite.
+
+    A named tuple: `/api/v1/streams` makes one per stream (5,000 a page), and a frozen
+    dataclass costs a `object.__setattr__` call per field to build."""
 
     stream: str
     phase: str
