@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from edgemon.adapters.http import streams_view
+from edgemon.cli import demo_loop
 from edgemon.cli.main import main
 from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
@@ -205,3 +206,17 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
         for line in lines[:-1]
     )
     assert any(line.startswith("  the loop, same requests") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("closed_s", "words"),
+    [
+        (1.0, "cut underrun time by 90% for this seed"),
+        (10.001, "left underrun time as it was for this seed"),
+        (12.0, "added 20% to underrun time for this seed"),
+    ],
+)
+def test_the_loops_effect_is_said_in_words(closed_s: float, words: str) -> None:
+    """The summary's verdict on underrun time (10 s with the loop open) reads right whichever
+    way it went; equal times (to the percent) never print as "cut by -0%"."""
+    assert demo_loop._change(10.0, closed_s) == words

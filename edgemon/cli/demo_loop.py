@@ -141,9 +141,18 @@ def summary_lines(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> li
         )
     opened, closed = scores[OPEN], scores[CLOSED]
     if opened.underrun_s > 0:
-        cut = 1.0 - closed.underrun_s / opened.underrun_s
-        lines.append(f"  closing the loop cut underrun time by {cut:.0%} for this seed")
+        lines.append(f"  closing the loop {_change(opened.underrun_s, closed.underrun_s)}")
     return lines
+
+
+def _change(opened_s: float, closed_s: float) -> str:
+    """What closing the loop did to underrun time, in words (no "cut by -0%")."""
+    cut = round(1.0 - closed_s / opened_s, 2)
+    if cut > 0:
+        return f"cut underrun time by {cut:.0%} for this seed"
+    if cut < 0:
+        return f"added {-cut:.0%} to underrun time for this seed"
+    return "left underrun time as it was for this seed"
 
 
 def summary_json(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> dict[str, Any]:
