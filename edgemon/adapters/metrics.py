@@ -73,7 +73,9 @@ FINISHED_REASONS = (*sorted(FINISH_REASONS), "other")
 
 
 class _Families:
-    """One scrape's metric families; iterating yields those with samples, in creation order."""
+    """One scrape's metric families, made by `make`: prometheus_client's by default (iterating
+    yields those with samples, in creation order), or a `TextMaker`'s, whose lines `texts`
+    gives. `EdgemonCollector._add_device` fills either kind through the same calls."""
 
     __slots__ = (
         "_all",
