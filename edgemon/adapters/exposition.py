@@ -105,6 +105,22 @@ def _pieces(family: Metric) -> Iterator[Metric]:
         yield piece
 
 
+def _groups(families: list[Metric]) -> Iterator[list[Metric]]:
+    """Families in order, small ones together (one encoder call for up to
+    `SAMPLES_PER_PIECE` samples), a large one alone (to be cut into pieces)."""
+    group: list[Metric] = []
+    size = 0
+    for family in families:
+        n = len(family.samples)
+        if group and size + n > SAMPLES_PER_PIECE:
+            yield group
+            group, size = [], 0
+        group.append(family)
+        size += n
+    if group:
+        yield group
+
+
 async def render(
     registry: CollectorRegistry, accept: str, slicer: Slicer | None = None
 ) -> tuple[bytes, str]:
@@ -118,9 +134,10 @@ async def render(
         families = [*registry.edgemon.daemon_families(), *registry.collect_others()]
     else:
         families = list(registry.collect())
-    for family in families:
-        for n, piece in enumerate(_pieces(family)):
-            text = encoder(_Families(piece))
+    for group in _groups(families):
+        pieces = [[piece] for piece in _pieces(group[0])] if len(group) == 1 else [group]
+        for n, piece in enumerate(pieces):
+            text = encoder(_Families(*piece))
             if openmetrics:
                 text = text.removesuffix(_EOF)
             parts.append(_samples_only(text) if n else text)
@@ -148,11 +165,19 @@ async def _engine_families(
     return [_header(encoder, declared[i]) + "".join(bodies[i]).encode() for i in sorted(bodies)]
 
 
+#: The engine families' header lines, by encoder and family name (the same every scrape).
+_HEADERS: dict[tuple[Callable[[Any], bytes], str], bytes] = {}
+
+
 def _header(encoder: Callable[[Any], bytes], family: Metric) -> bytes:
     """A family's `# HELP`/`# TYPE` lines as the encoder writes them."""
-    bare = copy.copy(family)
-    bare.samples = []
-    return encoder(_Families(bare)).removesuffix(_EOF)
+    key = (encoder, family.name)
+    header = _HEADERS.get(key)
+    if header is None:
+        bare = copy.copy(family)
+        bare.samples = []
+        header = _HEADERS[key] = encoder(_Families(bare)).removesuffix(_EOF)
+    return header
 
 
 def _samples_only(text: bytes) -> bytes:
