@@ -715,6 +715,51 @@ def idle_share(edgemon: Edgemon, seconds: float) -> float:
     return (edgemon.cpu() - cpu0) / (time.perf_counter() - wall0) * 100.0
 
 
+@dataclass(frozen=True, slots=True)
+class Shares:
+    """One measuring window of a steady load: CPU shares, RSS, what edgemon counted."""
+
+    share: float
+    bare_share: float
+    rss: int
+    counted_per_s: float
+    cpu_s: float
+    wall_s: float
+    sent: Json
+
+    def cpu_line(self) -> str:
+        """The window's CPU and the two shares."""
+        return (
+            f"{self.cpu_s:.2f} CPU s in {self.wall_s:.1f} s wall\n"
+            f"  edgemon CPU {self.share:.2f} % of one core (bare subscriber, same messages: "
+            f"{self.bare_share:.2f} %)"
+        )
+
+
+def measure_shares(scale: Scale, loadgen: LoadGen, edgemon: Edgemon, bare: Bare) -> Shares:
+    """With a load started: warm up, then edgemon's and the bare subscriber's CPU % of one
+    core over `scale.edge_s`; the load is stopped and its report taken."""
+    time.sleep(scale.warm_s)
+    total0 = sum(edgemon.results().values())
+    cpu0, bare0, wall0 = edgemon.cpu(), cpu_seconds(bare.pid), time.perf_counter()
+    time.sleep(scale.edge_s)
+    cpu1, bare1, wall1 = edgemon.cpu(), cpu_seconds(bare.pid), time.perf_counter()
+    rss = rss_bytes(edgemon.pid)
+    total1 = sum(edgemon.results().values())
+    loadgen.stop_flag.set()
+    sent = loadgen.result()
+    wall = wall1 - wall0
+    return Shares(
+        share=(cpu1 - cpu0) / wall * 100.0,
+        bare_share=(bare1 - bare0) / wall * 100.0,
+        rss=rss,
+        counted_per_s=(total1 - total0) / wall,
+        cpu_s=cpu1 - cpu0,
+        wall_s=wall,
+        sent=sent,
+    )
+
+
 def part_edge(
     scale: Scale, loadgen: LoadGen, edgemon: Edgemon, bare: Bare, seed: int, *, batch: int
 ) -> Edge:
@@ -729,27 +774,15 @@ def part_edge(
         prefix=PREFIX, devices=[EDGE], streams=64, rate=800.0 / batch, batch=batch,
         churn=True, seed=seed + 400 + batch,
     )  # fmt: skip
-    time.sleep(scale.warm_s)
-    total0 = sum(edgemon.results().values())
-    cpu0, bare0, wall0 = edgemon.cpu(), cpu_seconds(bare.pid), time.perf_counter()
-    time.sleep(scale.edge_s)
-    cpu1, bare1, wall1 = edgemon.cpu(), cpu_seconds(bare.pid), time.perf_counter()
-    rss = rss_bytes(edgemon.pid)
-    total1 = sum(edgemon.results().values())
-    loadgen.stop_flag.set()
-    sent = loadgen.result()
+    m = measure_shares(scale, loadgen, edgemon, bare)
     _end_streams(loadgen, None, 0.0)
-    wall = wall1 - wall0
-    share = (cpu1 - cpu0) / wall * 100.0
-    bare_share = (bare1 - bare0) / wall * 100.0
+    sent = m.sent
     line = (
         f"  {sent['messages'] / sent['seconds']:,.1f} messages/s sent, "
-        f"{(total1 - total0) / wall:,.0f} events/s counted by edgemon; "
-        f"{cpu1 - cpu0:.2f} CPU s in {wall:.1f} s wall\n"
-        f"  edgemon CPU {share:.2f} % of one core (bare subscriber, same messages: "
-        f"{bare_share:.2f} %), RSS {rss / 2**20:.1f} MiB"
+        f"{m.counted_per_s:,.0f} events/s counted by edgemon; {m.cpu_line()}, "
+        f"RSS {m.rss / 2**20:.1f} MiB"
     )
-    return Edge(share, bare_share, rss, line)
+    return Edge(m.share, m.bare_share, m.rss, line)
 
 
 def part_reporter(scale: Scale, loadgen: LoadGen, edgemon: Edgemon, bare: Bare, seed: int) -> Edge:
@@ -758,28 +791,16 @@ def part_reporter(scale: Scale, loadgen: LoadGen, edgemon: Edgemon, bare: Bare, 
     loadgen.start(
         kind="reporter", prefix=PREFIX, devices=[EDGE], streams=64, rate=800.0, seed=seed + 500
     )
-    time.sleep(scale.warm_s)
-    total0 = sum(edgemon.results().values())
-    cpu0, bare0, wall0 = edgemon.cpu(), cpu_seconds(bare.pid), time.perf_counter()
-    time.sleep(scale.edge_s)
-    cpu1, bare1, wall1 = edgemon.cpu(), cpu_seconds(bare.pid), time.perf_counter()
-    rss = rss_bytes(edgemon.pid)
-    total1 = sum(edgemon.results().values())
-    loadgen.stop_flag.set()
-    sent = loadgen.result()
-    wall = wall1 - wall0
-    share = (cpu1 - cpu0) / wall * 100.0
-    bare_share = (bare1 - bare0) / wall * 100.0
+    m = measure_shares(scale, loadgen, edgemon, bare)
+    sent = m.sent
     line = (
         f"  {sent['chunks'] / sent['seconds']:,.1f} chunks/s reported in "
         f"{sent['messages'] / sent['seconds']:,.1f} messages/s "
         f"({sent['events'] / max(sent['messages'], 1):.1f} events per message, "
-        f"{sent['dropped']} dropped); {(total1 - total0) / wall:,.0f} events/s counted by "
-        f"edgemon; {cpu1 - cpu0:.2f} CPU s in {wall:.1f} s wall\n"
-        f"  edgemon CPU {share:.2f} % of one core (bare subscriber, same messages: "
-        f"{bare_share:.2f} %)"
+        f"{sent['dropped']} dropped); {m.counted_per_s:,.0f} events/s counted by "
+        f"edgemon; {m.cpu_line()}"
     )
-    return Edge(share, bare_share, rss, line)
+    return Edge(m.share, m.bare_share, m.rss, line)
 
 
 def _check(accepted: float, expected: int, part: str) -> None:
