@@ -14,19 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from fleets import SimulatedFleet
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgemon.adapters.metrics import ConnectionState, EdgemonCollector, build_registry
-from edgemon.engine import EngineConfig
-from edgemon.monitor import Monitor
+from edgemon.adapters.metrics import ConnectionState, EdgemonCollector
 from edgemon.simulate import Simulation
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import ModuleType
 
-    from edgemon.engine.outputs import Output
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = ROOT / "dashboards"
@@ -105,25 +103,14 @@ def exported_names() -> set[str]:
     """Every sample name in a real exposition of a Monitor fed a simulated fleet (one healthy,
     one overloaded device, engine objects, live streams at the scrape), checked complete
     against the families the collector declares."""
-    monitor = Monitor(EngineConfig())
-    now = {"ms": 0.0}
-    registry = build_registry(
-        monitor,
-        wall_clock=lambda: now["ms"],
-        connection=ConnectionState(),
+    fleet = SimulatedFleet(
+        Simulation(devices=2, streams=2, rtf=[0.1, 1.2], stall_rate=0.0, seed=1, start_ms=0),
+        0.0,
         per_stream_series=20,
-        version="0",
     )
-    simulation = Simulation(
-        devices=2, streams=2, rtf=[0.1, 1.2], stall_rate=0.0, seed=1, start_ms=0
-    )
-    out: list[Output] = []
-    for device, engine in simulation.engine_objects().items():
-        monitor.handle(f"edgemon/v1/{device}/engine", json.dumps(engine).encode(), 0.0, out)
-    for message in simulation.until(20_000.0):
-        now["ms"] = message.t_ms
-        topic = f"edgemon/v1/{message.device}/events"
-        monitor.handle(topic, json.dumps(message.payload).encode(), now["ms"], out)
+    for _ in fleet.feed(20_000.0):
+        pass
+    monitor, registry = fleet.monitor, fleet.registry
     text = generate_latest(registry).decode()
     families = {family.name: family for family in text_string_to_metric_families(text)}
     collector = EdgemonCollector(

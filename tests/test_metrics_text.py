@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from typing import TYPE_CHECKING
 
 import pytest
+from fleets import SimulatedFleet
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
 from edgemon.adapters.exposition import Slicer, render
-from edgemon.adapters.metrics import ConnectionState, build_registry
 from edgemon.adapters.metrics_text import go_float
-from edgemon.engine import EngineConfig
-from edgemon.monitor import Monitor
 from edgemon.simulate import Simulation
-
-if TYPE_CHECKING:
-    from edgemon.engine.outputs import Output
 
 #: Process and platform series move on between two renderings.
 _MOVING = re.compile(r"^(process_|python_).*\n", re.MULTILINE)
@@ -48,30 +41,20 @@ async def test_text_path_is_the_registry_text_as_the_fleet_changes(accept: str) 
     sliced text path is byte for byte what prometheus_client renders from the same registry,
     at every scrape of a run: the text cached between scrapes (label prefixes, histograms)
     follows every change."""
-    monitor = Monitor(EngineConfig())
     start = 1_764_000_000_000.0  # a real wall clock: timestamps take the long formatting path
-    now = {"ms": start}
-    registry = build_registry(
-        monitor,
-        wall_clock=lambda: now["ms"],
-        connection=ConnectionState(),
+    fleet = SimulatedFleet(
+        Simulation(
+            devices=3, streams=4, rtf=[0.1, 1.3, 0.7], stall_rate=0.2, seed=7, start_ms=start
+        ),
+        start,
         per_stream_series=3,
-        version="0",
     )
-    simulation = Simulation(
-        devices=3, streams=4, rtf=[0.1, 1.3, 0.7], stall_rate=0.2, seed=7, start_ms=start
-    )
-    out: list[Output] = []
-    for device, engine in simulation.engine_objects().items():
-        monitor.receive(f"edgemon/v1/{device}/engine", json.dumps(engine).encode(), start, out)
+    registry = fleet.registry
     encoder, _ = choose_encoder(accept)
     scrapes = 0
     next_scrape = start + 500.0
-    for message in simulation.until(start + 30_000.0):
-        now["ms"] = message.t_ms
-        topic = f"edgemon/v1/{message.device}/events"
-        monitor.handle(topic, json.dumps(message.payload).encode(), now["ms"], out)
-        if now["ms"] >= next_scrape:
+    for now_ms in fleet.feed(start + 30_000.0):
+        if now_ms >= next_scrape:
             next_scrape += 1_500.0
             body, _ = await render(registry, accept, Slicer(math.inf))
             assert _MOVING.sub("", body.decode()) == _MOVING.sub("", encoder(registry).decode())
