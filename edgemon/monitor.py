@@ -153,6 +153,11 @@ class Monitor:
         """When `advance` must next be called (wall ms), if ever."""
         return self.engine.next_deadline()
 
+    def until_deadline(self, wall_ms: float) -> float | None:
+        """Milliseconds from wall time `wall_ms` to the next deadline (None if none)."""
+        deadline = self.engine.next_deadline()
+        return None if deadline is None else deadline - wall_ms
+
     def _count(
         self,
         result: str,

@@ -355,3 +355,15 @@ def test_handle_fires_due_timers_then_applies_the_message_then_decides() -> None
     assert isinstance(out[2], UnderrunConfirmed)
     assert isinstance(out[4], ThrottleChanged)
     assert out[4].active
+
+
+def test_until_deadline_is_the_next_deadline_from_a_wall_time() -> None:
+    """`until_deadline(wall)` is the next deadline minus `wall` (negative once overdue), and
+    None with nothing pending."""
+    h = Harness()
+    assert h.monitor.until_deadline(0.0) is None
+    h.send(0.0, [chunk(0, 0, audio=500)])
+    deadline = h.monitor.next_deadline()
+    assert deadline is not None
+    assert h.monitor.until_deadline(100.0) == deadline - 100.0
+    assert h.monitor.until_deadline(deadline + 5.0) == -5.0

@@ -119,14 +119,12 @@ class _Views:
 
     def _slicer(self) -> Slicer:
         """A request's slicer: it also keeps slices clear of the engine's next transition."""
-        monitor = self._monitor
-        wall_clock = self._wall_clock
-
-        def until_deadline() -> float | None:
-            deadline = monitor.next_deadline()
-            return None if deadline is None else deadline - wall_clock()
-
-        return Slicer(self._budget, until_deadline=until_deadline, busy=self._publishing)
+        monitor, wall_clock = self._monitor, self._wall_clock
+        return Slicer(
+            self._budget,
+            until_deadline=lambda: monitor.until_deadline(wall_clock()),
+            busy=self._publishing,
+        )
 
     async def healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

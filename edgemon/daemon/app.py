@@ -350,8 +350,7 @@ class Daemon:
 
     def _until_deadline(self) -> float | None:
         """Milliseconds until the engine's next transition (None if none is due)."""
-        deadline = self.monitor.next_deadline()
-        return None if deadline is None else deadline - self.clock.now_ms()
+        return self.monitor.until_deadline(self.clock.now_ms())
 
     async def _snapshots(self) -> None:
         """Every `snapshot_interval_s`, at a moment when no transition is due within twice
