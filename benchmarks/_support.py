@@ -7,6 +7,8 @@ Linux only: CPU time and RSS come from /proc (utime + stime, VmRSS), the way `to
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import shutil
 import socket
@@ -252,3 +254,16 @@ def scrape_cost(edgemon: Edgemon, scrapes: int = 20) -> float:
         edgemon.results()
     time.sleep(0.1)
     return (edgemon.cpu() - cpu0) / scrapes
+
+
+def dumps(value: object) -> bytes:
+    """Compact JSON, as devices send it."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    return ordered[max(0, math.ceil(p / 100.0 * len(ordered)) - 1)]

@@ -49,7 +49,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiomqtt
-from _support import Edgemon, Window, cpu_seconds, mosquitto, rss_bytes, scrape_cost
+from _support import (
+    Edgemon,
+    Window,
+    cpu_seconds,
+    dumps,
+    mosquitto,
+    percentile,
+    rss_bytes,
+    scrape_cost,
+)
 from paho.mqtt import client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
@@ -99,11 +108,6 @@ QUICK = Scale(
     messages=6_000, rounds=1, rate=4000, batches=300, batch_rate=100, probes=200,
     warm_s=1.5, edge_s=8.0,
 )  # fmt: skip
-
-
-def dumps(value: object) -> bytes:
-    """Compact JSON, as devices send it."""
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def no_delay(client: paho.Client) -> None:
@@ -817,14 +821,6 @@ def _end_streams(loadgen: LoadGen, edgemon: Edgemon | None, scrape_cpu: float) -
     window.open()
     ended = loadgen.run(kind="end")
     window.close(ended["events"])
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    return ordered[max(0, math.ceil(p / 100.0 * len(ordered)) - 1)]
 
 
 def verdict(ok: bool) -> str:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _support import Edgemon, http_get, mosquitto, samples
+from _support import Edgemon, dumps, http_get, mosquitto, percentile, samples
 from paho.mqtt import client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
@@ -72,19 +72,6 @@ class Scale:
 
 FULL = Scale(scrapes=60, probes=80)
 QUICK = Scale(scrapes=20, probes=30)
-
-
-def dumps(value: object) -> bytes:
-    """Compact JSON, as devices send it."""
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    return ordered[max(0, math.ceil(p / 100.0 * len(ordered)) - 1)]
 
 
 def get(url: str) -> tuple[float, bytes]:
