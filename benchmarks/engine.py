@@ -50,7 +50,6 @@ def many_streams(
             stream = f"s{i // devices}"
             assert i // devices < per_device
             event = ChunkEvent(
-                type="chunk",
                 stream=stream,
                 t_ms=t,
                 seq=r,
@@ -68,7 +67,6 @@ def one_stream(total: int, seed: int) -> Work:
     for seq in range(total):
         t = seq * 200.0
         event = ChunkEvent(
-            type="chunk",
             stream="only",
             t_ms=t,
             seq=seq,

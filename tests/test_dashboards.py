@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from fleets import SimulatedFleet
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.adapters.metrics import ConnectionState, EdgemonCollector
 from edgemon.simulate import Simulation
+
+from fleets import SimulatedFleet
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

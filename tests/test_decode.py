@@ -79,7 +79,6 @@ def test_single_chunk_event() -> None:
     """One event object decodes to one event with every field, numbers as floats."""
     event = one(chunk(eta_ms=120, final=True, audio_total_ms=200, play_start_ms=1000))
     assert event == ChunkEvent(
-        type="chunk",
         stream="s1",
         t_ms=1000.0,
         seq=0,
@@ -98,17 +97,16 @@ def test_single_start_and_end_events() -> None:
     """Start and end events decode with their optional fields, absent ones as None."""
     start = {**START, "play_start_ms": 950, "margin_ms": 100, "player": "rebuffer"}
     assert one(start) == StartEvent(
-        type="start",
         stream="s1",
         t_ms=900.0,
         play_start_ms=950.0,
         margin_ms=100.0,
         player="rebuffer",
     )
-    assert one(START) == StartEvent(type="start", stream="s1", t_ms=900.0)
-    assert one(END) == EndEvent(type="end", stream="s1", t_ms=2000.0, reason="cancelled")
+    assert one(START) == StartEvent(stream="s1", t_ms=900.0)
+    assert one(END) == EndEvent(stream="s1", t_ms=2000.0, reason="cancelled")
     assert one({"type": "end", "stream": "s1", "t_ms": 0}) == EndEvent(
-        type="end", stream="s1", t_ms=0.0, reason=None
+        stream="s1", t_ms=0.0, reason=None
     )
 
 

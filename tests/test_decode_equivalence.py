@@ -1,11 +1,11 @@
-"""The wire checks run in pydantic-core now (stream-id pattern, finite times): every verdict is
-the one the Python predicates they replaced gave.
+"""Events are decoded by msgspec now (its constraints, its parser, pydantic-core's parser for
+NaN and ±Infinity): every verdict is the one the pydantic-core decoder it replaced gave.
 
-The reference below is the event definitions as they were, with `Predicate(valid_stream_id)`
-and `Predicate(math.isfinite)`, validated by pydantic the same way (strict JSON, discriminated
-on `type`). Each generated event object must be accepted by both with the same values, or
-rejected by both (the detail of a rejection may be worded differently; its `result` label,
-`invalid_event`, is the same).
+The reference (`pydantic_events`) is that decoder, the event definitions validated by
+pydantic-core in strict JSON mode, discriminated on `type`. Each generated event object must
+be accepted by both with the same values, or rejected by both (the detail of a rejection is
+worded differently; its `result` label, `invalid_event`, is the same). Through JSON text, as
+the wire carries it: NaN and ±Infinity as their (non-standard) literals.
 """
 
 from __future__ import annotations
@@ -13,70 +13,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from annotated_types import Ge, Gt, Le, MaxLen, Predicate
+import msgspec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from edgemon.engine.config import PlayerModel  # noqa: TC001 - pydantic reads the annotations
-from edgemon.engine.events import MAX_TIME_MS
 from edgemon.wire.decode import Problem, decode_events
 
-_OLD_STREAM_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-
-
-def valid_stream_id(text: str) -> bool:
-    """The predicate as it was."""
-    return _OLD_STREAM_ID.fullmatch(text) is not None
-
-
-StreamId = Annotated[str, Predicate(valid_stream_id)]
-TimeMs = Annotated[float, Predicate(math.isfinite), Ge(0), Le(MAX_TIME_MS)]
-AudioMs = Annotated[float, Gt(0), Le(600_000)]
-DelayMs = Annotated[float, Ge(0), Le(3_600_000)]
-MarginMs = Annotated[float, Ge(0), Le(60_000)]
-Seq = Annotated[int, Ge(0), Le(2**53)]
-Reason = Annotated[str, MaxLen(64)]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OldStart:
-    type: Literal["start"]
-    stream: StreamId
-    t_ms: TimeMs
-    play_start_ms: TimeMs | None = None
-    margin_ms: MarginMs | None = None
-    player: PlayerModel | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OldChunk:
-    type: Literal["chunk"]
-    stream: StreamId
-    t_ms: TimeMs
-    seq: Seq
-    audio_ms: AudioMs
-    eta_ms: DelayMs | None = None
-    final: bool = False
-    audio_total_ms: TimeMs | None = None
-    play_start_ms: TimeMs | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OldEnd:
-    type: Literal["end"]
-    stream: StreamId
-    t_ms: TimeMs
-    reason: Reason | None = None
-
-
-OLD: TypeAdapter[Any] = TypeAdapter(
-    Annotated[OldStart | OldChunk | OldEnd, Field(discriminator="type")]
-)
+from pydantic_events import OLD
 
 STREAM_CHARS = st.sampled_from("aZ09._:-") | st.sampled_from([" ", "\n", "/", "é", "\u2028"])
 STREAMS = st.text(STREAM_CHARS, max_size=130) | st.sampled_from(["a" * 128, "a" * 129, "a\n"])
@@ -95,7 +41,7 @@ def verdict(payload: bytes) -> tuple[str, dict[str, Any] | str]:
     (item,) = decoded
     if isinstance(item, Problem):
         return "rejected", item.reason
-    return "accepted", dataclasses.asdict(item)
+    return "accepted", msgspec.to_builtins(item)
 
 
 def old_verdict(payload: bytes) -> tuple[str, dict[str, Any] | str]:

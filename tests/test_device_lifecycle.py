@@ -25,9 +25,7 @@ def chunk(
     t: float, seq: int = 0, stream: str = "s", audio: float = 200.0, *, final: bool = False
 ) -> ChunkEvent:
     """One chunk with its next one due in 100 ms."""
-    return ChunkEvent(
-        type="chunk", stream=stream, t_ms=t, seq=seq, audio_ms=audio, eta_ms=100, final=final
-    )
+    return ChunkEvent(stream=stream, t_ms=t, seq=seq, audio_ms=audio, eta_ms=100, final=final)
 
 
 def test_churn_of_ten_times_max_devices_is_never_refused() -> None:

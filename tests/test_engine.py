@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 
 
 def chunk(stream: str, t: float, seq: int, audio: float, **extra: object) -> ChunkEvent:
-    return ChunkEvent(type="chunk", stream=stream, t_ms=t, seq=seq, audio_ms=audio, **extra)  # type: ignore[arg-type]
+    return ChunkEvent(stream=stream, t_ms=t, seq=seq, audio_ms=audio, **extra)  # type: ignore[arg-type]
 
 
 def start(stream: str, t: float, **extra: object) -> StartEvent:
-    return StartEvent(type="start", stream=stream, t_ms=t, **extra)  # type: ignore[arg-type]
+    return StartEvent(stream=stream, t_ms=t, **extra)  # type: ignore[arg-type]
 
 
 class Rig:
@@ -226,7 +226,7 @@ def test_end_removes_at_once_and_late_chunks_do_not_resurrect() -> None:
     """`end` removes a stream; its late chunks are duplicates; seq 0 starts it anew."""
     rig = Rig()
     rig.send(0, chunk("s", 0, 0, 500))
-    rig.send(10, EndEvent(type="end", stream="s", t_ms=10, reason="cancelled"))
+    rig.send(10, EndEvent(stream="s", t_ms=10, reason="cancelled"))
     assert rig.send(20, chunk("s", 5, 1, 500)) == ["duplicate"]
     assert rig.send(30, chunk("s", 30, 0, 500)) == ["accepted"]
     (ended,) = rig.of(StreamEnded)

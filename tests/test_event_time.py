@@ -4,8 +4,9 @@ their confirmation and retraction, the reorder buffer, outages and restarts."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from edgemon.engine import ChunkEvent, EndEvent, Engine, EngineConfig, SlackPolicy
 from edgemon.engine.outputs import (
@@ -29,7 +30,7 @@ TRUST = EngineConfig(slack=SlackPolicy(clock="trust", stream_idle_timeout_ms=5_0
 
 def chunk(t: float, seq: int, audio: float = 200.0, stream: str = "s", **extra: Any) -> ChunkEvent:
     """A chunk of `stream` that reached the player at `t`."""
-    return ChunkEvent(type="chunk", stream=stream, t_ms=t, seq=seq, audio_ms=audio, **extra)
+    return ChunkEvent(stream=stream, t_ms=t, seq=seq, audio_ms=audio, **extra)
 
 
 class Rig:
@@ -61,7 +62,7 @@ def test_the_issue_example_a_late_chunk_retracts_the_underrun() -> None:
     assert rig.of(UnderrunBegan) == [UnderrunBegan("d", "s", 200)]
     rig.send(260, chunk(150, 1))
     assert rig.of(UnderrunRetracted) == [UnderrunRetracted("d", "s", 200, 260)]
-    rig.send(300, EndEvent(type="end", stream="s", t_ms=300))
+    rig.send(300, EndEvent(stream="s", t_ms=300))
     rig.until(10_000)
     device = rig.engine.device("d")
     assert device is not None
@@ -99,7 +100,7 @@ def test_replay_writes_a_retraction_only_for_an_underrun_announced_live() -> Non
 
 def _body(event: ChunkEvent) -> dict[str, Any]:
     """The wire form of a chunk event."""
-    return {k: v for k, v in asdict(event).items() if v is not None}
+    return {k: v for k, v in msgspec.to_builtins(event).items() if v is not None}
 
 
 def test_a_later_message_of_the_device_confirms_the_underrun() -> None:
@@ -140,7 +141,7 @@ def test_a_late_chunk_can_move_the_underrun_to_an_instant_already_past() -> None
     rig.send(501, chunk(500, 2, 1_000))
     assert rig.of(UnderrunRetracted) == [UnderrunRetracted("d", "s", 200, 400)]
     assert [(c.t_ms, c.published) for c in rig.of(UnderrunConfirmed)] == [(250, False)]
-    rig.send(600, EndEvent(type="end", stream="s", t_ms=600))
+    rig.send(600, EndEvent(stream="s", t_ms=600))
     (end,) = rig.of(StreamEnded)
     assert (end.underruns, end.underrun_ms) == (1, 250)
 
@@ -150,8 +151,8 @@ def test_an_end_before_the_instant_retracts_and_one_after_confirms() -> None:
     t_ms > u confirms the underrun."""
     rig = Rig()
     rig.send(0, chunk(0, 0), chunk(0, 0, stream="b"))
-    rig.send(250, EndEvent(type="end", stream="s", t_ms=200))
-    rig.send(260, EndEvent(type="end", stream="b", t_ms=201))
+    rig.send(250, EndEvent(stream="s", t_ms=200))
+    rig.send(260, EndEvent(stream="b", t_ms=201))
     assert [(o.stream, o.t_ms) for o in rig.of(UnderrunRetracted)] == [("s", 200)]
     assert [(o.stream, o.t_ms) for o in rig.of(UnderrunConfirmed)] == [("b", 200)]
 
@@ -225,7 +226,7 @@ def test_an_outage_longer_than_allowed_lateness_confirms_no_underrun() -> None:
                 rig.send(outage[1] + burst * 0.01, queued)
             lost = False
         rig.send(recv, event)
-    rig.send(7_955, *(EndEvent(type="end", stream=f"s{i}", t_ms=7_950) for i in range(5)))
+    rig.send(7_955, *(EndEvent(stream=f"s{i}", t_ms=7_950) for i in range(5)))
     rig.until(20_000)
     device = rig.engine.device("d")
     assert device is not None

@@ -6,7 +6,6 @@ import math
 import re
 
 import pytest
-from fleets import SimulatedFleet
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.exposition import choose_encoder
@@ -15,6 +14,8 @@ from prometheus_client.utils import floatToGoString
 from edgemon.adapters.exposition import Slicer, render
 from edgemon.adapters.metrics_text import go_float
 from edgemon.simulate import Simulation
+
+from fleets import SimulatedFleet
 
 #: Process and platform series move on between two renderings.
 _MOVING = re.compile(r"^(process_|python_).*\n", re.MULTILINE)

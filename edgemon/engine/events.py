@@ -1,68 +1,37 @@
 """The events a device reports (SPEC §1), as the engine consumes them.
 
-The annotations carry the wire constraints (annotated-types, understood by pydantic), so the
-wire layer validates JSON straight into these values: one definition, parsed once.
+They are msgspec `Struct`s tagged by `type`, and their annotations carry the wire constraints
+(`msgspec.Meta`): the wire layer decodes JSON straight into these values, constraints checked
+in msgspec's compiled code, one definition, parsed once. An event holds only numbers, strings
+and booleans, so it is not tracked by the garbage collector (`gc=False`).
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, ClassVar, Literal
 
-from annotated_types import Ge, Gt, Le, MaxLen
+from msgspec import Meta, Struct
 
-from edgemon.engine.config import PlayerModel  # noqa: TC001 - pydantic reads the annotations
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-_STREAM_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
-_STREAM_ID = re.compile(_STREAM_ID_PATTERN.removeprefix("^").removesuffix("$"))
+from edgemon.engine.config import PlayerModel  # noqa: TC001 - msgspec reads the annotations
 
 #: Largest time the wire accepts: beyond 2**53 float milliseconds stop being exact.
 MAX_TIME_MS = float(2**53)
 
-
-def valid_stream_id(text: str) -> bool:
-    """`[A-Za-z0-9._:-]{1,128}` (SPEC §1)."""
-    return _STREAM_ID.fullmatch(text) is not None
-
-
-class _Checked:
-    """Annotation metadata that a validator built from these annotations (pydantic, in the
-    wire layer) runs in its own compiled code: no Python call per event. It only adds keys
-    to the schema the validator built for the annotated type; the engine does not need it.
-
-    `pattern`: the whole string matches (`$` is the end of the text, not before a newline);
-    `finite`: NaN and ±Infinity are refused (a JSON literal, or a number that overflows).
-    """
-
-    __slots__ = ("_keys",)
-
-    def __init__(self, **keys: object) -> None:
-        self._keys = keys
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: Callable[[Any], dict[str, Any]]
-    ) -> dict[str, Any]:
-        return {**handler(source), **self._keys}
+# `\Z`, not `$`: msgspec matches with Python's `re`, where `$` also matches before a final "\n".
+StreamId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}\Z")]
+# The upper bounds also refuse ±Infinity (and a number that overflows); the lower ones NaN.
+TimeMs = Annotated[float, Meta(ge=0, le=MAX_TIME_MS)]
+AudioMs = Annotated[float, Meta(gt=0, le=600_000)]
+DelayMs = Annotated[float, Meta(ge=0, le=3_600_000)]
+MarginMs = Annotated[float, Meta(ge=0, le=60_000)]
+Seq = Annotated[int, Meta(ge=0, le=2**53)]
+Reason = Annotated[str, Meta(max_length=64)]
 
 
-StreamId = Annotated[str, _Checked(pattern=_STREAM_ID_PATTERN)]
-TimeMs = Annotated[float, Ge(0), Le(MAX_TIME_MS), _Checked(allow_inf_nan=False)]
-AudioMs = Annotated[float, Gt(0), Le(600_000)]
-DelayMs = Annotated[float, Ge(0), Le(3_600_000)]
-MarginMs = Annotated[float, Ge(0), Le(60_000)]
-Seq = Annotated[int, Ge(0), Le(2**53)]
-Reason = Annotated[str, MaxLen(64)]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StartEvent:
+class StartEvent(Struct, tag_field="type", tag="start", frozen=True, kw_only=True, gc=False):
     """A stream begins; the player may start later (`play_start_ms`)."""
 
-    type: Literal["start"]
+    type: ClassVar[Literal["start"]] = "start"
     stream: StreamId
     t_ms: TimeMs
     play_start_ms: TimeMs | None = None
@@ -70,11 +39,10 @@ class StartEvent:
     player: PlayerModel | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChunkEvent:
+class ChunkEvent(Struct, tag_field="type", tag="chunk", frozen=True, kw_only=True, gc=False):
     """A chunk of `audio_ms` reached the player at `t_ms`."""
 
-    type: Literal["chunk"]
+    type: ClassVar[Literal["chunk"]] = "chunk"
     stream: StreamId
     t_ms: TimeMs
     seq: Seq
@@ -85,11 +53,10 @@ class ChunkEvent:
     play_start_ms: TimeMs | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EndEvent:
+class EndEvent(Struct, tag_field="type", tag="end", frozen=True, kw_only=True, gc=False):
     """The stream ended (`completed`, `cancelled`, `error`, …)."""
 
-    type: Literal["end"]
+    type: ClassVar[Literal["end"]] = "end"
     stream: StreamId
     t_ms: TimeMs
     reason: Reason | None = None

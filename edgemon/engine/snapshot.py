@@ -14,6 +14,8 @@ import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from edgemon.engine.device import Device
 from edgemon.engine.events import ChunkEvent
 from edgemon.engine.headroom import INF
@@ -126,7 +128,7 @@ def _stream(stream: Stream) -> dict[str, Any]:
 def _held(held: Held) -> dict[str, Any]:
     return {
         "chunks": [
-            [asdict(e), held.arrived[seq], _finite(held.floors[seq])]
+            [msgspec.to_builtins(e), held.arrived[seq], _finite(held.floors[seq])]
             for seq, e in held.chunks.items()
         ]
     }
@@ -219,6 +221,6 @@ def _restore_stream(device: Device, fields: dict[str, Any], resumed: float) -> N
         stream.held = Held()
         for chunk, arrived, *floor in held["chunks"]:
             bound = floor[0] if floor and floor[0] is not None else -INF
-            stream.held.add(ChunkEvent(**chunk), float(arrived), float(bound))
+            stream.held.add(msgspec.convert(chunk, ChunkEvent), float(arrived), float(bound))
     stream.phase = Phase(fields["phase"])
     device.adopt(stream)
