@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -152,6 +153,36 @@ def test_batch_is_validated_per_event() -> None:
     assert all(p.reason == "invalid_event" for p in problems)
     assert "seq" in problems[0].detail
     assert "audio_ms" in problems[2].detail
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [("NaN", "t_ms"), ("-Infinity", "eta_ms"), ("1e400", "audio_total_ms"), ("1e400", "seq")],
+)
+def test_a_batch_with_numbers_msgspec_cannot_parse_keeps_its_valid_events(
+    bad: str, field: str
+) -> None:
+    """A number msgspec's parser refuses (NaN, ±Infinity, one out of its range) costs only the
+    event holding it: the payload is parsed again by pydantic-core's parser, event by event."""
+    text = json.dumps([START, chunk(**{field: 12345}), CHUNK])
+    text = text.replace(f'"{field}": 12345', f'"{field}": {bad}')
+    assert bad in text
+    result = decode(text)
+    assert isinstance(result, list)
+    assert result[0] == one(START)
+    assert result[2] == one(CHUNK)
+    assert isinstance(result[1], Problem)
+    assert result[1].reason == "invalid_event"
+    assert field in result[1].detail
+
+
+def test_events_are_not_tracked_by_the_garbage_collector() -> None:
+    """Events hold only numbers, strings and booleans: tens of thousands of held or batched
+    events add nothing to what a collection has to traverse."""
+    events = decode([START, CHUNK, END])
+    assert isinstance(events, list)
+    assert events
+    assert not any(gc.is_tracked(event) for event in events)
 
 
 def test_non_object_items_of_a_batch_are_each_rejected() -> None:
