@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
 import json
 import math
 import socket
 from typing import TYPE_CHECKING
 
+import paho.mqtt.client as mqtt
 import pytest
 import structlog
 from hypothesis import HealthCheck, given, settings
+from paho.mqtt.enums import CallbackAPIVersion
 
 from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.intake import ReadBuffer
@@ -195,3 +198,14 @@ def test_read_buffer_serves_paho_from_one_read_of_the_socket() -> None:
         left.close()
         assert reader.recv(1) == b""
         assert reader.fileno() == right.fileno()
+
+
+def test_the_private_paho_parts_the_intake_relies_on_are_there() -> None:
+    """The intake swaps paho's socket for a `ReadBuffer` (`Client._sock`) and queues its
+    batched PUBACKs as one packet (`Client._packet_queue(command, packet, mid, qos)`): a paho
+    release that renames either must fail here, not quietly read past the buffer."""
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="pinned")
+    assert "_sock" in vars(client)
+    assert client._sock is None  # not connected: paho's own slot, as the intake finds it
+    queue = inspect.signature(client._packet_queue)
+    assert list(queue.parameters)[:4] == ["command", "packet", "mid", "qos"]
