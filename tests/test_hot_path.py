@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import io
 import json
@@ -28,7 +29,7 @@ from edgemon.settings import LogSettings
 from strategies import Scenario, scenarios
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator
 
     from edgemon.engine.outputs import Output
 
@@ -80,15 +81,13 @@ class CountingMonitor(Monitor):
         return super().next_deadline()
 
 
-@pytest.mark.asyncio
-async def test_poke_costs_no_recomputation_when_the_deadline_stays() -> None:
-    """1,000 messages that leave the next deadline where it is (a stream with 60 s of audio
-    gets more): each poke compares the engine's heap head with the deadline the timer task
-    sleeps until, and the task recomputes nothing. (Before, every poke recomputed the next
-    deadline: 1,000 computations.)"""
-    clock = MonotonicWallClock()
-    monitor = CountingMonitor(EngineConfig())
-    scheduler = Scheduler(monitor, clock=clock, handle=lambda _outputs: None)
+@contextlib.asynccontextmanager
+async def sleeping_a_minute(
+    monitor: Monitor, clock: MonotonicWallClock, handle: Callable[[list[Output]], None]
+) -> AsyncIterator[Scheduler]:
+    """A running scheduler whose timer task sleeps until a deadline a minute away (device
+    `far`, stream `s`: 60 s of audio); cancelled on the way out."""
+    scheduler = Scheduler(monitor, clock=clock, handle=handle)
     out: list[Output] = []
     now = clock.now_ms()
     monitor.receive("edgemon/v1/far/events", _chunk("s", now, 0, 60_000), now, out)
@@ -97,6 +96,23 @@ async def test_poke_costs_no_recomputation_when_the_deadline_stays() -> None:
     try:
         for _ in range(20):  # the task computes its deadline and sleeps until it
             await asyncio.sleep(0)
+        yield scheduler
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.asyncio
+async def test_poke_costs_no_recomputation_when_the_deadline_stays() -> None:
+    """1,000 messages that leave the next deadline where it is (a stream with 60 s of audio
+    gets more): each poke compares the engine's heap head with the deadline the timer task
+    sleeps until, and the task recomputes nothing. (Before, every poke recomputed the next
+    deadline: 1,000 computations.)"""
+    clock = MonotonicWallClock()
+    monitor = CountingMonitor(EngineConfig())
+    out: list[Output] = []
+    async with sleeping_a_minute(monitor, clock, lambda _outputs: None) as scheduler:
         computed = monitor.computed
         assert computed >= 1
         for seq in range(1, 1_001):
@@ -113,10 +129,6 @@ async def test_poke_costs_no_recomputation_when_the_deadline_stays() -> None:
             scheduler.poke()
             await asyncio.sleep(0)
         assert monitor.computed == computed
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
 
 @pytest.mark.asyncio
@@ -132,15 +144,8 @@ async def test_a_message_that_brings_the_deadline_forward_wakes_the_timer() -> N
         if any(isinstance(o, UnderrunBegan) and o.device == "near" for o in outputs):
             underran.set()
 
-    scheduler = Scheduler(monitor, clock=clock, handle=handle)
     out: list[Output] = []
-    now = clock.now_ms()
-    monitor.receive("edgemon/v1/far/events", _chunk("s", now, 0, 60_000), now, out)
-    monitor.advance(now, out)
-    task = asyncio.create_task(scheduler.run())
-    try:
-        for _ in range(20):
-            await asyncio.sleep(0)
+    async with sleeping_a_minute(monitor, clock, handle) as scheduler:
         now = clock.now_ms()
         monitor.receive("edgemon/v1/near/events", _chunk("s", now, 0, 100), now, out)
         monitor.advance(now, out)
@@ -148,10 +153,6 @@ async def test_a_message_that_brings_the_deadline_forward_wakes_the_timer() -> N
         scheduler.poke()
         async with asyncio.timeout(20):  # generous; the far deadline is 60 s away
             await underran.wait()
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
 
 @pytest.fixture
