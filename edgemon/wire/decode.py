@@ -4,7 +4,7 @@ A payload is parsed once. A batch is validated event by event, so one bad event 
 cost the others; what cannot be applied comes back as a `(reason, detail)` value, never as an
 exception.
 
-Events are decoded by msgspec straight into the engine's event structs (2.5–3× pydantic-core's
+Events are decoded by msgspec straight into the engine's event structs (2.7–2.8× pydantic-core's
 rate for the same verdicts, `benchmarks/decode.py`). Its parser takes standard JSON only, so a
 payload it cannot parse is parsed once more by pydantic-core's, which also reads `NaN` and
 `±Infinity`: those are refused per event, as SPEC §1 (finite numbers) and the old decoder did.
