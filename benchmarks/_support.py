@@ -155,16 +155,18 @@ class Edgemon:
         profile: Path | None = None,
         mqtt: str = "",
         client_id: str = "edgemon-bench",
+        log_level: str = "warning",
     ) -> None:
         """Start it on the broker at 127.0.0.1:`broker_port`, HTTP on a free port, logging
-        warnings only, state in `directory`; `config` adds lines to `[state]` and then TOML
-        sections, `mqtt` lines to `[mqtt]`; `profile` runs it under cProfile."""
+        at `log_level` (warnings only by default) to `directory/edgemon.log`, state in
+        `directory`; `config` adds lines to `[state]` and then TOML sections, `mqtt` lines to
+        `[mqtt]`; `profile` runs it under cProfile."""
         self.http_port = free_port()
         config_path = directory / "edgemon.toml"
         config_path.write_text(
             f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "{client_id}"\n{mqtt}'
             f'[http]\nlisten = "127.0.0.1:{self.http_port}"\n'
-            '[log]\nlevel = "warning"\nformat = "json"\n'
+            f'[log]\nlevel = "{log_level}"\nformat = "json"\n'
             f'[state]\ndir = "{directory}"\n{config}',
             encoding="utf-8",
         )
