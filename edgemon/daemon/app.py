@@ -36,8 +36,9 @@ from edgemon.adapters.http import (
 from edgemon.adapters.metrics import DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.clock import MonotonicWallClock
+from edgemon.daemon.digest import DeviceDigest
 from edgemon.daemon.gcpacer import GcPacer
-from edgemon.daemon.logs import RejectionLog
+from edgemon.daemon.logs import LogBudget, RejectionLog
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.daemon.persistence import Persistence
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
@@ -46,13 +47,8 @@ from edgemon.daemon.state import resolve_state_dir
 from edgemon.daemon.systemd import Notifier
 from edgemon.engine.outputs import (
     DeviceForgotten,
-    GapDeclared,
     Rejected,
-    StreamEnded,
     ThrottleChanged,
-    UnderrunBegan,
-    UnderrunConfirmed,
-    UnderrunRetracted,
 )
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
@@ -92,7 +88,14 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self.clock = clock or MonotonicWallClock()
-        self.log = log if log is not None else structlog.get_logger("edgemon")
+        #: Every line the daemon writes goes through the budget (`edgemon.daemon.logs`).
+        self.log = LogBudget(
+            log if log is not None else structlog.get_logger("edgemon"),
+            now_ms=self.clock.now_ms,
+            level=settings.log.level,
+        )
+        #: Per-stream transitions: at debug each, at info a summary per device.
+        self._digest = DeviceDigest(self.log, now_ms=self.clock.now_ms)
         self._reload_settings = reload
         self._record = record
         self._shutdown_timeout_s = shutdown_timeout_s
@@ -289,10 +292,14 @@ class Daemon:
             await asyncio.sleep(period)
 
     async def _log_summaries(self) -> None:
-        """The rejection log's summary line comes out even when the flood has stopped."""
+        """Every second: the devices' summaries that are due, and the summary lines of the
+        rejection log and of the budget, which come out even when the flood has stopped."""
         while True:
             await asyncio.sleep(1.0)
-            self._rejections.flush()
+            now = self.clock.now_ms()
+            self.log.flush(now)
+            self._rejections.flush(now)
+            self._digest.flush(now)
 
     async def _reloader(self) -> None:
         while True:
@@ -437,8 +444,14 @@ class Daemon:
             self._record = None
 
     def _dispatch(self, outputs: list[Output]) -> None:
+        """Act on the engine's outputs. Throttle changes are published and logged at info;
+        per-stream transitions are counted for the devices' summaries (and logged at debug
+        only: a struggling stream has one or two per chunk)."""
+        note = self._digest.note
         log = self.log
         for output in outputs:
+            if note(output):
+                continue
             if isinstance(output, ThrottleChanged):
                 self.publisher.submit(output)
                 log.info(
@@ -451,24 +464,9 @@ class Daemon:
                 )
             elif isinstance(output, Rejected):
                 self._rejections(output)
-            elif isinstance(output, UnderrunBegan):
-                log.info("underrun_began", device=output.device, stream=output.stream,
-                         t_ms=output.t_ms)  # fmt: skip
-            elif isinstance(output, UnderrunConfirmed):
-                log.info("underrun_confirmed", device=output.device, stream=output.stream,
-                         t_ms=output.t_ms, published=output.published)  # fmt: skip
-            elif isinstance(output, UnderrunRetracted):
-                log.info("underrun_retracted", device=output.device, stream=output.stream,
-                         t_ms=output.t_ms, retracted_ms=output.retracted_ms)  # fmt: skip
-            elif isinstance(output, GapDeclared):
-                log.info("gap_declared", device=output.device, stream=output.stream,
-                         seqs=[output.missing_from, output.missing_to])  # fmt: skip
             elif isinstance(output, DeviceForgotten):
                 self.publisher.forget(output.device)
                 log.info("device_forgotten", device=output.device)
-            elif isinstance(output, StreamEnded):
-                log.debug("stream_ended", device=output.device, stream=output.stream,
-                          reason=output.reason, underruns=output.underruns)  # fmt: skip
 
     # ------------------------------------------------------------------ edges
     def _on_connected(self) -> None:

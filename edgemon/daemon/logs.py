@@ -1,10 +1,15 @@
-"""Logging: structlog configured once from `[log]`, and a rate limiter for bad input.
+"""Logging: structlog configured once from `[log]`, a budget for every line the daemon
+writes, and a rate limiter for bad input.
 
 JSON lines when stdout is not a terminal (journald collects them), a readable console
-otherwise. Rejected messages are logged at most once per second per (device, reason), with
-the number suppressed since the last line, so a misbehaving device cannot flood the journal;
-and at most `max_lines` (10) lines per second in all, so a flood of new device ids cannot
-either: beyond that, one summary line per second counts what was suppressed, by reason.
+otherwise. The daemon writes every line through one `LogBudget`: at most `max_lines` (10)
+lines per second in all, whatever happens, so a box in distress never gets a louder edgemon;
+beyond that, one `log_lines_suppressed` line counts what was held back, by event. Warnings
+and errors may use the whole budget, lines at info and debug only part of it, so a storm of
+info lines cannot crowd out a warning. Rejected messages are also logged at most once per
+second per (device, reason), with the number suppressed since the last line, so a
+misbehaving device cannot fill the budget either, and at most `max_lines` per second in
+all, then one summary line per second counts what was suppressed, by reason.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections import Counter
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import structlog
 
@@ -24,6 +29,13 @@ if TYPE_CHECKING:
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 _LEVELS["error"] = logging.ERROR
+
+#: Lines per interval the daemon writes at most, in all (the summary of what was held back
+#: included), and of them the ones only warnings and errors may use.
+MAX_LINES: Final = 10
+WARNING_RESERVE: Final = 3
+#: Events a `log_lines_suppressed` line names at most (the most frequent; `total` has all).
+SUPPRESSED_KINDS: Final = 20
 
 
 def configure_logging(settings: LogSettings, *, stream: TextIO | None = None) -> None:
@@ -47,6 +59,110 @@ def configure_logging(settings: LogSettings, *, stream: TextIO | None = None) ->
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=True,  # a logger resolves its configuration once
     )
+
+
+class LogBudget:
+    """The daemon's logger: what `log` (a structlog logger) would write, at `level` and
+    above, within `max_lines` lines per `interval_ms`; lines beyond it are counted, by event,
+    and the next interval begins with one `log_lines_suppressed` line saying so.
+
+    An interval begins at the first line (or `flush`, which the daemon calls every second)
+    at least `interval_ms` after the last one began. Within it, warnings and errors may
+    write `max_lines` lines (the summary of the interval before counts as one), info and
+    debug lines `max_lines - reserve`. Lines below `level` cost one comparison.
+    """
+
+    __slots__ = (
+        "_interval_ms",
+        "_level",
+        "_lines",
+        "_log",
+        "_max_lines",
+        "_now_ms",
+        "_quiet_limit",
+        "_suppressed",
+        "_window_ms",
+    )
+
+    def __init__(
+        self,
+        log: Any,
+        *,
+        now_ms: Callable[[], float],
+        level: str = "info",
+        interval_ms: float = 1000.0,
+        max_lines: int = MAX_LINES,
+        reserve: int = WARNING_RESERVE,
+    ) -> None:
+        self._log = log
+        self._now_ms = now_ms
+        self._level = _LEVELS[level]
+        self._interval_ms = interval_ms
+        self._max_lines = max_lines
+        self._quiet_limit = max_lines - reserve
+        self._window_ms = -float("inf")
+        self._lines = 0
+        self._suppressed: Counter[str] = Counter()
+
+    def enabled(self, level: int) -> bool:
+        """Whether lines at `level` (`logging.DEBUG`, …) are written at all (budget aside)."""
+        return level >= self._level
+
+    def debug(self, event: str, **fields: Any) -> None:
+        """A line at debug."""
+        if self._level <= logging.DEBUG and self._admit(event, self._quiet_limit):
+            self._log.debug(event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        """A line at info."""
+        if self._level <= logging.INFO and self._admit(event, self._quiet_limit):
+            self._log.info(event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        """A line at warning."""
+        if self._level <= logging.WARNING and self._admit(event, self._max_lines):
+            self._log.warning(event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        """A line at error."""
+        if self._admit(event, self._max_lines):
+            self._log.error(event, **fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """A line at error with the exception being handled."""
+        if self._admit(event, self._max_lines):
+            self._log.exception(event, **fields)
+
+    def _admit(self, event: str, limit: int) -> bool:
+        now = self._now_ms()
+        if now - self._window_ms >= self._interval_ms:
+            self.flush(now)
+        if self._lines >= limit:
+            self._suppressed[event] += 1
+            return False
+        self._lines += 1
+        return True
+
+    def flush(self, now: float | None = None) -> None:
+        """Begin a new interval if the last one is over, with the summary of what it held
+        back (called with each line, and every second by the daemon so the summary of a
+        storm that has stopped comes out too)."""
+        now = self._now_ms() if now is None else now
+        if now - self._window_ms < self._interval_ms:
+            return
+        self._window_ms = now
+        self._lines = 0
+        if self._suppressed:
+            suppressed = self._suppressed
+            self._suppressed = Counter()
+            self._lines = 1
+            self._log.warning(
+                "log_lines_suppressed",
+                interval_s=self._interval_ms / 1000.0,
+                max_lines=self._max_lines,
+                suppressed=dict(suppressed.most_common(SUPPRESSED_KINDS)),
+                total=suppressed.total(),
+            )
 
 
 class RejectionLog:
