@@ -2,11 +2,12 @@
 writes, and a rate limiter for bad input.
 
 JSON lines when stdout is not a terminal (journald collects them), a readable console
-otherwise. The daemon writes every line through one `LogBudget`: at most `max_lines` (10)
-lines per second in all, whatever happens, so a box in distress never gets a louder edgemon;
-beyond that, one `log_lines_suppressed` line counts what was held back, by event. Warnings
-and errors may use the whole budget, lines at info and debug only part of it, so a storm of
-info lines cannot crowd out a warning. Rejected messages are also logged at most once per
+otherwise. The daemon writes every line through one `LogBudget`, a token bucket: at most
+`LINES_PER_S` (10) lines a second on average and `BURST` (20) at once, whatever happens, so
+a box in distress never gets a louder edgemon; what it holds back is counted, by event, in
+one `log_lines_suppressed` line a second at most. Warnings and errors may use the whole
+bucket, lines at info less and lines at debug less still, so a storm of lines at one level
+cannot crowd out one at a higher level. Rejected messages are also logged at most once per
 second per (device, reason), with the number suppressed since the last line, so a
 misbehaving device cannot fill the budget either, and at most `max_lines` per second in
 all, then one summary line per second counts what was suppressed, by reason.
@@ -30,10 +31,12 @@ if TYPE_CHECKING:
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 _LEVELS["error"] = logging.ERROR
 
-#: Lines per interval the daemon writes at most, in all (the summary of what was held back
-#: included), and of them the ones only warnings and errors may use.
-MAX_LINES: Final = 10
-WARNING_RESERVE: Final = 3
+#: Lines the daemon writes at most, in all (the summaries of what was held back included):
+#: on average per second, and at once (a start, a reload). Tokens that lines at info leave
+#: for warnings and errors, and lines at debug for info.
+LINES_PER_S: Final = 10.0
+BURST: Final = 20
+RESERVE: Final = 3
 #: Events a `log_lines_suppressed` line names at most (the most frequent; `total` has all).
 SUPPRESSED_KINDS: Final = 20
 
@@ -63,25 +66,29 @@ def configure_logging(settings: LogSettings, *, stream: TextIO | None = None) ->
 
 class LogBudget:
     """The daemon's logger: what `log` (a structlog logger) would write, at `level` and
-    above, within `max_lines` lines per `interval_ms`; lines beyond it are counted, by event,
-    and the next interval begins with one `log_lines_suppressed` line saying so.
+    above, within a token bucket of `burst` lines refilled at `per_s` lines a second. A line
+    takes a token; one that finds too few is counted, by event, and the next `flush` (or line)
+    at least `interval_ms` after the last summary writes one `log_lines_suppressed` line
+    saying so (it takes a token too).
 
-    An interval begins at the first line (or `flush`, which the daemon calls every second)
-    at least `interval_ms` after the last one began. Within it, warnings and errors may
-    write `max_lines` lines (the summary of the interval before counts as one), info and
-    debug lines `max_lines - reserve`. Lines below `level` cost one comparison.
+    Each level leaves tokens for those above it: the summary may take the last token,
+    warnings and errors all but one, info lines all but `1 + reserve`, debug lines all but
+    `1 + 2 * reserve`. Lines below `level` cost one comparison.
     """
 
     __slots__ = (
-        "_interval_ms",
+        "_burst",
+        "_keep_debug",
+        "_keep_info",
         "_level",
-        "_lines",
         "_log",
-        "_max_lines",
         "_now_ms",
-        "_quiet_limit",
+        "_per_ms",
+        "_refilled_ms",
+        "_summary_every_ms",
+        "_summary_ms",
         "_suppressed",
-        "_window_ms",
+        "_tokens",
     )
 
     def __init__(
@@ -90,18 +97,22 @@ class LogBudget:
         *,
         now_ms: Callable[[], float],
         level: str = "info",
+        per_s: float = LINES_PER_S,
+        burst: int = BURST,
+        reserve: int = RESERVE,
         interval_ms: float = 1000.0,
-        max_lines: int = MAX_LINES,
-        reserve: int = WARNING_RESERVE,
     ) -> None:
         self._log = log
         self._now_ms = now_ms
         self._level = _LEVELS[level]
-        self._interval_ms = interval_ms
-        self._max_lines = max_lines
-        self._quiet_limit = max_lines - reserve
-        self._window_ms = -float("inf")
-        self._lines = 0
+        self._per_ms = per_s / 1000.0
+        self._burst = float(burst)
+        self._keep_info = 1.0 + reserve
+        self._keep_debug = 1.0 + 2 * reserve
+        self._summary_every_ms = interval_ms
+        self._tokens = float(burst)
+        self._refilled_ms: float | None = None
+        self._summary_ms = -float("inf")
         self._suppressed: Counter[str] = Counter()
 
     def enabled(self, level: int) -> bool:
@@ -110,59 +121,66 @@ class LogBudget:
 
     def debug(self, event: str, **fields: Any) -> None:
         """A line at debug."""
-        if self._level <= logging.DEBUG and self._admit(event, self._quiet_limit):
+        if self._level <= logging.DEBUG and self._take(event, self._keep_debug):
             self._log.debug(event, **fields)
 
     def info(self, event: str, **fields: Any) -> None:
         """A line at info."""
-        if self._level <= logging.INFO and self._admit(event, self._quiet_limit):
+        if self._level <= logging.INFO and self._take(event, self._keep_info):
             self._log.info(event, **fields)
 
     def warning(self, event: str, **fields: Any) -> None:
         """A line at warning."""
-        if self._level <= logging.WARNING and self._admit(event, self._max_lines):
+        if self._level <= logging.WARNING and self._take(event, 1.0):
             self._log.warning(event, **fields)
 
     def error(self, event: str, **fields: Any) -> None:
         """A line at error."""
-        if self._admit(event, self._max_lines):
+        if self._take(event, 1.0):
             self._log.error(event, **fields)
 
     def exception(self, event: str, **fields: Any) -> None:
         """A line at error with the exception being handled."""
-        if self._admit(event, self._max_lines):
+        if self._take(event, 1.0):
             self._log.exception(event, **fields)
 
-    def _admit(self, event: str, limit: int) -> bool:
+    def _refill(self, now: float) -> float:
+        last = self._refilled_ms
+        self._refilled_ms = now
+        if last is not None and now > last:
+            tokens = self._tokens + (now - last) * self._per_ms
+            self._tokens = tokens if tokens < self._burst else self._burst
+        return self._tokens
+
+    def _take(self, event: str, keep: float) -> bool:
+        """Take a token for a line of `event`, leaving `keep`; else count it as held back."""
         now = self._now_ms()
-        if now - self._window_ms >= self._interval_ms:
+        if self._suppressed:
             self.flush(now)
-        if self._lines >= limit:
-            self._suppressed[event] += 1
-            return False
-        self._lines += 1
-        return True
+        if self._refill(now) - 1.0 >= keep:
+            self._tokens -= 1.0
+            return True
+        self._suppressed[event] += 1
+        return False
 
     def flush(self, now: float | None = None) -> None:
-        """Begin a new interval if the last one is over, with the summary of what it held
-        back (called with each line, and every second by the daemon so the summary of a
-        storm that has stopped comes out too)."""
+        """Write what was held back since the last summary, if that was `interval_ms` ago
+        (called with each line while lines are held back, and every second by the daemon, so
+        the summary of a storm that has stopped comes out too)."""
         now = self._now_ms() if now is None else now
-        if now - self._window_ms < self._interval_ms:
+        if not self._suppressed or now - self._summary_ms < self._summary_every_ms:
             return
-        self._window_ms = now
-        self._lines = 0
-        if self._suppressed:
-            suppressed = self._suppressed
-            self._suppressed = Counter()
-            self._lines = 1
-            self._log.warning(
-                "log_lines_suppressed",
-                interval_s=self._interval_ms / 1000.0,
-                max_lines=self._max_lines,
-                suppressed=dict(suppressed.most_common(SUPPRESSED_KINDS)),
-                total=suppressed.total(),
-            )
+        if self._refill(now) < 1.0:
+            return
+        self._tokens -= 1.0
+        self._summary_ms = now
+        suppressed = self._suppressed
+        self._suppressed = Counter()
+        self._log.warning(
+            "log_lines_suppressed",
+            suppressed=dict(suppressed.most_common(SUPPRESSED_KINDS)),
+            total=suppressed.total(),
+        )
 
 
 class RejectionLog:
