@@ -250,6 +250,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter windows")
     parser.add_argument("--rounds", type=int, default=1, help="runs of both scenarios")
+    parser.add_argument(
+        "--only", choices=("zero", "healthy"), help="run one scenario only (e.g. to profile it)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="run edgemon under cProfile and write its stats to FILE (figures are then inflated)",
+    )
     args = parser.parse_args()
     scale = QUICK if args.quick else FULL
     load = os.getloadavg()
@@ -261,7 +270,8 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="edgemon-storm-") as tmp,
         mosquitto(Path(tmp), options=MOSQUITTO_OPTIONS) as port,
     ):
-        edgemon = Edgemon(Path(tmp), port, log_level="info")
+        profile = args.profile and args.profile.resolve()
+        edgemon = Edgemon(Path(tmp), port, log_level="info", profile=profile)
         bare = Bare(port)
         players = Players(port)
         try:
@@ -269,6 +279,8 @@ def main() -> None:
             edgemon.ready()
             for r in range(args.rounds):
                 for name, prebuffer in (("zero slack", 0.0), ("healthy", PREBUFFER_MS)):
+                    if args.only is not None and not name.startswith(args.only):
+                        continue
                     result = scenario(
                         f"{name}", scale, players, edgemon, bare, prebuffer_ms=prebuffer
                     )

@@ -3,7 +3,7 @@
 Every received message is appended as one trace line (SPEC §4, `edgemon/trace.py`) to
 `wal.<generation>.jsonl`. Lines are committed in groups: one write and one `fdatasync` per
 batch of messages received together (whatever arrived while the previous commit was under
-way, or within `COMMIT_DELAY_S` of its start, joins the next one), on one worker thread
+way, or within `COMMIT_WINDOW_S` of its start, joins the next one), on one worker thread
 that also writes the snapshots, so the file operations happen in the order they were asked
 for. A batch's QoS 1 acknowledgements wait
 for its commit (`when_durable`).
@@ -38,10 +38,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 _NAME = re.compile(r"^wal\.(\d{1,12})\.jsonl$")
-#: At most one commit per this many seconds (the first after a quiet spell goes at once): a
-#: commit costs ~0.2 ms of CPU (fdatasync and the worker hand-off, measured here), so at
-#: hundreds of messages a second one per message would cost more than applying them.
-COMMIT_DELAY_S = 0.01
+#: The commit window: commits start at least this many seconds apart (the first after a
+#: quiet spell at once), so the log costs at most 1 / COMMIT_WINDOW_S commits a second
+#: however many messages arrive, and a message waits at most this long, plus one commit,
+#: for its acknowledgement. A commit costs ~0.2 ms of CPU (fdatasync and the worker
+#: hand-off, measured here): one per message would cost more than applying them.
+COMMIT_WINDOW_S = 0.01
 
 
 def wal_path(directory: Path, generation: int) -> Path:
@@ -105,8 +107,10 @@ class WriteAheadLog:
         on_commit: Callable[[float], None],
         log: Any,
         size: int = 0,
+        commit_window_s: float = COMMIT_WINDOW_S,
     ) -> None:
         self._directory = directory
+        self._window_s = commit_window_s
         self.generation = generation
         self._executor = executor
         self._on_commit = on_commit
@@ -163,7 +167,7 @@ class WriteAheadLog:
     def _schedule_kick(self) -> None:
         self._kick_scheduled = True
         loop = asyncio.get_running_loop()
-        loop.call_later(max(0.0, self._last_start + COMMIT_DELAY_S - loop.time()), self._kick)
+        loop.call_later(max(0.0, self._last_start + self._window_s - loop.time()), self._kick)
 
     def _kick(self) -> None:
         self._kick_scheduled = False
