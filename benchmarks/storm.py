@@ -251,6 +251,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter windows")
     parser.add_argument("--rounds", type=int, default=1, help="runs of both scenarios")
     parser.add_argument(
+        "--no-wal", action="store_true", help="`[state] wal = false` (the log's share, compared)"
+    )
+    parser.add_argument(
         "--only", choices=("zero", "healthy"), help="run one scenario only (e.g. to profile it)"
     )
     parser.add_argument(
@@ -262,16 +265,25 @@ def main() -> None:
     args = parser.parse_args()
     scale = QUICK if args.quick else FULL
     load = os.getloadavg()
-    print(f"edgemon underrun storm ({'quick' if args.quick else 'full'}: {scale.window_s:.0f} s "
-          f"windows), {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}")  # fmt: skip
+    wal = "off" if args.no_wal else "on"
+    print(
+        f"edgemon underrun storm ({'quick' if args.quick else 'full'}: {scale.window_s:.0f} s "
+        f"windows, write-ahead log {wal}), {os.cpu_count()} CPUs, load average {load[0]:.2f} "
+        f"{load[1]:.2f} {load[2]:.2f}"
+    )
     results: list[Result] = []
     with (
         tempfile.TemporaryDirectory(prefix="edgemon-storm-") as tmp,
         mosquitto(Path(tmp), options=MOSQUITTO_OPTIONS) as port,
     ):
         profile = args.profile and args.profile.resolve()
-        edgemon = Edgemon(Path(tmp), port, log_level="info", profile=profile)
+        edgemon = Edgemon(
+            Path(tmp),
+            port,
+            log_level="info",
+            profile=profile,
+            config="wal = false\n" if args.no_wal else "",
+        )
         bare = Bare(port)
         players = Players(port)
         try:
