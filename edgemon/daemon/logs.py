@@ -146,10 +146,11 @@ class LogBudget:
 
     def _refill(self, now: float) -> float:
         last = self._refilled_ms
-        self._refilled_ms = now
-        if last is not None and now > last:
-            tokens = self._tokens + (now - last) * self._per_ms
-            self._tokens = tokens if tokens < self._burst else self._burst
+        if last is None or now > last:  # a clock that steps back refills nothing
+            self._refilled_ms = now
+            if last is not None:
+                tokens = self._tokens + (now - last) * self._per_ms
+                self._tokens = tokens if tokens < self._burst else self._burst
         return self._tokens
 
     def _take(self, event: str, keep: float) -> bool:
