@@ -205,6 +205,8 @@ class Daemon:
                 await self._snapshot()  # after the releases: what a restart continues from
                 if self.state is not None:
                     await self.state.close()
+                self._digest.close()  # the last seconds' transitions, within the budget
+                self.log.flush()
         except* Exception as group_error:
             failed = True
             for error in group_error.exceptions:

@@ -120,6 +120,13 @@ class DeviceDigest:
         for device in due:
             self._summarise(device, self._tallies.pop(device), now)
 
+    def close(self, now: float | None = None) -> None:
+        """Summarise every device with counts, whatever their age (at a clean stop)."""
+        now = self._now_ms() if now is None else now
+        tallies, self._tallies = self._tallies, {}
+        for device, tally in tallies.items():
+            self._summarise(device, tally, now)
+
     def _summarise(self, device: str, tally: _Tally, now: float) -> None:
         fields: dict[str, Any] = dict(zip(KINDS, tally.counts, strict=True))
         worst = max(tally.streams.items(), key=lambda item: item[1], default=None)
