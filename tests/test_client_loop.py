@@ -97,7 +97,8 @@ def test_edgemon_counts_exactly_what_the_reporter_sent(
     every event as `accepted`, with no rejection of any kind."""
     host, port = mosquitto_broker
     with edgemon_run(port, tmp_path) as http, Reporter(
-        f"mqtt://{host}:{port}", "loop1", client_id="loop1-reporter"
+        f"mqtt://{host}:{port}", "loop1", client_id="loop1-reporter", merge_chunks=False,
+        audio_format="s16le:24000:1",
     ) as reporter:  # fmt: skip
         reporter.start("a", margin_ms=50)
         for _ in range(10):
