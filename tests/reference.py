@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 TraceEvent = tuple[float, str, dict[str, Any]]
 
 ALPHA = 0.3
+#: Gaps shorter than this are pieces of one delivery, not gaps (docs/semantics.md).
+BURST_GAP_MS = 20.0
 
 
 class UnsupportedTraceError(ValueError):
@@ -338,10 +340,10 @@ class Reference:
         if st.chunks and st.chunks[-1].final:
             raise UnsupportedTraceError(f"chunk after the final chunk of {sid}")
         t = body["t_ms"]
-        if st.chunks:
-            out.device_gaps.append(max(0.0, t - st.chunks[-1].t))
+        if st.chunks and t - st.chunks[-1].t >= BURST_GAP_MS:
+            out.device_gaps.append(t - st.chunks[-1].t)
         times = [c.t for c in st.chunks] + [t]
-        stream_gaps = [max(0.0, b - a) for a, b in pairwise(times)]
+        stream_gaps = [b - a for a, b in pairwise(times) if b - a >= BURST_GAP_MS]
         if "eta_ms" in body:
             expected_next = t + body["eta_ms"]
         elif stream_gaps:

@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from edgemon.engine.reorder import Held
 
 EWMA_ALPHA = 0.3
+#: Chunks of a stream closer than this are pieces of one delivery (a transport that split one
+#: server chunk into several reads), not a gap between deliveries: the gap EWMAs skip them
+#: (docs/semantics.md, "Slack, ETA, headroom"). Real TTS chunks are 80 ms of audio or more.
+BURST_GAP_MS = 20.0
 
 
 class Phase(Enum):
