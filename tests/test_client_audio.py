@@ -186,6 +186,12 @@ def test_bad_calls_raise_and_queue_nothing(
         assert not reporter.stats.conflicts
 
 
+def _closed_then(reporter: Reporter) -> Reporter:
+    """`reporter`, closed."""
+    reporter.close(0.1)
+    return reporter
+
+
 CONFLICTS: list[tuple[str, Callable[[Reporter], None], str]] = [
     ("end twice", lambda r: r.end("gone"), "ended"),
     ("unknown end", lambda r: r.end("nobody"), "unknown"),
@@ -193,7 +199,7 @@ CONFLICTS: list[tuple[str, Callable[[Reporter], None], str]] = [
     ("restart ended", lambda r: r.start("gone"), "ended"),
     ("start twice", lambda r: r.start("live"), "live"),
     ("past max_streams", lambda r: r.chunk("fourth", audio_ms=20), "max_streams"),
-    ("after close", lambda r: (r.close(0.1), r.chunk("live", audio_ms=20))[1], "closed"),
+    ("after close", lambda r: _closed_then(r).chunk("live", audio_ms=20), "closed"),
 ]  # fmt: skip
 
 
