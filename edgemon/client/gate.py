@@ -337,14 +337,15 @@ class ThrottleGate:
     def _on_disconnect(
         self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
     ) -> None:
-        if client is self._client:  # not a close()
+        with self._cond:
+            was_connected = self._state.connected
+            self._set(replace(self._state, connected=False, changed_at=self._clock()))
+        if client is self._client and was_connected:  # not a close(), nor a refused attempt
             _mqtt.log.warning(
                 "edgemon gate %s: lost the broker (%s); not holding until it is back",
                 self.device,
                 reason_code,
             )
-        with self._cond:
-            self._set(replace(self._state, connected=False, changed_at=self._clock()))
 
     def _on_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
         topic = message.topic

@@ -613,10 +613,10 @@ class Reporter:
         _properties: Any,
     ) -> None:
         with self._cond:
-            self._connected = False
+            was_connected, self._connected = self._connected, False
             closing = self._stop
             self._cond.notify_all()
-        if not closing:
+        if was_connected and not closing:  # a refused attempt was said by `_unreachable`
             _mqtt.log.warning(
                 "edgemon reporter %s: lost the broker (%s); buffering events until it is back",
                 self.device,
