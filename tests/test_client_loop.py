@@ -100,7 +100,7 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
             assert not gate.should_throttle_prefills()
         stats = gate.stats
     # edgemon acts at device time t_ms, i.e. at wall time t_ms + its clock offset estimate
-    # for the device (§2.1: the smallest transit seen, here the Reporter's flush delay too).
+    # for the device (semantics.md: the smallest transit seen, here the Reporter's flush delay too).
     print(
         "throttle t_ms -> gate saw it, ms:",
         ", ".join(f"{ms:.1f}" for ms in latencies),

@@ -199,7 +199,8 @@ def test_pieces_of_one_delivery_do_not_drag_the_gap_estimate_down() -> None:
 
 
 def test_margin_order_config_then_start_then_engine_then_default() -> None:
-    """SPEC §2.4: the device's config margin beats the start event's, which beats the engine's."""
+    """docs/protocol.md: the device's config margin beats the start event's, which beats the
+    engine's."""
     config = EngineConfig(devices={"pinned": DeviceOverride(margin_ms=300)})
     engine = Engine(config)
     out: list[Output] = []

@@ -1,6 +1,7 @@
-"""Security (SPEC §5–§7): MQTT over TLS and with a password from a file, against a real
-Mosquitto and a throw-away CA made here by `openssl`; HTTP with TLS and basic auth through the
-real daemon; secrets that never show; SIGHUP reloading a real `edgemon run` process."""
+"""Security (docs/runbook.md, docs/reliability.md): MQTT over TLS and with a password from a
+file, against a real Mosquitto and a throw-away CA made here by `openssl`; HTTP with TLS and
+basic auth through the real daemon; secrets that never show; SIGHUP reloading a real
+`edgemon run` process; the clients' TLS, client certificates and password files."""
 
 from __future__ import annotations
 

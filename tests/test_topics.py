@@ -1,4 +1,4 @@
-"""Topic names (docs/protocol.md, "Topics"): what edgemon subscribes to, parses, and publishes on."""
+"""Topic names (docs/protocol.md, "Topics"): what edgemon subscribes to, parses, publishes on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One device: its streams, its clock, its timers and its throttle (SPEC §2).
+"""One device: its streams, its clock, its timers and its throttle (docs/semantics.md).
 
 Each stream keeps two right-limit flags, "at risk" (`headroom < margin`) and "unsafe"
 (`headroom < margin + hysteresis`), and the device keeps how many of its live streams have
@@ -288,7 +288,7 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
 
     # ------------------------------------------------------------------ margins
     def _margin_for(self, from_start: float | None) -> float:
-        """SPEC §2.4 order: device config, start event, engine object, hardware, default."""
+        """docs/semantics.md order: device config, start event, engine object, hardware, default."""
         override = self.override
         if override is not None and override.margin_ms is not None:
             return override.margin_ms

@@ -1,4 +1,4 @@
-"""One stream's state, updated in O(1) per event (SPEC §2.2–§2.6)."""
+"""One stream's state, updated in O(1) per event (docs/semantics.md)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ class Stream:
         self.min_slack: float | None = None
         #: Begin of the current underrun on the device's clock (its exact instant `u`).
         self.underrun_since: float | None = None
-        #: Not yet confirmed by the device's event time (SPEC §2.8): a late chunk may undo it.
+        #: Not yet confirmed by the device's event time (semantics.md): a late chunk may undo it.
         self.underrun_provisional = False
         #: `UnderrunBegan` was emitted for it (edgemon's clock reached `u` live).
         self.underrun_published = False

@@ -23,8 +23,8 @@ jitter or stalls). The player does not start at the first chunk: 80 ms would run
 a 2 s chunk can be generated at any realistic RTF, so the first chunk carries
 `play_start_ms` = its arrival + (eta − 80 ms) + a 200 ms cushion: the announced wait for the
 second chunk plus more than edgemon's margin (with a cushion under the margin, 40 ms as it
-was, every healthy stream started at risk and throttled its device). At RTF 0.1 with no stalls a stream then never
-underruns; at RTF ≥ 1 every chunk falls further behind.
+was, every healthy stream started at risk and throttled its device). At RTF 0.1 with no
+stalls a stream then never underruns; at RTF ≥ 1 every chunk falls further behind.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class Simulation:
         return self._devices
 
     def engine_objects(self) -> dict[str, dict[str, Any]]:
-        """The engine object (SPEC §1) each device publishes retained at start-up."""
+        """The engine object (docs/protocol.md) each device publishes retained at start-up."""
         return {device: _engine_object() for device in self._devices}
 
     def next_t_ms(self) -> float | None:
