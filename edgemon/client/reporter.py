@@ -413,7 +413,7 @@ class Reporter:
                 return
             if final:
                 self._open_chunks.pop(stream, None)
-            else:
+            elif self._merge:
                 self._open_chunks[stream] = (now, event)
             self._enqueue(event)
 
