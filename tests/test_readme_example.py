@@ -8,6 +8,7 @@ healthy stream is never throttled (the example prebuffers and says so with `play
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import time
@@ -19,6 +20,9 @@ import pytest
 from edgemon_process import edgemon_run, poll, samples
 
 from edgemon.client import Reporter
+from edgemon.engine.stream import BURST_GAP_MS
+
+from mqtt_probe import probe
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +83,10 @@ def test_readme_example_gives_edgemon_the_servers_rhythm(
     exec(compile(player_example(), str(README), "exec"), namespace)
     played = bytearray()
     try:
-        with edgemon_run(port, tmp_path) as http:
+        with (
+            edgemon_run(port, tmp_path) as http,
+            probe(host, port, "edgemon/v1/kitchen-speaker/events") as watcher,
+        ):
             with Reporter(
                 f"mqtt://{host}:{port}", "kitchen-speaker", audio_format=namespace["QWEN_PCM"]
             ) as reporter:
@@ -115,3 +122,9 @@ def test_readme_example_gives_edgemon_the_servers_rhythm(
     assert gaps["0.2"] == pieces  # no delivery gap under 200 ms
     assert gap_sum / (CHUNKS - 1) == pytest.approx(INTERVAL_MS / 1000, rel=0.1)
     assert engagements == 0
+    # Each gap edgemon's estimate takes (docs/semantics.md: 20 ms apart or more), from the
+    # chunks as they were on the wire: within 10 % of the server's interval.
+    times = [e["t_ms"] for m in watcher.seen for e in m.json() if e["type"] == "chunk"]
+    gaps_ms = [b - a for a, b in itertools.pairwise(times) if b - a >= BURST_GAP_MS]
+    assert len(gaps_ms) == CHUNKS - 1
+    assert all(abs(gap - INTERVAL_MS) <= 0.1 * INTERVAL_MS for gap in gaps_ms), gaps_ms
