@@ -66,8 +66,13 @@ def main() -> None:
     assert not released.should_throttle_prefills()
 
     reporter = Reporter(
-        "mqtt://127.0.0.1:1", "bench", max_buffered_events=1_000, max_streams=1
-    )  # never opened: the buffer stays full, the oldest event is dropped per call
+        "mqtt://127.0.0.1:1",
+        "bench",
+        max_buffered_events=1_000,
+        max_streams=1,
+        audio_format="s16le:24000:1",
+        merge_chunks=False,
+    )  # no broker: the buffer stays full, the oldest chunk is dropped per call
     event = {"type": "chunk", "stream": "s", "t_ms": time.time() * 1000, "seq": 7,
              "audio_ms": 80.0, "audio_total_ms": 560.0}  # fmt: skip
     encode = json.JSONEncoder(separators=(",", ":")).encode

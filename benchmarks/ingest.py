@@ -80,7 +80,7 @@ FIRST_AUDIO_MS = 300.0
 MOSQUITTO_OPTIONS = "max_queued_messages 1000000\nmax_inflight_messages 100\nset_tcp_nodelay true\n"
 EDGE = "edge"  # the device of part 4
 QUIET_PROBES = 60  # part 3b
-#: Part 3 needs the throttle to follow risk at once (SPEC §2.5: both 0); the other parts do
+#: Part 3 needs the throttle to follow risk at once (docs/semantics.md: both 0); the other parts do
 #: not depend on them, and one edgemon serves the whole run.
 EDGEMON_CONFIG = "[slack]\nhysteresis_ms = 0\nmin_on_ms = 0\n"
 Json = dict[str, Any]
@@ -120,7 +120,7 @@ def no_delay(client: paho.Client) -> None:
 
 # ---------------------------------------------------------------------------- chunk events
 class Fleet:
-    """The streams of one device, served round-robin: valid chunk events of SPEC §1.
+    """The streams of one device, served round-robin: valid chunk events of docs/protocol.md.
 
     Each stream starts with a 300 ms chunk, then brings 5-50 % more audio per chunk than the
     time between its chunks (`gap_ms`), with an `eta_ms` within 10 % of that gap: healthy

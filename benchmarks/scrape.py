@@ -15,7 +15,7 @@ of audio each, one in ten with an hour's ETA so that it is at risk), it measures
   4. the same with no scrapes and no other traffic ("quiet").
   5. the same under 1,000 chunk events/s from 64 streams of another device (one event per
      message, from another process).
-In 3-5, where the daemon exports `edgemon_deadline_lateness_seconds` (SPEC §5: how late the
+In 3-5, where the daemon exports `edgemon_deadline_lateness_seconds` (docs/runbook.md: how late the
 deadline task fired, without the MQTT hops), the transitions of that phase are summed from it
 too, p50 and p99 given as the bucket bounds that hold them. Targets: deadline lateness p99
 ≤ 1 ms quiet, ≤ 2 ms under 1,000 events/s; onset lateness p99 ≤ 2 ms under scrapes.

@@ -5,8 +5,8 @@
 
 Plain Python and the standard library only: small helpers build targets and panels, two
 functions lay out the fleet and the device dashboards of one box, a third the boxes of a fleet
-on the central VictoriaMetrics (SPEC §10). Every panel has a description and a unit; every
-expression uses the metrics of SPEC §5 (`edgemon_*`), the recorded series of
+on the central VictoriaMetrics (docs/fleet.md). Every panel has a description and a unit; every
+expression uses the metrics of docs/runbook.md (`edgemon_*`), the recorded series of
 deploy/prometheus/edgemon.rules.yml and `up`. Grafana variables in expressions: `$device`,
 `$box`, `$__rate_interval`, `$__range`. The boxes dashboard uses MetricsQL's `lag` (seconds
 since a series' last sample), so its data source must be VictoriaMetrics.

@@ -1,8 +1,8 @@
 """The monitor: topics and payloads in, engine outputs out — what the daemon and replay share.
 
 It adds to the engine only what belongs to messages: topic routing, decoding, the count of
-every message or event by `result` (SPEC §5 `edgemon_messages_total{result}`), and the order
-in which a message and the clock take turns (`Monitor.handle`, SPEC §2.7).
+every message or event by `result` (docs/runbook.md `edgemon_messages_total{result}`), and the order
+in which a message and the clock take turns (`Monitor.handle`, docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Monitor:
         *,
         decide: bool = True,
     ) -> None:
-        """Take one MQTT message received at wall time `recv_ms`, in the order of SPEC §2.7.
+        """Take one MQTT message received at wall time `recv_ms`, in the order of docs/semantics.md.
 
         Every timer due strictly before `recv_ms` fires first (on every device: a device idle
         long enough is forgotten before its next message starts it afresh), then the message
@@ -144,7 +144,7 @@ class Monitor:
         self._count_gaps(out, mark)
 
     def _count_gaps(self, out: list[Output], mark: int) -> None:
-        """A gap declared once held chunks stopped waiting counts as `gap` (SPEC §2.8)."""
+        """A gap declared once held chunks stopped waiting counts as `gap` (docs/semantics.md)."""
         for i in range(mark, len(out)):
             if type(out[i]) is GapDeclared:
                 self.results["gap"] += 1

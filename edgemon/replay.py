@@ -1,7 +1,7 @@
-"""`edgemon replay`: a recorded trace through the same engine, on a virtual clock (SPEC §2.7).
+"""`edgemon replay`: a recorded trace through the same engine, on a virtual clock (semantics.md).
 
 The virtual clock is the trace's `recv_ms` (never running back). An `underrun` line is written
-when the underrun is confirmed (SPEC §2.8), with its exact instant; one announced live and
+when the underrun is confirmed (docs/semantics.md), with its exact instant; one announced live and
 then retracted is written as `underrun_retracted`. At equal times messages are
 applied before timers fire and before samples are taken. After the last record the clock runs
 on until nothing is pending, so every stream ends (completed, ended or expired) and is
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 def replay(
     records: Iterable[TraceRecord], config: EngineConfig, *, sample_ms: float | None = 100.0
 ) -> Iterator[dict[str, Any]]:
-    """Yield the JSON-line objects of SPEC §4 for a trace, in virtual-time order."""
+    """Yield the JSON-line objects of README for a trace, in virtual-time order."""
     monitor = Monitor(config, sample_every_ms=sample_ms or None)
     rejected = 0
     now = float("-inf")

@@ -1,4 +1,4 @@
-"""The trace file of SPEC §4: JSON lines `{"recv_ms", "topic", "payload" | "payload_b64"}`."""
+"""The trace file of README: JSON lines `{"recv_ms", "topic", "payload" | "payload_b64"}`."""
 
 from __future__ import annotations
 

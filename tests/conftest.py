@@ -53,7 +53,7 @@ def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
 @pytest.fixture(autouse=True)
 def own_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A daemon started by a test without a state directory falls back to
-    `$XDG_STATE_HOME/edgemon` (SPEC §7): each test gets its own, never the user's."""
+    `$XDG_STATE_HOME/edgemon` (docs/reliability.md): each test gets its own, never the user's."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from edgemon.engine.config import PlayerModel  # noqa: TC001 - pydantic reads the annotations
-from edgemon.engine.events import MAX_TIME_MS
+from edgemon.protocol import MAX_TIME_MS
 
 StreamId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 TimeMs = Annotated[float, Field(ge=0, le=MAX_TIME_MS, allow_inf_nan=False)]

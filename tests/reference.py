@@ -1,4 +1,4 @@
-"""A naive test oracle for SPEC §2 and docs/semantics.md, written without looking at the engine.
+"""A naive test oracle for docs/semantics.md, written without looking at the engine.
 
 Every answer is computed by brute force: the state of a device at instant ``s`` is the fold of
 all its events received at or before ``s``, started from scratch for that prefix (no state is
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 TraceEvent = tuple[float, str, dict[str, Any]]
 
 ALPHA = 0.3
+#: Gaps shorter than this are pieces of one delivery, not gaps (docs/semantics.md).
+BURST_GAP_MS = 20.0
 
 
 class UnsupportedTraceError(ValueError):
@@ -165,18 +167,18 @@ def buffer_and_start(
 
 
 def slack_of(v: View, s: float) -> float:
-    """SPEC §2.2 for ``s`` at or after the view's last event."""
+    """docs/semantics.md for ``s`` at or after the view's last event."""
     slack = v.buffered - max(0.0, s - v.start)
     return max(0.0, slack) if v.player == "rebuffer" else slack
 
 
 def eta_of(v: View, s: float) -> float:
-    """SPEC §2.4: time until the next chunk is expected, never negative."""
+    """docs/semantics.md: time until the next chunk is expected, never negative."""
     return max(0.0, v.expected_next - s)
 
 
 def headroom_of(v: View, s: float) -> float:
-    """SPEC §2.4, slack minus eta, where slack counts the wait before the player starts
+    """docs/semantics.md, slack minus eta, where slack counts the wait before the player starts
     (docs/semantics.md): how long the buffer lasts from ``s`` minus the wait for the next chunk.
     From the player's start on this is exactly the spec's ``slack − eta``."""
     lasts = slack_of(v, s) + max(0.0, v.start - s)
@@ -250,7 +252,7 @@ class Reference:
         return self.policy.player
 
     def _deadline(self, st: Stream) -> tuple[float, str]:
-        """When the stream is removed if nothing else arrives (SPEC §2.6, semantics 'Ends')."""
+        """When the stream is removed if nothing else arrives (semantics.md, semantics 'Ends')."""
         timeout = self.policy.stream_idle_timeout_ms
         if not st.chunks:
             return st.t_last_event + timeout, "expired"
@@ -338,10 +340,10 @@ class Reference:
         if st.chunks and st.chunks[-1].final:
             raise UnsupportedTraceError(f"chunk after the final chunk of {sid}")
         t = body["t_ms"]
-        if st.chunks:
-            out.device_gaps.append(max(0.0, t - st.chunks[-1].t))
+        if st.chunks and t - st.chunks[-1].t >= BURST_GAP_MS:
+            out.device_gaps.append(t - st.chunks[-1].t)
         times = [c.t for c in st.chunks] + [t]
-        stream_gaps = [max(0.0, b - a) for a, b in pairwise(times)]
+        stream_gaps = [b - a for a, b in pairwise(times) if b - a >= BURST_GAP_MS]
         if "eta_ms" in body:
             expected_next = t + body["eta_ms"]
         elif stream_gaps:
@@ -454,7 +456,7 @@ class Reference:
                         "slack_ms": slack_of(v, s),
                         "eta_ms": eta_of(v, s),
                         "headroom_ms": headroom_of(v, s),
-                        "at_risk": headroom_of(v, s) < v.margin,  # SPEC §2.4, at s
+                        "at_risk": headroom_of(v, s) < v.margin,  # docs/semantics.md, at s
                         "margin": v.margin,
                     }
                 k += 1

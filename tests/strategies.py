@@ -252,8 +252,8 @@ def scenarios(
     return Scenario(config, tuple(messages), sample_ms, in_order)
 
 
-# ---------------------------------------------------------------- late delivery (SPEC §2.8)
-#: Largest delivery delay beyond the fastest (below allowed_lateness_ms, as §2.8 requires).
+# ---------------------------------------------------------------- late delivery (docs/semantics.md)
+#: Largest delivery delay beyond the fastest (below allowed_lateness_ms, as semantics.md requires).
 MAX_DELAY_MS = 500
 LATENESS_MS = 1_000
 
@@ -304,7 +304,7 @@ def late_scenarios(draw: st.DrawFn, *, outage: bool = False) -> LateScenario:
         pending: list[tuple[int, int, int, dict[str, Any]]] = []
         for s in range(draw(st.integers(1, 4))):
             # No redelivered seq 0: delivered late, after its stream ended, it would begin a
-            # new stream of that id (SPEC §2.6), which the record on t_ms cannot know.
+            # new stream of that id (docs/semantics.md), which the record on t_ms cannot know.
             stream = _stream(
                 f"s{s}", player, own_player=True, in_order=True, eta_always=False, first_again=False
             )

@@ -1,4 +1,4 @@
-"""Broker outage (SPEC §7): the test stops and restarts its real Mosquitto (persistence on)
+"""Broker outage (reliability.md): the test stops and restarts its real Mosquitto (persistence on)
 while a device publishes chunks at QoS 1 to a persistent-session edgemon, and counts."""
 
 from __future__ import annotations

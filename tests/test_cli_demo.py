@@ -161,11 +161,13 @@ def test_bad_flags_are_one_line_and_exit_2(
 
 
 def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
-    """Not on a terminal, a 4 s demo prints status lines and a summary, then exits 0: the
-    overloaded device (RTF 1.1) underran, the healthy one did not, nothing was rejected,
-    and the last line is JSON with the streams, underruns and the /metrics URL."""
+    """Not on a terminal, a 7 s demo prints status lines and a summary, then exits 0: the
+    overloaded device (RTF 1.1) underran and throttled, the healthy one neither underran nor
+    throttled (its players prebuffer past the margin), nothing was rejected, and the last line
+    is JSON with the streams, underruns and the /metrics URL. (7 s: the overloaded device's
+    players prebuffer past the margin too, so its first underrun comes 4-5 s in.)"""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    command = [sys.executable, "-m", "edgemon", "demo", "--duration", "4", "--devices", "2"]
+    command = [sys.executable, "-m", "edgemon", "demo", "--duration", "7", "--devices", "2"]
     command += ["--streams", "2", "--listen", "127.0.0.1:0", "--seed", SEED]
     began = time.monotonic()
     done = subprocess.run(
@@ -180,6 +182,7 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
     assert summary["rtf"] == {"sim-0": 0.15, "sim-1": 1.1}
     assert summary["underruns"]["sim-1"] > 0
     assert summary["underruns"]["sim-0"] == 0
+    assert summary["throttle_engagements"]["sim-0"] == 0
     assert summary["streams"] >= 2
     assert summary["rejected"] == 0
     assert summary["throttle_engagements"]["sim-1"] >= 1

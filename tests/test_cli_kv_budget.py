@@ -111,7 +111,7 @@ def test_terminal_without_unicode_gets_ascii_symbols() -> None:
     ("max_num_seqs", "code", "ok"), [("9", 0, True), ("10", 3, False)], ids=["fits", "preempts"]
 )
 def test_json_output_is_exactly_the_spec_object(max_num_seqs: str, code: int, ok: bool) -> None:
-    """--json prints only the SPEC §4 object, with the same exit code as the table."""
+    """--json prints only the README object, with the same exit code as the table."""
     result = kv_budget(*QWEN3_TTS, "--max-num-seqs", max_num_seqs, "--json")
     assert (result.returncode, result.stderr) == (code, "")
     assert json.loads(result.stdout) == {

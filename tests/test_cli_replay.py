@@ -261,7 +261,7 @@ def test_bad_config_file(trace_file: Path, tmp_path: Path, text: str) -> None:
 
 
 def test_missing_config_file(trace_file: Path, tmp_path: Path) -> None:
-    """A --config path that does not exist is an error (SPEC §6)."""
+    """A --config path that does not exist is an error (README)."""
     missing = tmp_path / "none.toml"
     assert_usage_error(edgemon_replay(str(trace_file), "--config", str(missing)))
 

@@ -170,7 +170,7 @@ async def test_once_with_basic_auth(tmp_path: Path) -> None:
 @pytest.mark.asyncio
 async def test_once_unreachable_is_one_line_and_exit_1() -> None:
     """Nothing listening: `--once` prints one line on stderr naming the URL, exit 1 — the
-    code `simulate` gives for an unreachable broker (SPEC §4: a failure, not bad usage)."""
+    code `simulate` gives for an unreachable broker (README: a failure, not bad usage)."""
     url = f"http://127.0.0.1:{free_port()}"
     code, out, err = await top("--once", "--url", url)
     assert (code, out) == (1, "")

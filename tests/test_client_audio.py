@@ -3,6 +3,8 @@ Reporter refuses (nothing invalid is queued), plus the package's light imports."
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import subprocess
 import sys
 from fractions import Fraction
@@ -13,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgemon.client import AudioFormat, Reporter
-from edgemon.client._events import Streams
+from edgemon.client._events import Conflict, Streams
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 FORMATS = [
     AudioFormat.PCM_S16LE_24K_MONO,
@@ -108,8 +110,9 @@ def test_audio_ms_totals_and_final() -> None:
     assert last["final"] is True
     assert last["seq"] == 3
     assert streams.end("a", 3.0, "completed") is None
-    with pytest.raises(ValueError, match="has ended"):
+    with pytest.raises(Conflict, match="has ended") as conflict:
         streams.chunk("a", 4.0, audio_ms=40, final=False, **chunk)
+    assert conflict.value.kind == "ended"
     partial = streams.chunk(
         "b", 1.0, pcm_bytes=1, audio_ms=None, audio_format="s16le:24000:1", eta_ms=None,
         final=False,
@@ -119,9 +122,14 @@ def test_audio_ms_totals_and_final() -> None:
     assert len(streams) == 0
 
 
-def _reporter(**kwargs: Any) -> Reporter:
-    """A Reporter never opened: its calls check and queue, nothing is sent."""
-    return Reporter("mqtt://127.0.0.1:1", "dev", clock=lambda: 1000.0, **kwargs)
+@contextlib.contextmanager
+def _reporter(**kwargs: Any) -> Iterator[Reporter]:
+    """A Reporter with no broker: its calls check and queue, nothing is sent; closed after."""
+    reporter = Reporter("mqtt://127.0.0.1:1", "dev", clock=lambda: 1000.0, **kwargs)
+    try:
+        yield reporter
+    finally:
+        reporter.close(0.1)
 
 
 BAD_CALLS: list[tuple[str, Callable[[Reporter], None], str]] = [
@@ -137,21 +145,23 @@ BAD_CALLS: list[tuple[str, Callable[[Reporter], None], str]] = [
     ("neither", lambda r: r.chunk("s"), "exactly one"),
     ("zero bytes", lambda r: r.chunk("s", pcm_bytes=0), "pcm_bytes must be an integer > 0"),
     ("float bytes", lambda r: r.chunk("s", pcm_bytes=9.5), "pcm_bytes must be an integer"),  # type: ignore[arg-type]
-    ("huge pcm", lambda r: r.chunk("s", pcm_bytes=48_000 * 601), "more than 600000"),
+    ("huge pcm", lambda r: r.chunk("s", pcm_bytes=48_000 * 601, audio_format="s16le:24000:1"),
+     "more than 600000"),
     ("format", lambda r: r.chunk("s", pcm_bytes=2, audio_format="mp3"), "ENCODING:RATE"),
+    ("start format", lambda r: r.start("s", audio_format="wav"), "ENCODING:RATE"),
+    ("no format", lambda r: r.chunk("s", pcm_bytes=2), "unknown audio format"),
+    ("no format, started", lambda r: r.chunk("live", pcm_bytes=2), "unknown audio format"),
     ("eta", lambda r: r.chunk("s", audio_ms=20, eta_ms=-1), "eta_ms"),
     ("eta inf", lambda r: r.chunk("s", audio_ms=20, eta_ms=float("inf")), "eta_ms"),
     ("final type", lambda r: r.chunk("s", audio_ms=20, final=1), "final must be"),  # type: ignore[arg-type]
-    ("empty final", lambda r: r.chunk("s", pcm_bytes=1, final=True), "final chunk must hold"),
+    ("empty final", lambda r: r.chunk("new", pcm_bytes=1, final=True, audio_format="s16le:24000:1"),
+     "final chunk must hold"),
     ("margin", lambda r: r.start("s", margin_ms=60_001), "margin_ms"),
     ("play start", lambda r: r.start("s", play_start_ms=-5), "play_start_ms"),
+    ("chunk play start", lambda r: r.chunk("s", audio_ms=20, play_start_ms=-5), "play_start_ms"),
     ("player", lambda r: r.start("s", player="buffer"), "'conceal' or 'rebuffer'"),
     ("reason", lambda r: r.end("live", reason="x" * 65), "at most 64"),
-    ("unknown end", lambda r: r.end("nobody"), "unknown stream"),
-    ("start twice", lambda r: r.start("live"), "already started"),
-    ("after end", lambda r: r.chunk("gone", audio_ms=20), "has ended"),
-    ("restart ended", lambda r: r.start("gone"), "has ended"),
-    ("end twice", lambda r: r.end("gone"), "already ended"),
+    ("bad args of an ended stream", lambda r: r.chunk("gone", audio_ms=-1), "audio_ms"),
     ("format switch", lambda r: r.chunk("odd", pcm_bytes=2, audio_format="s16le:16000:1"),
      "carries 1 bytes"),
 ]  # fmt: skip
@@ -162,16 +172,83 @@ def test_bad_calls_raise_and_queue_nothing(
     name: str, call: Callable[[Reporter], None], fragment: str
 ) -> None:
     """Each argument edgemon would reject raises ValueError at the call with a message saying
-    what is wrong, and queues no event."""
-    reporter = _reporter(max_streams=3)
-    reporter.start("live")
-    reporter.chunk("gone", audio_ms=20)
-    reporter.end("gone")
-    reporter.chunk("odd", pcm_bytes=1)
-    before = reporter.stats.events
-    with pytest.raises(ValueError, match=fragment):
-        call(reporter)
-    assert reporter.stats.events == before == 3
+    what is wrong, and queues no event (also for a stream that has ended: a bad argument is
+    the caller's mistake whatever the stream's state)."""
+    with _reporter(max_streams=3) as reporter:
+        reporter.start("live")
+        reporter.chunk("gone", audio_ms=20)
+        reporter.end("gone")
+        reporter.chunk("odd", pcm_bytes=1, audio_format="s16le:24000:1")
+        before = reporter.stats.events
+        with pytest.raises(ValueError, match=fragment):
+            call(reporter)
+        assert reporter.stats.events == before == 3
+        assert not reporter.stats.conflicts
+
+
+def _closed_then(reporter: Reporter) -> Reporter:
+    """`reporter`, closed."""
+    reporter.close(0.1)
+    return reporter
+
+
+CONFLICTS: list[tuple[str, Callable[[Reporter], None], str]] = [
+    ("end twice", lambda r: r.end("gone"), "ended"),
+    ("unknown end", lambda r: r.end("nobody"), "unknown"),
+    ("chunk after end", lambda r: r.chunk("gone", audio_ms=20), "ended"),
+    ("restart ended", lambda r: r.start("gone"), "ended"),
+    ("start twice", lambda r: r.start("live"), "live"),
+    ("past max_streams", lambda r: r.chunk("fourth", audio_ms=20), "max_streams"),
+    ("after close", lambda r: _closed_then(r).chunk("live", audio_ms=20), "closed"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "call", "kind"), CONFLICTS, ids=[c[0] for c in CONFLICTS])
+def test_state_conflicts_are_counted_and_logged_once_never_raised(
+    name: str,
+    call: Callable[[Reporter], None],
+    kind: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A call the stream's state makes moot raises nothing into the player: it queues
+    nothing, is counted in `stats.conflicts` by kind, and only its first occurrence is logged
+    (a WARNING naming the stream)."""
+    caplog.set_level(logging.DEBUG, logger="edgemon.client")
+    with _reporter(max_streams=2) as reporter:
+        reporter.start("live")
+        reporter.chunk("gone", audio_ms=20)
+        reporter.end("gone")
+        reporter.chunk("third", audio_ms=20)
+        before = reporter.stats.events
+        for _ in range(3):
+            call(reporter)
+        assert reporter.stats.events == before == 4
+        assert dict(reporter.stats.conflicts) == {kind: 3}
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and kind in r.message]
+    assert len(warnings) == 1, [r.message for r in caplog.records]
+
+
+def test_audio_format_given_once() -> None:
+    """The audio format is given once, to `Reporter(...)` or to `start(...)`, and a chunk's
+    `audio_format` overrides it for that chunk: 48 kHz stereo s16 (192,000 B/s) is counted as
+    such, not as the 24 kHz mono of the old silent default (4x the audio)."""
+    streams = Streams(max_streams=4, audio_format=AudioFormat.PCM_S16LE_48K_STEREO)
+    common: dict[str, Any] = {"audio_ms": None, "eta_ms": None, "final": False}
+    events = [
+        streams.chunk("a", 1.0, pcm_bytes=19_200, audio_format=None, **common),  # 100 ms
+        streams.start("b", 1.0, play_start_ms=None, margin_ms=None, player=None,
+                      audio_format="s16le:24000:1"),
+        streams.chunk("b", 2.0, pcm_bytes=19_200, audio_format=None, **common),  # 400 ms
+        streams.chunk("b", 3.0, pcm_bytes=19_200, audio_format="f32le:48000:2", **common),
+    ]  # fmt: skip
+    chunks = [
+        (e["stream"], e["audio_ms"], e["audio_total_ms"])
+        for e in events
+        if e and e["type"] == "chunk"
+    ]
+    assert chunks == [("a", 100.0, 100.0), ("b", 400.0, 400.0), ("b", 50.0, 450.0)]
+    with pytest.raises(ValueError, match="unknown audio format"):
+        Streams(max_streams=1).chunk("c", 1.0, pcm_bytes=4, audio_format=None, **common)
 
 
 def test_bad_construction_and_clock() -> None:
@@ -193,15 +270,15 @@ def test_bad_construction_and_clock() -> None:
         reporter.chunk("s", audio_ms=20)
     reporter.close(0.1)
     with pytest.raises(RuntimeError, match="closed"):
-        reporter.chunk("s", audio_ms=20)
-    few = _reporter(max_streams=2)
-    few.start("a")
-    few.chunk("b", audio_ms=20)
-    with pytest.raises(ValueError, match="more than 2 live streams"):
+        reporter.open()
+    with _reporter(max_streams=2) as few:
+        few.start("a")
+        few.chunk("b", audio_ms=20)
+        few.start("c")  # one too many: counted, not raised
+        assert few.stats.conflicts == {"max_streams": 1}
+        few.end("a")
         few.start("c")
-    few.end("a")
-    few.start("c")
-    assert few.stats.events == 4
+        assert few.stats.events == 4
 
 
 def test_client_imports_nothing_heavy() -> None:

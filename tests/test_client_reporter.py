@@ -53,10 +53,15 @@ def test_calls_within_flush_ms_are_one_batch(mosquitto_broker: tuple[str, int]) 
     host, port = mosquitto_broker
     with probe(host, port, TOPIC) as watcher:
         reporter = Reporter(
-            f"mqtt://{host}:{port}", "dev1", flush_ms=500, clock=counting_clock(), client_id="r1"
+            f"mqtt://{host}:{port}",
+            "dev1",
+            flush_ms=500,
+            clock=counting_clock(),
+            client_id="r1",
+            merge_chunks=False,
         )
         with reporter:
-            reporter.start("req-1", margin_ms=100, player="rebuffer")
+            reporter.start("req-1", margin_ms=100, player="rebuffer", audio_format="s16le:24000:1")
             for _ in range(20):
                 reporter.chunk("req-1", pcm_bytes=4_800, eta_ms=150)  # 100 ms of s16le 24k
             assert watcher.wait_for(lambda seen: len(seen) >= 1)  # sent when due, unasked
@@ -83,7 +88,7 @@ def test_batches_split_within_the_daemon_limits(mosquitto_broker: tuple[str, int
     host, port = mosquitto_broker
     with probe(host, port, TOPIC) as watcher:
         with Reporter(
-            f"mqtt://{host}:{port}", "dev1", flush_ms=2_000, client_id="r2",
+            f"mqtt://{host}:{port}", "dev1", flush_ms=2_000, client_id="r2", merge_chunks=False,
             max_batch_events=7, max_payload_bytes=1_024,
         ) as reporter:  # fmt: skip
             for i in range(60):
@@ -113,7 +118,9 @@ def test_offline_buffer_is_bounded_and_delivered_after_the_broker_starts(
     try:
         with probe(server.host, server.port, TOPIC, session="probe-offline") as watcher:
             server.stop()
-            reporter = Reporter(server.url, "dev1", client_id="r3", max_buffered_events=5)
+            reporter = Reporter(
+                server.url, "dev1", client_id="r3", merge_chunks=False, max_buffered_events=5
+            )
             with reporter:
                 for _ in range(12):
                     reporter.chunk("s", audio_ms=40)
@@ -177,7 +184,9 @@ def test_usable_from_asyncio(mosquitto_broker: tuple[str, int]) -> None:
         return await asyncio.to_thread(reporter.flush, 15)
 
     with probe(host, port, TOPIC) as watcher:
-        with Reporter(f"mqtt://{host}:{port}", "dev1", client_id="r5") as reporter:
+        with Reporter(
+            f"mqtt://{host}:{port}", "dev1", client_id="r5", merge_chunks=False
+        ) as reporter:
             assert asyncio.run(main(reporter))
         assert watcher.wait_for(lambda seen: sum(len(m.json()) for m in seen) == 104)
     events = [event for batch in batches(watcher) for event in batch]
@@ -196,7 +205,9 @@ def test_many_threads_at_once(mosquitto_broker: tuple[str, int]) -> None:
     fmt = AudioFormat.PCM_F32LE_48K_STEREO
     calls = 150
     with probe(host, port, TOPIC) as watcher:
-        with Reporter(f"mqtt://{host}:{port}", "dev1", client_id="r6") as reporter:
+        with Reporter(
+            f"mqtt://{host}:{port}", "dev1", client_id="r6", merge_chunks=False
+        ) as reporter:
 
             def work(stream: str, size: int) -> None:
                 for _ in range(calls):
@@ -232,7 +243,7 @@ def test_a_failed_publish_is_retried_in_order(mosquitto_broker: tuple[str, int])
     host, port = mosquitto_broker
     with probe(host, port, TOPIC) as watcher:
         with Reporter(
-            f"mqtt://{host}:{port}", "dev1", client_id="r7", max_batch_events=4
+            f"mqtt://{host}:{port}", "dev1", client_id="r7", merge_chunks=False, max_batch_events=4
         ) as reporter:
             client = reporter._client
             assert client is not None
@@ -266,7 +277,7 @@ def test_close_without_a_broker_keeps_its_timeout() -> None:
     """With no broker to reach, `close(1)` gives up on flushing after about a second and says
     what was left unsent; the calls never waited for the network."""
     dead = f"mqtt://127.0.0.1:{free_port()}"
-    reporter = Reporter(dead, "dev1", client_id="r8").open()
+    reporter = Reporter(dead, "dev1", client_id="r8", merge_chunks=False).open()
     started = time.monotonic()
     for _ in range(50):
         reporter.chunk("s", audio_ms=20)

@@ -1,4 +1,4 @@
-"""Mapping edgemon's wall clock onto a device's clock (SPEC §2.1, docs/semantics.md)."""
+"""Mapping edgemon's wall clock onto a device's clock (docs/semantics.md, docs/semantics.md)."""
 
 from __future__ import annotations
 

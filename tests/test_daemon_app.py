@@ -155,7 +155,7 @@ async def test_scenario_publishes_throttle_on_then_off(mosquitto_broker: tuple[s
 
 async def test_deadline_lateness_is_exported(mosquitto_broker: tuple[str, int]) -> None:
     """Every transition the deadline task fires counts in `edgemon_deadline_lateness_seconds`
-    (SPEC §5): after a timer-driven throttle onset the histogram has observations, each in a
+    (docs/runbook.md): after a timer-driven throttle onset the histogram has observations, each in a
     finite bucket (no deadline here is served a second late)."""
     _, port = mosquitto_broker
     daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
@@ -190,7 +190,7 @@ async def test_throttle_objects_are_retained(mosquitto_broker: tuple[str, int]) 
 async def test_underrun_detected_by_timer_alone(mosquitto_broker: tuple[str, int]) -> None:
     """A stream whose audio runs out with no further message is counted as an underrun from
     the timers alone (it runs dry, and with no late chunk it is confirmed allowed_lateness_ms
-    later, SPEC §2.8): `/metrics` (parsed as Prometheus would) shows it, `/api/v1/streams`
+    later, docs/semantics.md): `/metrics` (parsed as Prometheus would) shows it, `/api/v1/streams`
     too."""
     _, port = mosquitto_broker
     daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
@@ -334,7 +334,7 @@ async def test_recorded_trace_replays_to_the_same_throttle_transitions(
 async def test_an_outage_confirms_no_underrun_that_late_chunks_retract(
     mosquitto_server: MosquittoServer,
 ) -> None:
-    """SPEC §2.8 across a broker outage longer than `allowed_lateness_ms`: the buffer runs dry
+    """semantics.md across a broker outage longer than `allowed_lateness_ms`: the buffer runs dry
     by what edgemon knows while the broker is down, but the device had its next chunk in time
     and the broker delivers it after the outage. edgemon holds confirmations while its input is
     lost, so the underrun it announced is retracted, not counted (before, the lateness timer

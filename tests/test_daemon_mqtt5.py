@@ -38,7 +38,7 @@ def test_session_options_by_protocol() -> None:
 
 
 def test_v5_declares_a_receive_maximum() -> None:
-    """Flow control on MQTT 5 (SPEC §7): CONNECT carries a Receive Maximum, so the broker
+    """Flow control on MQTT 5 (reliability.md): CONNECT carries a Receive Maximum, so the broker
     keeps at most that many unacknowledged QoS 1 messages out to edgemon and holds the rest."""
     v5 = session_options(MqttSettings(protocol="5"))
     assert v5["properties"].ReceiveMaximum == RECEIVE_MAXIMUM

@@ -76,7 +76,7 @@ def test_seq_strictly_increases_within_and_across_runs() -> None:
 
 
 def test_throttle_payload_is_the_spec_object() -> None:
-    """The throttle object carries exactly SPEC §1's fields."""
+    """The throttle object carries exactly docs/protocol.md's fields."""
     change = ThrottleChanged("dev", 12.5, True, ("s1", "s2"), -3.0, 80.0)
     assert json.loads(throttle_payload(change, 7)) == {
         "device": "dev",

@@ -1,4 +1,4 @@
-"""Restart and crash with live streams on a real Mosquitto (SPEC §7, docs/reliability.md).
+"""Restart and crash with live streams on a real Mosquitto (reliability.md, docs/reliability.md).
 
 A publisher keeps three healthy streams going on two devices (QoS 1, one 300 ms chunk per
 stream every 200 ms, `eta_ms` and `audio_total_ms` on each, `t_ms` = wall ms) while edgemon is

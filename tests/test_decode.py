@@ -1,4 +1,5 @@
-"""Payload decoding (SPEC §1, §7): events validated one by one, engine objects, never a crash."""
+"""Payload decoding (docs/protocol.md, docs/reliability.md): events validated one by one,
+engine objects, never a crash."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 MAX_BYTES = 262_144
 MAX_BATCH = 1_000
-#: The result labels a decoding problem may carry (SPEC §5 `edgemon_messages_total{result}`).
+#: The result labels a decoding problem may carry (runbook.md `edgemon_messages_total{result}`).
 DECODE_REASONS = frozenset({"invalid_json", "invalid_event", "oversized"})
 
 CHUNK: dict[str, Any] = {"type": "chunk", "stream": "s1", "t_ms": 1000, "seq": 0, "audio_ms": 200}
@@ -27,7 +28,8 @@ START: dict[str, Any] = {"type": "start", "stream": "s1", "t_ms": 900}
 END: dict[str, Any] = {"type": "end", "stream": "s1", "t_ms": 2000, "reason": "cancelled"}
 GEOMETRY = {"num_layers": 28, "num_kv_heads": 8, "head_dim": 128}
 GiB = 1024**3
-#: A Qwen3-TTS talker on 4 GiB: 9 sequences of 4096 tokens fit (SPEC §3 example geometry).
+#: A Qwen3-TTS talker on 4 GiB: 9 sequences of 4096 tokens fit (the README's kv-budget
+#: example geometry).
 ENGINE: dict[str, Any] = {
     "kv_cache_bytes": 4 * GiB,
     "max_num_seqs": 8,
@@ -414,7 +416,7 @@ def engine(value: Any) -> TtsEngineInfo | Problem:
 
 
 def test_engine_with_geometry_gives_kv_verdict() -> None:
-    """A complete engine object yields the SPEC §3 verdict (114688 bytes per token)."""
+    """A complete engine object yields the README's kv-budget verdict (114688 bytes per token)."""
     info = engine(ENGINE)
     assert isinstance(info, TtsEngineInfo)
     assert info.kv_error is None
@@ -490,7 +492,7 @@ def test_engine_without_kv_fields_has_no_verdict() -> None:
     [("cuda", 50), ("jetson", 80), ("x86", 120), ("arm64", 160), ("npu", 200)],
 )
 def test_engine_hardware_class_margin(hardware: str, margin: float) -> None:
-    """The hardware class gives the SPEC §2.4 margin; an explicit `margin_ms` wins over it."""
+    """The hardware class gives the semantics.md margin; an explicit `margin_ms` wins over it."""
     info = engine({"hardware_class": hardware})
     assert isinstance(info, TtsEngineInfo)
     assert info.margin == margin

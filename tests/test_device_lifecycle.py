@@ -1,4 +1,4 @@
-"""Device lifecycle (SPEC §7): idle devices are forgotten at an exact instant, so churn never
+"""Device lifecycle (reliability.md): idle devices are forgotten at an exact instant, so churn never
 locks new devices out, and a known device is never refused because new ids flood in."""
 
 from __future__ import annotations

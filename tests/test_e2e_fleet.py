@@ -1,4 +1,4 @@
-"""A fleet of three edge boxes and a central store, real programs only (SPEC §10).
+"""A fleet of three edge boxes and a central store, real programs only (docs/fleet.md).
 
 Each box: its own Mosquitto, `edgemon run`, `edgemon simulate` (one device, two streams;
 `box-b` overloaded at RTF 1.2, the others at 0.1) and Prometheus in agent mode with the shipped
@@ -77,7 +77,7 @@ PHASE_TIMEOUT_S = 90.0
 #: Grafana's variables as the test asks: every box, short rate windows, the last minute.
 VARIABLES = {"$box": ".*", "$__rate_interval": "15s", "$__range": "60s"}
 PANEL_RANGE_S = 30
-#: Series that are absent while a device has no live stream (SPEC §5): gaps there are not loss.
+#: Series that are absent while a device has no live stream (runbook.md): gaps there are not loss.
 COME_AND_GO = {"edgemon_headroom_min_seconds", "edgemon_playback_slack_min_seconds"}
 
 

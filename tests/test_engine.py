@@ -180,8 +180,27 @@ def test_gap_ewma_seeds_with_the_first_gap_then_smooths() -> None:
     assert device.streams["a"].expected == 300 + 0.3 * 100 + 0.7 * 200
 
 
+def test_pieces_of_one_delivery_do_not_drag_the_gap_estimate_down() -> None:
+    """A server chunk every 320 ms that the transport splits into two reads 4 ms apart (what
+    `read1()` does) leaves the stream's and the device's gap EWMAs at the delivery interval
+    (less the split), not near 4 ms: pieces closer than `BURST_GAP_MS` are no gap
+    (docs/semantics.md, "Slack, ETA, headroom")."""
+    rig = Rig()
+    for i in range(8):
+        t = 320.0 * i
+        rig.send(t, chunk("a", t, 2 * i, 170))
+        rig.send(t + 4, chunk("a", t + 4, 2 * i + 1, 150))
+    device = rig.engine.device("d")
+    assert device is not None
+    stream = device.streams["a"]
+    assert stream.gap_ewma == 316.0
+    assert device.gap_ewma == 316.0
+    assert stream.expected == 320.0 * 7 + 4 + 316.0
+
+
 def test_margin_order_config_then_start_then_engine_then_default() -> None:
-    """SPEC §2.4: the device's config margin beats the start event's, which beats the engine's."""
+    """docs/protocol.md: the device's config margin beats the start event's, which beats the
+    engine's."""
     config = EngineConfig(devices={"pinned": DeviceOverride(margin_ms=300)})
     engine = Engine(config)
     out: list[Output] = []

@@ -1,7 +1,7 @@
 """The engine's replay output against the naive reference (``tests/reference.py``).
 
 Every property feeds one generated trace (``tests/strategies.py``) to ``edgemon.replay.replay``
-and to the reference, and compares the JSON lines of SPEC §4. Replay is expected to run its
+and to the reference, and compares the JSON lines of README. Replay is expected to run its
 virtual clock past the last message until every stream has been removed, so expiries,
 completions and throttle releases after the last message are part of the output.
 
@@ -272,7 +272,7 @@ def test_summary_counts(sc: Scenario) -> None:
 def test_lines_are_in_time_order(sc: Scenario) -> None:
     """Per device, lines come in device-time order; at one instant removals and underruns come
     before the throttle decision, and samples last. An `underrun` line is written when the
-    underrun is known (SPEC §2.8) with the instant it began: with delivery jitter a late
+    underrun is known (docs/semantics.md) with the instant it began: with delivery jitter a late
     chunk can show that the buffer ran dry before edgemon's clock for the device now, so
     in jittered traces its place is checked only against the lines that follow it."""
     records = sc.records()
@@ -363,7 +363,7 @@ def test_worked_example_duplicate_and_gap() -> None:
 
 
 def test_sample_at_a_falling_crossing_uses_the_strict_formula() -> None:
-    """A sample is the formula at its instant (SPEC §2.4: headroom < margin, strict), while a
+    """A sample is the formula at its instant (semantics.md: headroom < margin, strict), while a
     transition reports the state just after its instant (docs/semantics.md). Headroom reaches
     margin 80 at 220 and falls: the sample at 220 is not at risk, the throttle line at 220
     already lists the stream, and the sample at 240 is at risk."""

@@ -1,4 +1,4 @@
-"""Late and out-of-order delivery (SPEC §2.8): worked examples of provisional underruns,
+"""Late and out-of-order delivery (docs/semantics.md): worked examples of provisional underruns,
 their confirmation and retraction, the reorder buffer, outages and restarts."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_the_issue_example_a_late_chunk_retracts_the_underrun() -> None:
     """Issue 10: the buffer would run dry at 200; a chunk that reached the player at 150 is
     delivered at 260. The underrun announced live at 200 is retracted at 260 and never
     counted; the summary has no underrun and min_slack 50, as the formulas on t_ms say.
-    (Before SPEC §2.8 the underrun was counted.)"""
+    (Before docs/semantics.md the underrun was counted.)"""
     rig = Rig()
     rig.send(0, chunk(0, 0))
     rig.until(259)
@@ -238,7 +238,7 @@ def test_an_outage_longer_than_allowed_lateness_confirms_no_underrun() -> None:
 
 def test_a_short_outage_needs_no_notice() -> None:
     """An outage shorter than allowed_lateness_ms confirms nothing even if edgemon is not
-    told about it: the late chunks come within the lateness. (Before SPEC §2.8 every stream
+    told about it: the late chunks come within the lateness. (Before docs/semantics.md every stream
     counted an underrun.)"""
     rig = Rig()
     for t in range(0, 3_000, 100):

@@ -1,4 +1,4 @@
-"""Late delivery against the reference on the devices' own times (SPEC §2.8).
+"""Late delivery against the reference on the devices' own times (docs/semantics.md).
 
 Each trace is delivered late (``strategies.late_scenarios``): random delays, reordering within a
 stream, and optionally a broker outage whose backlog arrives in a burst. Once every message is

@@ -1,4 +1,4 @@
-"""Floods through the monitor, in-process on a virtual clock (SPEC §7 "Memory is bounded").
+"""Floods through the monitor, in-process on a virtual clock (reliability.md "Memory is bounded").
 
 One device sending 1,000,000 distinct stream ids, and 100,000 distinct device names: the
 limits hold, what is refused is counted (`stream_limit`, `device_limit`), the number of

@@ -1,4 +1,4 @@
-"""Flow control, not shedding (SPEC §7, issue 10 item 1): a QoS 1 flood through a real
+"""Flow control, not shedding (docs/reliability.md, issue 10 item 1): a QoS 1 flood through a real
 Mosquitto whose queue for edgemon is unbounded (`max_queued_messages 0`), so the only thing
 between the publisher and the engine is edgemon itself. Nothing the broker delivered may be
 dropped: edgemon reads the socket only as fast as it applies (TCP backpressure)."""

@@ -1,4 +1,4 @@
-"""Hostile input (SPEC §7): through the real broker into the daemon, and in-process with
+"""Hostile input (docs/reliability.md): through the real broker into the daemon, and in-process with
 Hypothesis. No payload, topic or sequence of messages may crash, stall or slow the daemon
 for others; each rejected message or event is counted under `edgemon_messages_total{result}`
 and logged at most once per second per (device, reason) with a count of what was suppressed.

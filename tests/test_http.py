@@ -1,4 +1,4 @@
-"""The HTTP endpoint (SPEC §5): a real server on a free port, real requests, TLS and auth."""
+"""The HTTP endpoint (runbook.md): a real server on a free port, real requests, TLS and auth."""
 
 from __future__ import annotations
 
@@ -383,7 +383,7 @@ async def test_streams_api_filters_by_device_and_pages_the_fleet() -> None:
 async def test_requests_let_the_event_loop_run_between_slices(path: str) -> None:
     """A request at fleet scale hands the loop back between devices and between pieces of
     the text (here after every slice: budget 0), so a due deadline never waits for the
-    whole fleet (SPEC §5): a task that counts loop turns advances while the request runs."""
+    whole fleet (docs/runbook.md): a task that counts loop turns advances while the request runs."""
     devices = 12
     daemon = fleet(devices, 30)
     app = create_app(

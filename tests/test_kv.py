@@ -1,4 +1,5 @@
-"""KV admission (SPEC §3): geometry from HF configs, dtype sizes and the verdict formulas."""
+"""KV admission (README, "`edgemon kv-budget`"): geometry from HF configs, dtype sizes and the
+verdict formulas."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ QWEN3_TTS_CONFIG: dict[str, object] = {
     "num_hidden_layers": 2,  # the root is not the talker: must not be used
     "talker_config": TALKER_CONFIG,
 }
-#: SPEC §3 dtype table, restated independently of the module's.
+#: README's kv-budget dtype table, restated independently of the module's.
 SPEC_DTYPES = [
     ("float32", 4),
     ("float16", 2),
@@ -54,7 +55,7 @@ SPEC_DTYPES = [
 
 
 def test_qwen3_tts_talker_bytes_per_token() -> None:
-    """The SPEC example: 28 layers x 8 KV heads x 128 x bf16 is 114688 bytes per token."""
+    """The README's example: 28 layers x 8 KV heads x 128 x bf16 is 114688 bytes per token."""
     verdict = kv_verdict(QWEN3_TTS_TALKER, kv_cache_bytes=4 * GiB, max_model_len=4096)
     assert verdict.bytes_per_token == 114_688
 
@@ -120,7 +121,7 @@ def test_without_max_num_seqs_there_is_no_admission_verdict() -> None:
 
 
 def test_as_dict_has_exactly_the_json_keys() -> None:
-    """as_dict() gives the five `kv-budget --json` keys of SPEC §4 and nothing else."""
+    """as_dict() gives the five `kv-budget --json` keys of README and nothing else."""
     verdict = kv_verdict(QWEN3_TTS_TALKER, kv_cache_bytes=4 * GiB, max_model_len=4096)
     assert verdict.as_dict() == {
         "bytes_per_token": 114_688,
@@ -156,7 +157,7 @@ def test_non_positive_arguments_are_errors_naming_them(argument: str, value: int
 
 @pytest.mark.parametrize(("name", "size"), SPEC_DTYPES)
 def test_dtype_table(name: str, size: int) -> None:
-    """Every dtype of the SPEC table has its size, and the KV bytes scale with it."""
+    """Every dtype of the documented table has its size, and the KV bytes scale with it."""
     assert dtype_bytes(name) == size
     verdict = kv_verdict(
         QWEN3_TTS_TALKER, kv_cache_bytes=GiB, max_model_len=16, kv_cache_dtype=name
@@ -165,7 +166,7 @@ def test_dtype_table(name: str, size: int) -> None:
 
 
 def test_the_table_has_no_other_dtypes() -> None:
-    """The table is exactly the SPEC's: nothing is silently accepted beyond it."""
+    """The table is exactly the documented one: nothing is silently accepted beyond it."""
     assert dict(DTYPE_BYTES) == dict(SPEC_DTYPES)
 
 
@@ -416,7 +417,8 @@ def test_verdict_matches_a_naive_restatement_of_the_formula(
     block_size: int,
     max_num_seqs: int | None,
 ) -> None:
-    """For any geometry, dtype and sizes, the verdict equals SPEC §3 computed with fractions."""
+    """For any geometry, dtype and sizes, the verdict equals the README's kv-budget formulas
+    computed with fractions."""
     name, size = dtype
     per_token = 2 * layers * heads * head_dim * size
     per_seq = ceil(Fraction(max_model_len, block_size)) * block_size * per_token

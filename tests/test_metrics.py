@@ -1,8 +1,8 @@
-"""The metrics of SPEC §5: a Monitor fed in-process, scraped and parsed as Prometheus would.
+"""The metrics of docs/runbook.md: a Monitor fed in-process, scraped and parsed as Prometheus would.
 
 Every device here runs `OFFSET` ms behind edgemon's wall clock, and each message is received
 at wall time `t + OFFSET`, so the estimated offset is exactly `OFFSET` and the device's clock
-at a scrape is `wall − OFFSET`. Values are hand-computed from SPEC §2 (margin 80, hysteresis
+at a scrape is `wall − OFFSET`. Values are hand-computed from semantics.md (margin 80, hysteresis
 20, min-on 250 ms unless a test says otherwise).
 """
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
 
 OFFSET = 5_000.0
-#: Underruns confirmed at once: what edgemon knows is the record (SPEC §2.8 off).
+#: Underruns confirmed at once: what edgemon knows is the record (docs/semantics.md off).
 NO_LATENESS = EngineConfig(slack=SlackPolicy(allowed_lateness_ms=0))
 D = 100_000.0  # device-clock origin of every scenario
 
@@ -310,7 +310,8 @@ def test_finished_reasons_are_folded_and_all_present() -> None:
 
 
 def test_kv_gauges_once_an_engine_object_is_received() -> None:
-    """No kv_* series before an engine object; then the SPEC §3 verdict and the engine's margin."""
+    """No kv_* series before an engine object; then the README's kv-budget verdict and the
+    engine's margin."""
     rig = Rig()
     rig.send(D, start("s1", D))
     assert not {n for n in rig.scrape().names() if n.startswith("edgemon_kv_")}
@@ -387,7 +388,7 @@ def test_every_result_the_daemon_counts_is_exported_from_the_start() -> None:
 
 
 def test_provisional_underruns_count_only_once_confirmed_and_retractions_are_counted() -> None:
-    """SPEC §2.8: a provisional underrun counts neither as an underrun nor as underrun time;
+    """docs/semantics.md: a provisional underrun counts neither as an underrun nor as underrun time;
     a late chunk that reached the player before it retracts it
     (`edgemon_underruns_retracted_total`); one the device's time passes is counted."""
     rig = Rig()
@@ -412,7 +413,7 @@ def test_provisional_underruns_count_only_once_confirmed_and_retractions_are_cou
 
 
 def test_a_forgotten_device_has_no_series() -> None:
-    """SPEC §7: once an idle device is forgotten its series vanish from the next scrape."""
+    """reliability.md: once an idle device is forgotten its series vanish from the next scrape."""
     rig = Rig(config=EngineConfig(limits=Limits(device_idle_ms=60_000)))
     rig.send(D, chunk("s1", D, 0, 100, final=True))
     assert rig.scrape().get("edgemon_chunks_total", device="d1") == 1

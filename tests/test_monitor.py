@@ -1,4 +1,5 @@
-"""The monitor: topic routing, decoding and the per-result counts of SPEC §5 and §7."""
+"""The monitor: topic routing, decoding and the per-result counts of docs/runbook.md
+and docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ D1 = "edgemon/v1/d1/events"
 D2 = "edgemon/v1/d2/events"
 E1 = "edgemon/v1/d1/engine"
 
-#: No wait for late or reordered chunks: what arrives is applied at once (SPEC §2.8 off).
+#: No wait for late or reordered chunks: what arrives is applied at once (docs/semantics.md off).
 NO_LATENESS = EngineConfig(slack=SlackPolicy(allowed_lateness_ms=0))
 
 
@@ -318,7 +319,7 @@ def test_engine_objects() -> None:
 
 
 def test_engine_hardware_class_sets_the_device_margin() -> None:
-    """The engine object's hardware class gives the device's margin (SPEC §2.4)."""
+    """The engine object's hardware class gives the device's margin (docs/semantics.md)."""
     h = Harness()
     h.send(0, {"hardware_class": "npu"}, topic=E1)
     device = h.monitor.engine.device("d1")
@@ -327,7 +328,7 @@ def test_engine_hardware_class_sets_the_device_margin() -> None:
 
 
 def test_handle_fires_due_timers_then_applies_the_message_then_decides() -> None:
-    """`Monitor.handle` owns the order of SPEC §2.7: a timer of another device due before the
+    """`Monitor.handle` owns the order of semantics.md: a timer of another device due before the
     message fires first, then the message's own outputs (a rejected duplicate), then the
     throttle decision at the message's instant. Skipping the first step puts d2's underrun
     after the rejection; deciding before applying (or not at all) loses d1's throttle."""

@@ -1,4 +1,4 @@
-"""Overload through the real broker (SPEC §7 "Flow control, not shedding"): publisher
+"""Overload through the real broker (docs/reliability.md "Flow control, not shedding"): publisher
 processes flood the daemon with large batches faster than it can apply them. edgemon reads
 the socket only as fast as it applies (TCP backpressure: the broker holds the rest), so it
 sheds nothing (`overloaded` stays 0), its memory stays bounded, and the throttle objects of

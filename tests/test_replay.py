@@ -1,4 +1,5 @@
-"""`replay()` on small hand-built traces: the JSON lines of SPEC §4 on a virtual clock (§2.7)."""
+"""`replay()` on small hand-built traces: the JSON lines of README on a virtual clock
+(docs/semantics.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 D1 = "edgemon/v1/d1/events"
 D2 = "edgemon/v1/d2/events"
 
-#: SPEC §4 replay lines: the keys of each kind, exactly (`rejected` also has `detail`).
+#: README replay lines: the keys of each kind, exactly (`rejected` also has `detail`).
 KEYS = {
     "sample": {"kind", "t_ms", "device", "stream", "slack_ms", "eta_ms", "headroom_ms", "at_risk"},
     "underrun": {"kind", "t_ms", "device", "stream"},
@@ -107,7 +108,7 @@ def busy_trace() -> list[TraceRecord]:
 
 
 def test_output_kinds_and_keys() -> None:
-    """Every line has exactly the SPEC §4 keys of its kind; the summary comes last, once."""
+    """Every line has exactly the README keys of its kind; the summary comes last, once."""
     lines = run(busy_trace(), sample_ms=50)
     assert {line["kind"] for line in lines} == set(KEYS)
     for line in lines:
@@ -136,7 +137,7 @@ def test_value_types() -> None:
 
 def test_lines_are_in_time_order() -> None:
     """Lines come in virtual-time order (device clock = wall clock here), except `underrun`
-    lines: written when confirmed (SPEC §2.8), they carry the earlier instant it began."""
+    lines: written when confirmed (docs/semantics.md), they carry the earlier instant it began."""
     lines = [line for line in run(busy_trace(), sample_ms=50)[:-1] if line["kind"] != "underrun"]
     times = [moment(line) for line in lines]
     assert times == sorted(times)
@@ -400,7 +401,7 @@ def time_limit(seconds: float) -> Iterator[None]:
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
 def test_tiny_sample_period_does_not_hang() -> None:
     """A sample period below the clock's resolution is refused or sampled at rising instants."""
-    t0 = 1_700_000_000_000  # epoch milliseconds, as SPEC §1 recommends
+    t0 = 1_700_000_000_000  # epoch milliseconds, as docs/protocol.md recommends
     lines = replay([at(t0, chunk(0, t0, 100))], EngineConfig(), sample_ms=1e-4)
     with time_limit(0.3):
         try:

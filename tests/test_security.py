@@ -1,6 +1,7 @@
-"""Security (SPEC §5–§7): MQTT over TLS and with a password from a file, against a real
-Mosquitto and a throw-away CA made here by `openssl`; HTTP with TLS and basic auth through the
-real daemon; secrets that never show; SIGHUP reloading a real `edgemon run` process."""
+"""Security (docs/runbook.md, docs/reliability.md): MQTT over TLS and with a password from a
+file, against a real Mosquitto and a throw-away CA made here by `openssl`; HTTP with TLS and
+basic auth through the real daemon; secrets that never show; SIGHUP reloading a real
+`edgemon run` process; the clients' TLS, client certificates and password files."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import aiomqtt
+import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgemon.client import Reporter, ThrottleGate
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
@@ -771,3 +777,140 @@ async def test_sighup_reloads_margins_and_keeps_streams(
         assert len(daemon.events("config_reloaded")) == 1
     finally:
         assert await daemon.stop() == 0
+
+
+# ---------------------------------------------------------------------- the clients (issue 20)
+@PAHO_TLS_SOCKET_LEAK
+def test_clients_over_tls_with_a_private_ca_and_a_client_certificate(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """The Reporter and the gate connect to a Mosquitto that requires a client certificate,
+    trusting the private CA (`ca_file=`) and presenting `cert_file=`/`key_file=`; the
+    Reporter's event arrives. Without the client certificate the broker refuses them."""
+    with mosquitto(tmp_path, client_certificate_listener(pki)) as ports:
+        url = f"mqtts://127.0.0.1:{ports.edgemon}"
+        tls: dict[str, Any] = {
+            "ca_file": pki.ca,
+            "cert_file": pki.client_cert,
+            "key_file": pki.client_key,
+        }
+        topic = f"{P}/tls3/events"
+        with (
+            probe_messages(ports.devices, topic) as seen,
+            Reporter(url, "tls3", **tls) as reporter,
+            ThrottleGate(url, "tls3", **tls) as gate,
+        ):
+            assert reporter.wait_connected(15)
+            assert gate.wait_connected(15)
+            reporter.chunk("s", audio_ms=40)
+            assert reporter.flush(15)
+            deadline = time.monotonic() + 15
+            while not seen:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        assert json.loads(seen[0])[0]["audio_ms"] == 40.0
+        with Reporter(url, "tls3", ca_file=pki.ca) as refused:
+            assert not refused.wait_connected(1.5)
+
+
+def tls_password_listener(pki: Pki, passwords: Path) -> str:
+    return "\n".join(
+        [
+            f"cafile {pki.ca}",
+            f"certfile {pki.server_cert}",
+            f"keyfile {pki.server_key}",
+            "allow_anonymous false",
+            f"password_file {passwords}",
+        ]
+    )
+
+
+@PAHO_TLS_SOCKET_LEAK
+def test_clients_with_a_username_and_a_password_file_over_tls(
+    pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`username=` + `password_file=` (the file ends in a newline, stripped) over TLS with a
+    private CA: the Reporter connects; the gate does too from `EDGEMON_GATE_BROKER`,
+    `EDGEMON_GATE_USERNAME`, `EDGEMON_GATE_PASSWORD_FILE` and `EDGEMON_GATE_CA_FILE`. A wrong
+    password is refused and said ONCE as a warning by each client."""
+    caplog.set_level(logging.DEBUG, logger="edgemon.client")
+    passwords = mosquitto_password_file(tmp_path / "passwd", "player", "right horse")
+    right = secret_file(tmp_path / "right", "right horse")
+    wrong = secret_file(tmp_path / "wrong", "wrong horse")
+    with mosquitto(tmp_path, tls_password_listener(pki, passwords)) as ports:
+        url = f"mqtts://127.0.0.1:{ports.edgemon}"
+        environ = {
+            "EDGEMON_GATE_DEVICE": "pw1",
+            "EDGEMON_GATE_BROKER": url,
+            "EDGEMON_GATE_USERNAME": "player",
+            "EDGEMON_GATE_PASSWORD_FILE": str(right),
+            "EDGEMON_GATE_CA_FILE": str(pki.ca),
+        }
+        gate = ThrottleGate.from_environ(environ)
+        assert gate is not None
+        with (
+            Reporter(url, "pw1", username="player", password_file=right, ca_file=pki.ca) as ok,
+            gate,
+        ):
+            assert ok.wait_connected(15)
+            assert gate.wait_connected(15)
+        bad_gate = ThrottleGate.from_environ(environ | {"EDGEMON_GATE_PASSWORD_FILE": str(wrong)})
+        assert bad_gate is not None
+        with (
+            Reporter(url, "pw2", username="player", password_file=wrong, ca_file=pki.ca) as bad,
+            bad_gate,
+        ):
+            assert not bad.wait_connected(3.5)  # two attempts at least (1 s, then 2 s apart)
+            assert not bad_gate.wait_connected(0.1)
+    warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
+    assert len([w for w in warnings if w.startswith("edgemon reporter pw2")]) == 1, warnings
+    assert len([w for w in warnings if w.startswith("edgemon gate pw1")]) == 1, warnings
+    assert all("right horse" not in r.message for r in caplog.records)
+
+
+def test_client_connection_options_refused_at_construction(pki: Pki, tmp_path: Path) -> None:
+    """Mistakes in the connection options fail at construction, naming the option or the
+    variable: TLS files without mqtts://, an unreadable file, a certificate without its key,
+    an empty password file, a password file without a username."""
+    empty = secret_file(tmp_path / "empty", "")
+    for kwargs, fragment in (
+        ({"broker_url": "mqtt://h", "ca_file": pki.ca}, "need an mqtts://"),
+        ({"broker_url": "mqtts://h", "ca_file": tmp_path / "absent"}, "ca_file"),
+        ({"broker_url": "mqtts://h", "cert_file": pki.client_cert}, "together"),
+        ({"broker_url": "mqtt://h", "username": "u", "password_file": empty}, "empty"),
+        ({"broker_url": "mqtt://h", "password_file": pki.ca}, "needs a username"),
+    ):
+        for client in (Reporter, ThrottleGate):
+            args: dict[str, Any] = dict(kwargs)
+            with pytest.raises(ValueError, match=fragment):
+                client(args.pop("broker_url"), "d", **args)
+    base = {"EDGEMON_GATE_DEVICE": "d", "EDGEMON_GATE_BROKER": "mqtt://h"}
+    for extra, name in (
+        ({"EDGEMON_GATE_CA_FILE": str(pki.ca)}, "EDGEMON_GATE_CA_FILE"),
+        ({"EDGEMON_GATE_PASSWORD_FILE": str(pki.ca)}, "EDGEMON_GATE_PASSWORD_FILE"),
+        (
+            {"EDGEMON_GATE_USERNAME": "u", "EDGEMON_GATE_PASSWORD_FILE": str(empty)},
+            "EDGEMON_GATE_PASSWORD_FILE",
+        ),
+    ):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            ThrottleGate.from_environ(base | extra)
+
+
+@contextlib.contextmanager
+def probe_messages(port: int, topic: str) -> Iterator[list[bytes]]:
+    """The payloads published on `topic`, collected by a plain paho client on `port`."""
+    seen: list[bytes] = []
+    client = mqtt.Client(CallbackAPIVersion.VERSION2)
+    client.on_connect = lambda c, *_: c.subscribe(topic, 1)
+    client.on_message = lambda _c, _u, message: seen.append(bytes(message.payload))
+    subscribed = threading.Event()
+    client.on_subscribe = lambda *_: subscribed.set()
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        assert subscribed.wait(15)
+        yield seen
+    finally:
+        client.disconnect()
+        client.loop_stop()

@@ -100,7 +100,7 @@ def problems_of(path: Path | None, environ: dict[str, str] | None = None) -> lis
 
 
 def test_defaults_without_a_file(tmp_path: Path) -> None:
-    """With no file at the default path the defaults of SPEC §6 apply."""
+    """With no file at the default path the defaults of README apply."""
     settings = load_settings(None, environ={}, default_path=tmp_path / "absent.toml")
     assert settings == Settings()
     assert settings.mqtt.url == "mqtt://127.0.0.1:1883"
@@ -328,7 +328,7 @@ def test_keys_that_belong_together(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("device", ["kitchen-01", "cam.1", "A_b", "x" * 64])
 def test_valid_device_ids(tmp_path: Path, device: str) -> None:
-    """Device ids as SPEC §1 allows them are accepted (quoted where TOML needs it)."""
+    """Device ids as docs/protocol.md allows them are accepted (quoted where TOML needs it)."""
     settings = load_settings(write(tmp_path, f'[devices."{device}"]\nmargin_ms = 1\n'), environ={})
     assert settings.devices[device].margin_ms == 1
 
@@ -572,7 +572,7 @@ def test_the_default_client_id_names_the_host() -> None:
 def test_an_edgemon_variable_that_sets_nothing_is_warned_about() -> None:
     """`EDGEMON_SLACK_DEFAULT_MARGIN_MS` (one underscore) sets nothing: it is named in a
     warning that gives the right spelling; settings and `EDGEMON_GATE_*` (the engine gate's,
-    SPEC §9) are not warned about; the variable really is ignored by the settings."""
+    docs/client.md) are not warned about; the variable really is ignored by the settings."""
     environ = {
         "EDGEMON_SLACK_DEFAULT_MARGIN_MS": "120",
         "EDGEMON_SLACK__HYSTERESIS_MS": "5",

@@ -254,6 +254,16 @@ def test_rtf_0_1_without_stalls_never_underruns_in_edgemon() -> None:
     assert reasons == {"completed", "cancelled"}
 
 
+def test_healthy_devices_are_never_throttled() -> None:
+    """A healthy device (RTF 0.15, the demo's, no stalls) never throttles in edgemon: its
+    player prebuffers past the margin, so no stream starts at risk (with a 40 ms cushion,
+    under the 80 ms margin, every stream start throttled the device for nothing)."""
+    summary, _ = _replay_summary(_sim(devices=2, streams=4, rtf=0.15), 120)
+    assert summary["streams"] > 50
+    assert summary["underruns"] == 0
+    assert summary["throttle_engagements"] == 0
+
+
 def test_rtf_1_2_underruns_often_in_edgemon() -> None:
     """At RTF 1.2 generation is slower than playback: edgemon counts underruns in most streams."""
     summary, lines = _replay_summary(_sim(devices=2, streams=4, rtf=1.2), 120)

@@ -127,7 +127,7 @@ def test_random_traces_continue_identically_after_a_restart(
 def test_late_delivery_continues_identically_after_a_restart(
     sc: LateScenario, data: st.DataObject
 ) -> None:
-    """Traces delivered late (SPEC §2.8), split at any message: provisional underruns, chunks
+    """Traces delivered late (semantics.md), split at any message: provisional underruns, chunks
     held for a missing seq and the device's event time survive the restart, so retractions,
     confirmations and gaps come out as in the uninterrupted run, and so do the totals. (Lines
     of different streams at one instant may come in another order: the restored waits are

@@ -1,4 +1,4 @@
-"""Topic names of SPEC §1: what edgemon subscribes to, parses, and publishes on."""
+"""Topic names (docs/protocol.md, "Topics"): what edgemon subscribes to, parses, publishes on."""
 
 from __future__ import annotations
 
@@ -66,9 +66,10 @@ def test_parse_rejects_bad_device_ids(device: str) -> None:
     assert not valid_device_id(device)
 
 
-@pytest.mark.parametrize("device", ["d", "D-1", "a.b_c-d", "0" * 64, "_edgemon"])
+@pytest.mark.parametrize("device", ["d", "D-1", "a.b_c-d", "0" * 64, "_edgemon2", "edgemon"])
 def test_valid_device_ids(device: str) -> None:
-    """Any 1 to 64 characters of letters, digits, `.`, `_` and `-` name a device."""
+    """Any 1 to 64 characters of letters, digits, `.`, `_` and `-` name a device, but
+    `_edgemon`."""
     assert valid_device_id(device)
     assert DEFAULT.parse(f"edgemon/v1/{device}/events") == (device, "events")
 
@@ -164,3 +165,11 @@ def test_cached_parse_equals_a_fresh_parse(parts: list[str]) -> None:
     for n, part in enumerate(parts):
         topic = part + ("/events" if n % 2 else "")
         assert topics.parse(topic) == Topics().parse(topic)
+
+
+def test_reserved_edgemon_level_is_no_device() -> None:
+    """`_edgemon` names edgemon's own topics (`P/_edgemon/{instance}/status`), so it is refused
+    as a device id: its events and engine objects are not taken as a device's."""
+    assert not valid_device_id("_edgemon")
+    assert DEFAULT.parse("edgemon/v1/_edgemon/events") is None
+    assert DEFAULT.parse("edgemon/v1/_edgemon/engine") is None

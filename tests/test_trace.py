@@ -1,4 +1,4 @@
-"""The trace file of SPEC §4: JSON lines written by `run --record` and read by `replay`."""
+"""The trace file of README: JSON lines written by `run --record` and read by `replay`."""
 
 from __future__ import annotations
 

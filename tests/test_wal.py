@@ -1,4 +1,4 @@
-"""The write-ahead log and the state directory on real files, without a broker (SPEC §7
+"""The write-ahead log and the state directory on real files, without a broker (docs/reliability.md
 "Crash"): group commit before acknowledgement, replay after the snapshot through the same
 engine path, crash-safe truncation, torn lines, the XDG fallback, unique temporary files."""
 

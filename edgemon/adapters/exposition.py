@@ -2,7 +2,7 @@
 
 The engine belongs to the event loop thread, so it is read there; but a scrape of 10,000
 streams on 100 devices is tens of thousands of samples, far more work than the 2 ms a
-transition may wait (SPEC §5). So the engine is read one device at a time and the text is
+transition may wait (README). So the engine is read one device at a time and the text is
 encoded a few dozen samples at a time, and whenever a slice has run for `budget_s` the
 renderer yields to the loop: due deadlines and messages go first. Each device is read whole,
 between two messages, at its own clock's current time.

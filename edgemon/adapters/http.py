@@ -1,4 +1,4 @@
-"""The HTTP endpoint of SPEC §5: metrics, health, readiness and a JSON view of the streams.
+"""The HTTP endpoint of docs/runbook.md: metrics, health, readiness and a JSON view of the streams.
 
 | path | answer |
 |---|---|
@@ -18,7 +18,7 @@ Everything runs on the event loop thread, which owns the engine: a request reads
 in place, one whole device between two messages, so it never sees half an update. Large
 answers are built and encoded a slice at a time, yielding to the loop in between, and no
 slice starts within 2 ms of the engine's next transition (`edgemon.adapters.exposition`):
-no request holds up a deadline (SPEC §5).
+no request holds up a deadline (README).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ OPEN_PATHS = frozenset({"/healthz"})
 #: Devices per `/api/v1/streams` page, by default and at most.
 PAGE_DEVICES = 50
 MAX_PAGE_DEVICES = 1000
-#: Work a request does before it lets the event loop run what is due (well under SPEC §5's
+#: Work a request does before it lets the event loop run what is due (well under the README's
 #: 2 ms for a transition).
 SLICE_BUDGET_S = 0.0005
 

@@ -1,4 +1,4 @@
-"""The metrics of SPEC §5, read from the engine at scrape time (no stale series).
+"""The metrics of docs/runbook.md, read from the engine at scrape time (no stale series).
 
 `EdgemonCollector` keeps no metric objects of its own: each scrape builds the families from
 the engine's state at the current wall clock, mapped to each device's clock, so time-dependent
@@ -151,7 +151,7 @@ class _Families:
         )
         self.engagements = counter("throttle_engagements_total", "Throttle OFF→ON changes.")
         self.throttle_seconds = counter("throttle_seconds_total", "Time spent throttled.")
-        self.underruns = counter("underruns_total", "Underruns confirmed (SPEC §2.8).")
+        self.underruns = counter("underruns_total", "Underruns confirmed (docs/semantics.md).")
         self.underruns_retracted = counter(
             "underruns_retracted_total",
             "Provisional underruns that late chunks showed never happened.",
@@ -375,7 +375,7 @@ class EdgemonCollector:
 
 
 class DeadlineLatenessCollector:
-    """`edgemon_deadline_lateness_seconds`: how late the deadline task fired (SPEC §5).
+    """`edgemon_deadline_lateness_seconds`: how late the deadline task fired (docs/runbook.md).
 
     `histogram` is the scheduler's (milliseconds), read at each scrape.
     """

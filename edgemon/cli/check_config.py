@@ -1,4 +1,4 @@
-"""`edgemon check-config [PATH]`: validate a config and print the effective settings (SPEC §4).
+"""`edgemon check-config [PATH]`: validate a config and print the effective settings (README).
 
 The one command that lists several errors: exit 2 with every problem on its own line.
 """

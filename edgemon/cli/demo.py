@@ -1,4 +1,4 @@
-"""`edgemon demo`: the whole product in one process, with nothing to set up (SPEC §4).
+"""`edgemon demo`: the whole product in one process, with nothing to set up (README).
 
 An embedded broker on a free loopback port, the daemon on it (HTTP on `--listen`, no
 recording, its logs in a file so they do not fight the view), and two kinds of simulated

@@ -1,4 +1,5 @@
-"""`edgemon kv-budget`: can the KV cache hold `max_num_seqs` full-length sequences? (SPEC §3)."""
+"""`edgemon kv-budget`: can the KV cache hold `max_num_seqs` full-length sequences? (README,
+"`edgemon kv-budget`")."""
 
 from __future__ import annotations
 

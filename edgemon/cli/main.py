@@ -1,4 +1,9 @@
-"""Entry point of the `edgemon` console script and of `python -m edgemon`."""
+"""Entry point of the `edgemon` console script and of `python -m edgemon`.
+
+The commands are imported when the parser is built, so that a client-only install (`pip
+install --no-deps edgemon` next to paho-mqtt, for a player or a vLLM process) that runs a
+bare `edgemon` gets one line saying the daemon's dependencies are missing, not a traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from edgemon import __version__
-from edgemon.cli import check_config, kv_budget, replay, run, simulate, view_extra
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
@@ -23,6 +27,15 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line grammar, one subparser per command."""
+    from edgemon.cli import (  # noqa: PLC0415 - see the module docstring
+        check_config,
+        kv_budget,
+        replay,
+        run,
+        simulate,
+        view_extra,
+    )
+
     parser = _Parser(prog="edgemon", description=__doc__)
     parser.add_argument("--version", action="version", version=f"edgemon {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -36,7 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code (0 ok, 1 unexpected, 2 usage, 3 negative)."""
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ModuleNotFoundError as exc:
+        print(
+            f"edgemon: the daemon's dependencies are missing (no module {exc.name!r}): this "
+            "install has edgemon's client only (edgemon.client for players and engines). "
+            "For the command, install edgemon with its dependencies: pip install edgemon",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)

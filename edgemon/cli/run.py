@@ -1,4 +1,5 @@
-"""`edgemon run`: the daemon (SPEC §4), on a broker or on an embedded one."""
+"""`edgemon run`: the daemon (README, "`edgemon run`: the daemon"), on a broker or on an
+embedded one. A bad flag is blamed on the flag, not on the config file."""
 
 from __future__ import annotations
 
@@ -61,6 +62,34 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     return overrides
 
 
+#: The setting each flag sets: a problem with it is the flag's.
+_FLAG_KEYS = {"mqtt.url": ("--broker", "broker"), "http.listen": ("--listen", "listen")}
+
+
+def blame_flags(exc: ConfigError, args: argparse.Namespace) -> str:
+    """The one-line message for `exc`: problems of a setting a flag gave name the flag and its
+    value; the others are the settings' (file or environment), as they came."""
+    own: list[str] = []
+    others: list[str] = []
+    for problem in exc.problems:
+        key, _, detail = problem.partition(": ")
+        flag = _FLAG_KEYS.get(key)
+        value = None if flag is None else getattr(args, flag[1], None)
+        if flag is not None and value is not None:
+            own.append(f"{flag[0]} {value}: {detail}")
+        else:
+            others.append(problem)
+    if not own:
+        return f"{exc.headline}: {'; '.join(exc.problems)}"
+    if not others:
+        return "; ".join(own)
+    count = len(others)
+    return (
+        f"{'; '.join(own)}; and {count} problem{'s' if count > 1 else ''} in {exc.source}: "
+        f"{'; '.join(others)}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the settings, then run the daemon until it is stopped."""
     environ = dict(os.environ)
@@ -72,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = load()
     except ConfigError as exc:
-        raise UsageError(f"{exc.headline}: {'; '.join(exc.problems)}") from None
+        raise UsageError(blame_flags(exc, args)) from None
     from edgemon.daemon.logs import configure_logging  # noqa: PLC0415 - only the daemon needs it
 
     configure_logging(settings.log)

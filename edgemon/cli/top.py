@@ -1,4 +1,4 @@
-"""`edgemon top`: a live terminal view of a running daemon (SPEC §4).
+"""`edgemon top`: a live terminal view of a running daemon (README).
 
 Polls `/api/v1/streams` every `--interval` seconds and draws the same view as `edgemon demo`.
 It also reads `/metrics`, when it can, for what the streams body does not carry: underruns

@@ -1,4 +1,4 @@
-"""The two ends of edgemon's loop (SPEC §9), light enough for a player or a TTS engine.
+"""The two ends of edgemon's loop (docs/client.md), light enough for a player or a TTS engine.
 
 - `Reporter` (player side): reports stream starts, chunk arrivals and ends to edgemon.
 - `ThrottleGate` (engine side): says when to hold back new prefills.

@@ -1,4 +1,5 @@
-"""What the Reporter and the ThrottleGate share: broker URLs, names, and the paho client.
+"""What the Reporter and the ThrottleGate share: broker URLs, credentials and TLS files,
+names, the paho client, and how a connection that cannot be made is said.
 
 Both run paho-mqtt 2.x on its own network thread (`loop_start`), never asyncio: a player's
 audio thread and a vLLM EngineCore import them, and neither should own an event loop for it.
@@ -11,14 +12,17 @@ import os
 import re
 import socket
 import threading
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-_DEVICE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+from edgemon.protocol import DEVICE_ID_PATTERN, RESERVED_DEVICE, valid_device_id
+
 _CLIENT_ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _URL_FORM = "mqtt://[user[:password]@]host[:port] or mqtts://..."
 
@@ -41,15 +45,31 @@ class Broker:
     tls: bool = False
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    #: TLS: a private CA bundle (else the system's CAs), a client certificate and its key.
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
 
 
 def parse_broker_url(
-    url: str, *, username: str | None = None, password: str | None = None
+    url: str,
+    *,
+    username: str | None = None,
+    password: str | None = None,
+    password_file: str | os.PathLike[str] | None = None,
+    ca_file: str | os.PathLike[str] | None = None,
+    cert_file: str | os.PathLike[str] | None = None,
+    key_file: str | os.PathLike[str] | None = None,
 ) -> Broker:
     """`mqtt://[user[:password]@]host[:port]` (1883) or `mqtts://...` (8883, TLS).
 
-    Credentials come from the URL (percent-encoded) or from the keyword arguments, not both.
+    Credentials come from the URL (percent-encoded) or from the keyword arguments, not both;
+    `password_file` is read now (one trailing newline stripped). The TLS files need `mqtts://`
+    and must be readable now; `cert_file` and `key_file` go together (a key inside the
+    certificate's file: give that file as both).
     """
+    if password_file is not None:
+        password = _read_secret(password_file, password)
     if not isinstance(url, str):
         raise ValueError(f"broker URL must be {_URL_FORM}")  # noqa: TRY004 - as every bad value
     parts = urlsplit(url)
@@ -74,7 +94,52 @@ def parse_broker_url(
     if secret is not None and user is None:
         raise ValueError("a broker password needs a username")
     tls = parts.scheme == "mqtts"
-    return Broker(parts.hostname, port or (8883 if tls else 1883), tls, user, secret)
+    given = _tls_files(tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file)
+    return Broker(
+        parts.hostname,
+        port or (8883 if tls else 1883),
+        tls,
+        user,
+        secret,
+        given.get("ca_file"),
+        given.get("cert_file"),
+        given.get("key_file"),
+    )
+
+
+def _tls_files(
+    tls: bool,
+    **files: str | os.PathLike[str] | None,
+) -> dict[str, str]:
+    """The TLS files given, each checked readable; only with TLS, a certificate with its key."""
+    given = {name: _readable(name, value) for name, value in files.items() if value is not None}
+    if given and not tls:
+        raise ValueError(f"{', '.join(given)} need an mqtts:// broker URL")
+    if ("cert_file" in given) != ("key_file" in given):
+        raise ValueError("give cert_file= and key_file= together (a client certificate)")
+    return given
+
+
+def _readable(name: str, path: str | os.PathLike[str]) -> str:
+    """`path` as a string, if it names a readable file."""
+    text = os.fspath(path)
+    if not os.access(text, os.R_OK) or not Path(text).is_file():
+        raise ValueError(f"{name} {text!r} is not a readable file")
+    return text
+
+
+def _read_secret(path: str | os.PathLike[str], password: str | None) -> str:
+    """A password from a file: its text, one trailing newline stripped; never empty."""
+    if password is not None:
+        raise ValueError("give password= or password_file=, not both")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"password_file {os.fspath(path)!r} cannot be read: {exc}") from None
+    text = text.removesuffix("\n").removesuffix("\r")
+    if not text:
+        raise ValueError(f"password_file {os.fspath(path)!r} is empty")
+    return text
 
 
 def _redact(url: str) -> str:
@@ -86,9 +151,11 @@ def _redact(url: str) -> str:
 
 
 def check_device(device: str) -> str:
-    """A device id as a topic level: `[A-Za-z0-9._-]{1,64}`."""
-    if not isinstance(device, str) or _DEVICE_ID.fullmatch(device) is None:
-        raise ValueError(f"device {device!r} must match [A-Za-z0-9._-]{{1,64}}")
+    """A device id as a topic level: `[A-Za-z0-9._-]{1,64}`, not the reserved `_edgemon`."""
+    if device == RESERVED_DEVICE:
+        raise ValueError(f"device {device!r} is reserved: it names edgemon's own topics")
+    if not valid_device_id(device):
+        raise ValueError(f"device {device!r} must match {DEVICE_ID_PATTERN}")
     return device
 
 
@@ -101,11 +168,11 @@ def check_topic_prefix(prefix: str) -> str:
     return prefix
 
 
-def default_client_id(role: str, device: str, *, unique: bool) -> str:
-    """`edgemon-{role}-{device}-{host}` (plus the process id when `unique`)."""
+def default_client_id(role: str, device: str) -> str:
+    """`edgemon-{role}-{device}-{host}-{pid}-{random}`: unique, so two clients of one device
+    on one host (or in one process) never take each other's session."""
     host = _CLIENT_ID_UNSAFE.sub("_", socket.gethostname())[:64] or "host"
-    suffix = f"-{os.getpid()}" if unique else ""
-    return f"edgemon-{role}-{device}-{host}{suffix}"
+    return f"edgemon-{role}-{device}-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def new_client(broker: Broker, *, client_id: str, clean_session: bool) -> mqtt.Client:
@@ -127,8 +194,45 @@ def new_client(broker: Broker, *, client_id: str, clean_session: bool) -> mqtt.C
     if broker.username is not None:
         client.username_pw_set(broker.username, broker.password)
     if broker.tls:
-        client.tls_set()
+        client.tls_set(ca_certs=broker.ca_file, certfile=broker.cert_file, keyfile=broker.key_file)
     return client
+
+
+class Unreachable:
+    """Says once, as a WARNING, that the broker cannot be reached (or refused us); says again
+    only after a connection succeeded in between. `who` begins each line."""
+
+    __slots__ = ("_broker", "_lock", "_said", "who")
+
+    def __init__(self, who: str, broker: Broker) -> None:
+        self.who = who
+        self._broker = broker
+        self._lock = threading.Lock()
+        self._said = False
+
+    def failed(self, why: str) -> None:
+        """A connection attempt failed (`why`): a WARNING the first time."""
+        with self._lock:
+            first, self._said = not self._said, True
+        if first:
+            broker = self._broker
+            log.warning(
+                "%s: cannot connect to the broker %s:%d%s (%s); retrying every %d-%d s",
+                self.who,
+                broker.host,
+                broker.port,
+                " (TLS)" if broker.tls else "",
+                why,
+                RECONNECT_MIN_S,
+                RECONNECT_MAX_S,
+            )
+        else:
+            log.debug("%s: connection attempt failed again (%s)", self.who, why)
+
+    def connected(self) -> None:
+        """A connection succeeded: the next failure is said again."""
+        with self._lock:
+            self._said = False
 
 
 def _paho_log(_client: mqtt.Client, _userdata: Any, _level: int, text: str) -> None:

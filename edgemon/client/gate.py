@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Self
 from edgemon.client import _mqtt
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable, Mapping
     from types import TracebackType
 
@@ -105,12 +106,13 @@ class ThrottleGate:
         "_state",
         "_status_prefix",
         "_throttle_topic",
+        "_unreachable",
         "_unreadable",
         "device",
         "max_hold_ms",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the contract's keywords plus the connection's options
         self,
         broker_url: str,
         device: str,
@@ -121,10 +123,23 @@ class ThrottleGate:
         clock: Callable[[], float] | None = None,
         username: str | None = None,
         password: str | None = None,
+        password_file: str | os.PathLike[str] | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        cert_file: str | os.PathLike[str] | None = None,
+        key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.device = _mqtt.check_device(device)
         prefix = _mqtt.check_topic_prefix(topic_prefix)
-        self._broker = _mqtt.parse_broker_url(broker_url, username=username, password=password)
+        self._broker = _mqtt.parse_broker_url(
+            broker_url,
+            username=username,
+            password=password,
+            password_file=password_file,
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+        )
+        self._unreachable = _mqtt.Unreachable(f"edgemon gate {device}", self._broker)
         if (
             isinstance(max_hold_ms, bool)
             or not isinstance(max_hold_ms, int | float)
@@ -135,7 +150,7 @@ class ThrottleGate:
         self._max_hold_s = self.max_hold_ms / 1000
         self._throttle_topic = f"{prefix}/{device}/throttle"
         self._status_prefix = f"{prefix}/_edgemon/"
-        self._client_id = client_id or _mqtt.default_client_id("gate", device, unique=True)
+        self._client_id = client_id or _mqtt.default_client_id("gate", device)
         self._clock = clock or time.monotonic
         self._cond = threading.Condition(threading.Lock())
         self._state = GateState(changed_at=self._clock())
@@ -157,6 +172,7 @@ class ThrottleGate:
     def from_environ(cls, environ: Mapping[str, str]) -> ThrottleGate | None:
         """A gate (not opened) from `EDGEMON_GATE_*`; None without `EDGEMON_GATE_DEVICE`.
 
+        Connection: `BROKER`, and `USERNAME`, `PASSWORD_FILE` and `CA_FILE` (docs/client.md).
         Bad values raise ValueError naming the variable.
         """
         device = environ.get(f"{_ENV}DEVICE", "").strip()
@@ -175,6 +191,7 @@ class ThrottleGate:
         if prefix:
             kwargs["topic_prefix"] = prefix
         broker = environ.get(f"{_ENV}BROKER", "").strip() or "mqtt://127.0.0.1:1883"
+        kwargs |= _connection_from_environ(environ, broker)
         for name, check in (
             ("DEVICE", lambda: _mqtt.check_device(device)),
             ("BROKER", lambda: _mqtt.parse_broker_url(broker)),
@@ -197,6 +214,7 @@ class ThrottleGate:
                 return self
             client = _mqtt.new_client(self._broker, client_id=self._client_id, clean_session=True)
             client.on_connect = self._on_connect
+            client.on_connect_fail = self._on_connect_fail
             client.on_disconnect = self._on_disconnect
             client.on_message = self._on_message
             self._client = client
@@ -275,6 +293,10 @@ class ThrottleGate:
             unreadable=self._unreadable,
         )
 
+    def wait_connected(self, timeout: float) -> bool:
+        """Wait until the gate is connected to the broker; False if `timeout` s pass first."""
+        return self.wait_until(lambda state: state.connected, timeout)
+
     def wait_until(self, predicate: Callable[[GateState], bool], timeout: float) -> bool:
         """Wait until `predicate(state)` holds (checked on every change); False on timeout."""
         with self._cond:
@@ -299,25 +321,31 @@ class ThrottleGate:
         if client is not self._client:  # closed meanwhile
             return
         if reason_code.is_failure:
-            _mqtt.log.warning("edgemon gate: broker refused the connection: %s", reason_code)
+            self._unreachable.failed(f"the broker refused the connection: {reason_code}")
             return
+        self._unreachable.connected()
         _mqtt.log.info("edgemon gate %s: connected to the broker", self.device)
         with self._cond:
             self._reset_seq = True
             self._set(GateState(connected=True, changed_at=self._clock()))
         client.subscribe([(self._throttle_topic, 1), (f"{self._status_prefix}+/status", 1)])
 
+    def _on_connect_fail(self, client: mqtt.Client, _userdata: Any) -> None:
+        if client is self._client:  # not closed meanwhile
+            self._unreachable.failed("no connection")
+
     def _on_disconnect(
         self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
     ) -> None:
-        if client is self._client:  # not a close()
+        with self._cond:
+            was_connected = self._state.connected
+            self._set(replace(self._state, connected=False, changed_at=self._clock()))
+        if client is self._client and was_connected:  # not a close(), nor a refused attempt
             _mqtt.log.warning(
                 "edgemon gate %s: lost the broker (%s); not holding until it is back",
                 self.device,
                 reason_code,
             )
-        with self._cond:
-            self._set(replace(self._state, connected=False, changed_at=self._clock()))
 
     def _on_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
         topic = message.topic
@@ -388,6 +416,26 @@ class ThrottleGate:
                     changed_at=self._clock(),
                 )
             )
+
+
+def _connection_from_environ(environ: Mapping[str, str], broker: str) -> dict[str, Any]:
+    """`username`, `password_file` and `ca_file` from `EDGEMON_GATE_*`, each checked against
+    `broker` (ValueError naming the variable)."""
+    kwargs: dict[str, Any] = {}
+    for name, key in (
+        ("USERNAME", "username"),
+        ("PASSWORD_FILE", "password_file"),
+        ("CA_FILE", "ca_file"),
+    ):
+        value = environ.get(f"{_ENV}{name}", "").strip()
+        if not value:
+            continue
+        try:
+            _mqtt.parse_broker_url(broker, **(kwargs | {key: value}))
+        except ValueError as exc:
+            raise ValueError(f"{_ENV}{name}: {exc}") from None
+        kwargs[key] = value
+    return kwargs
 
 
 def _json(payload: bytes) -> Any:

@@ -479,7 +479,7 @@ class Daemon:
             self._restored = True
             self._restore()
         # Late chunks can flow again: each provisional underrun waits its whole
-        # allowed_lateness_ms from now, for what the broker queued meanwhile (SPEC §2.8).
+        # allowed_lateness_ms from now, for what the broker queued meanwhile (docs/semantics.md).
         self.monitor.engine.input_restored(self.clock.now_ms())
         self.scheduler.poke()
 

@@ -1,6 +1,6 @@
 """Messages in from the socket: applied as they are read, acknowledged once durable.
 
-Flow control, not shedding (SPEC §7). paho decodes each PUBLISH inside the event loop's
+Flow control, not shedding (docs/reliability.md). paho decodes each PUBLISH inside the event loop's
 reader callback for the broker's socket, and `Intake.on_publish` applies it right there: no
 queue between the network and the engine, so nothing is read faster than it is applied, and
 when edgemon falls behind the socket is simply read later (TCP backpressure: the broker holds

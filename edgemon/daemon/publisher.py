@@ -1,4 +1,4 @@
-"""Throttle objects out (SPEC §1): retained, QoS 1, one per change, `seq` strictly increasing.
+"""Throttle objects out (protocol.md): retained, QoS 1, one per change, `seq` strictly increasing.
 
 `seq` is `max(last seq of the device + 1, wall-clock microseconds)`. Within one run it
 increases by construction; across restarts it increases because a restart takes longer than
@@ -64,7 +64,7 @@ class SeqSource:
 
 
 def throttle_payload(change: ThrottleChanged, seq: int) -> bytes:
-    """The throttle object of SPEC §1 for one change."""
+    """The throttle object of docs/protocol.md for one change."""
     return json.dumps(
         {
             "device": change.device,

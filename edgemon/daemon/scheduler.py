@@ -1,6 +1,6 @@
 """The deadline timer: one task sleeps until the engine's next transition and fires it.
 
-The engine knows every future transition instant (SPEC §2.4), so nothing polls: the task
+The engine knows every future transition instant (docs/semantics.md), so nothing polls: the task
 sleeps until `monitor.next_deadline()` and calls `advance(now)`. After each message the
 daemon calls `poke()`, which wakes the task early only when the engine's timer heaps now
 begin before the deadline it sleeps until (a message that leaves the deadline where it is
@@ -12,7 +12,7 @@ timer is set `fine_ms` early and the last stretch is slept with `time.sleep` (te
 microseconds late): the loop is held for under `fine_ms` just before a transition, which is
 what the transition is owed anyway. Lateness is then the wake-up latency plus whatever else
 the loop was doing; `lateness_ms` keeps the recent values and `lateness` counts them all
-(exported as `edgemon_deadline_lateness_seconds`, SPEC §5).
+(exported as `edgemon_deadline_lateness_seconds`, docs/runbook.md).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
     from edgemon.monitor import Monitor
 
-#: Bounds of `edgemon_deadline_lateness_seconds`, in ms: SPEC §5's 1 and 2 ms targets fall on
+#: Bounds of `edgemon_deadline_lateness_seconds`, in ms: the README's 1 and 2 ms targets fall on
 #: bucket bounds.
 LATENESS_BOUNDS_MS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)
 #: The last stretch before a deadline, slept without the event loop's millisecond timers.

@@ -96,7 +96,7 @@ def resolve_state_dir(configured: Path, environ: Mapping[str, str]) -> tuple[Pat
 
     `configured` as it is when it exists. The default `/var/lib/edgemon` (systemd's
     `StateDirectory=`) missing means a hand-started daemon: `$XDG_STATE_HOME/edgemon`, else
-    `$HOME/.local/state/edgemon` (SPEC §7), from the environment given, never the process's.
+    `$HOME/.local/state/edgemon` (reliability.md), from the environment given, never the process's.
     """
     if configured.is_dir():
         return configured, "configured"

@@ -1,6 +1,6 @@
-"""The write-ahead log in the state directory (SPEC §7 "Crash").
+"""The write-ahead log in the state directory (docs/reliability.md "Crash").
 
-Every received message is appended as one trace line (SPEC §4, `edgemon/trace.py`) to
+Every received message is appended as one trace line (README, `edgemon/trace.py`) to
 `wal.<generation>.jsonl`. Lines are committed in groups: one write and one `fdatasync` per
 batch of messages received together (whatever arrived while the previous commit was under
 way, or within `COMMIT_WINDOW_S` of its start, joins the next one), on one worker thread

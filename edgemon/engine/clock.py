@@ -1,4 +1,4 @@
-"""Mapping edgemon's wall clock onto one device's clock (SPEC §2.1)."""
+"""Mapping edgemon's wall clock onto one device's clock (docs/semantics.md)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 PlayerModel = Literal["conceal", "rebuffer"]
 ClockMode = Literal["estimate", "trust"]
 
-#: Safety margin by the engine's hardware class (SPEC §2.4), in milliseconds.
+#: Safety margin by the engine's hardware class (docs/semantics.md), in milliseconds.
 HARDWARE_MARGIN_MS: Mapping[str, float] = MappingProxyType(
     {"cuda": 50.0, "jetson": 80.0, "x86": 120.0, "arm64": 160.0, "npu": 200.0}
 )
@@ -29,10 +29,10 @@ class SlackPolicy:
     default_chunk_gap_ms: float = 200.0
     stream_idle_timeout_ms: float = 30_000.0
     clock: ClockMode = "estimate"
-    #: Window of the per-device clock offset estimate (SPEC §2.1).
+    #: Window of the per-device clock offset estimate (docs/semantics.md).
     clock_window_ms: float = 60_000.0
     #: How long a provisional underrun or a chunk out of `seq` order waits for late chunks
-    #: (SPEC §2.8), on the device's clock.
+    #: (docs/semantics.md), on the device's clock.
     allowed_lateness_ms: float = 1_000.0
 
 
@@ -45,7 +45,8 @@ class Limits:
     max_payload_bytes: int = 262_144
     max_batch_events: int = 1_000
     per_stream_series: int = 20
-    #: A device with no stream, no throttle and no message for this long is forgotten (§7).
+    #: A device with no stream, no throttle and no message for this long is forgotten
+    #: (docs/reliability.md).
     device_idle_ms: float = 600_000.0
 
 

@@ -1,4 +1,4 @@
-"""One device: its streams, its clock, its timers and its throttle (SPEC §2).
+"""One device: its streams, its clock, its timers and its throttle (docs/semantics.md).
 
 Each stream keeps two right-limit flags, "at risk" (`headroom < margin`) and "unsafe"
 (`headroom < margin + hysteresis`), and the device keeps how many of its live streams have
@@ -24,7 +24,7 @@ from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.restore import Restore
 from edgemon.engine.sampling import Sampling
 from edgemon.engine.stats import DeviceStats
-from edgemon.engine.stream import EWMA_ALPHA, Phase
+from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase
 from edgemon.engine.throttle import Throttle
 from edgemon.engine.timers import TimerHeap
 from edgemon.engine.tombstones import Tombstones
@@ -220,11 +220,13 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
         gap = t - stream.t_last_chunk
         if gap < 0.0:
             gap = 0.0
+        stats.chunk_gap.observe(gap)
+        if gap < BURST_GAP_MS:  # a piece of the same delivery: no gap between deliveries
+            return
         ewma = stream.gap_ewma
         stream.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
         ewma = self.gap_ewma
         self.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
-        stats.chunk_gap.observe(gap)
 
     def _wake(self, stream: Stream, now: float, out: list[Output]) -> None:
         stream.due = INF
@@ -286,7 +288,7 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
 
     # ------------------------------------------------------------------ margins
     def _margin_for(self, from_start: float | None) -> float:
-        """SPEC §2.4 order: device config, start event, engine object, hardware, default."""
+        """docs/semantics.md order: device config, start event, engine object, hardware, default."""
         override = self.override
         if override is not None and override.margin_ms is not None:
             return override.margin_ms

@@ -51,7 +51,7 @@ class Engine:
         self._config = config
         self._devices: dict[str, Device] = {}
         self._queue: list[tuple[float, int, Device]] = []
-        #: When idle devices are forgotten (SPEC §7 device lifecycle), on the wall clock.
+        #: When idle devices are forgotten (reliability.md device lifecycle), on the wall clock.
         self._idle: list[tuple[float, int, Device]] = []
         #: Input interrupted now; and until when (wall) late chunks may still come after it.
         self._input_down = False
@@ -302,7 +302,8 @@ class Engine:
         )
 
     def _forget(self, device: Device, wall_ms: float, out: list[Output]) -> None:
-        """Drop an idle device: its state, hence its series and its snapshot entry (SPEC §7)."""
+        """Drop an idle device: its state, hence its series and its snapshot entry
+        (docs/reliability.md)."""
         del self._devices[device.id]
         device.wall_due = math.nan  # its entries in the timer queue are stale from now on
         out.append(DeviceForgotten(device.id, device.clock.now(wall_ms), wall_ms, device.stats))

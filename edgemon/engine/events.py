@@ -1,4 +1,4 @@
-"""The events a device reports (SPEC §1), as the engine consumes them.
+"""The events a device reports (docs/protocol.md, "Events"), as the engine consumes them.
 
 They are msgspec `Struct`s tagged by `type`, and their annotations carry the wire constraints
 (`msgspec.Meta`): the wire layer decodes JSON straight into these values, constraints checked
@@ -13,19 +13,25 @@ from typing import Annotated, ClassVar, Literal
 from msgspec import Meta, Struct
 
 from edgemon.engine.config import PlayerModel  # noqa: TC001 - msgspec reads the annotations
-
-#: Largest time the wire accepts: beyond 2**53 float milliseconds stop being exact.
-MAX_TIME_MS = float(2**53)
+from edgemon.protocol import (
+    MAX_AUDIO_MS,
+    MAX_ETA_MS,
+    MAX_MARGIN_MS,
+    MAX_REASON,
+    MAX_SEQ,
+    MAX_TIME_MS,
+    STREAM_ID_PATTERN,
+)
 
 # `\Z`, not `$`: msgspec matches with Python's `re`, where `$` also matches before a final "\n".
-StreamId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}\Z")]
+StreamId = Annotated[str, Meta(pattern=rf"^{STREAM_ID_PATTERN}\Z")]
 # The upper bounds also refuse ±Infinity (and a number that overflows); the lower ones NaN.
 TimeMs = Annotated[float, Meta(ge=0, le=MAX_TIME_MS)]
-AudioMs = Annotated[float, Meta(gt=0, le=600_000)]
-DelayMs = Annotated[float, Meta(ge=0, le=3_600_000)]
-MarginMs = Annotated[float, Meta(ge=0, le=60_000)]
-Seq = Annotated[int, Meta(ge=0, le=2**53)]
-Reason = Annotated[str, Meta(max_length=64)]
+AudioMs = Annotated[float, Meta(gt=0, le=MAX_AUDIO_MS)]
+DelayMs = Annotated[float, Meta(ge=0, le=MAX_ETA_MS)]
+MarginMs = Annotated[float, Meta(ge=0, le=MAX_MARGIN_MS)]
+Seq = Annotated[int, Meta(ge=0, le=MAX_SEQ)]
+Reason = Annotated[str, Meta(max_length=MAX_REASON)]
 
 
 class StartEvent(Struct, tag_field="type", tag="start", frozen=True, kw_only=True, gc=False):

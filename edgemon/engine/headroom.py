@@ -1,4 +1,4 @@
-"""Closed forms of slack and headroom between two events of a stream (SPEC §2.2, §2.4).
+"""Closed forms of slack and headroom between two events of a stream (docs/semantics.md).
 
 Between events a live stream is fixed by three numbers: `buffered` (B, audio applied),
 `start` (S, player start) and `expected` (E, when the next chunk is due). Then

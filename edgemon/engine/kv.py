@@ -1,4 +1,4 @@
-"""KV-cache admission (SPEC §3): can the cache hold `max_num_seqs` full-length sequences?
+"""KV-cache admission (README's kv-budget): can the cache hold `max_num_seqs` full-length sequences?
 
 Pure integer arithmetic on plain values. Input that cannot be trusted (an HF config, an engine
 object from the wire) is checked field by field; anything missing, non-integer or unknown
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-#: Bytes per element of each dtype name an engine may report (SPEC §3).
+#: Bytes per element of each dtype name an engine may report (README's kv-budget).
 DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
     {
         "float32": 4,
@@ -126,7 +126,7 @@ class KVVerdict:
     admission_ok: bool | None  # None when max_num_seqs is None
 
     def as_dict(self) -> dict[str, int | bool | None]:
-        """The `edgemon kv-budget --json` object (SPEC §4)."""
+        """The `edgemon kv-budget --json` object (README)."""
         return {
             "bytes_per_token": self.bytes_per_token,
             "bytes_per_seq": self.bytes_per_seq,
@@ -146,7 +146,7 @@ def kv_verdict(
     dtype: str = "bfloat16",
     kv_cache_dtype: str = AUTO,
 ) -> KVVerdict:
-    """The SPEC §3 verdict; every argument is checked and an error names the bad one."""
+    """The README's kv-budget verdict; every argument is checked and an error names the bad one."""
     _positive_int(kv_cache_bytes, "kv_cache_bytes")
     _positive_int(max_model_len, "max_model_len")
     _positive_int(block_size, "block_size")
@@ -171,7 +171,7 @@ def kv_verdict(
 
 
 def verdict_from_engine_object(obj: Mapping[str, object]) -> KVVerdict:
-    """The verdict for an engine object (SPEC §1); `geometry` wins over `hf_config`."""
+    """The verdict for an engine object (docs/protocol.md); `geometry` wins over `hf_config`."""
     where = "engine object: "
 
     def optional_int(key: str) -> int | None:

@@ -1,4 +1,4 @@
-"""Late and out-of-order delivery (SPEC §2.8): what a device does so that its record follows
+"""Late and out-of-order delivery (docs/semantics.md): what a device does so that its record follows
 its own times while its live decisions follow what edgemon knows.
 
 Underruns begin provisional; the device's event time, `allowed_lateness_ms` or the removal of
@@ -122,7 +122,7 @@ class LateDelivery(DeviceState):
 
     # ------------------------------------------------------------------ reorder buffer
     def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
-        """Keep a chunk that arrived ahead of a missing `seq` (SPEC §2.8)."""
+        """Keep a chunk that arrived ahead of a missing `seq` (docs/semantics.md)."""
         held = stream.held
         if held is None:
             held = stream.held = Held()

@@ -2,7 +2,7 @@
 
 A stream begins at a `start` or its first chunk (within the device's stream limit) and ends by
 an `end`, by playing out its `final` chunk, or by expiry; its removal settles any underrun it
-is in and emits its `StreamEnded` summary (SPEC §2.6). Its id is then buried for a while
+is in and emits its `StreamEnded` summary (docs/semantics.md). Its id is then buried for a while
 (`edgemon.engine.tombstones`) so that late redeliveries do not bring it back.
 """
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class UnderrunBegan:
     """A live stream's player ran out of audio at `t_ms`, by what edgemon knows at `t_ms`
-    (provisional until `UnderrunConfirmed` or `UnderrunRetracted`, SPEC §2.8)."""
+    (provisional until `UnderrunConfirmed` or `UnderrunRetracted`, docs/semantics.md)."""
 
     device: str
     stream: str
@@ -21,7 +21,7 @@ class UnderrunBegan:
 
 @dataclass(frozen=True, slots=True)
 class UnderrunConfirmed:
-    """The underrun that began at `t_ms` is confirmed at `confirmed_ms` (SPEC §2.8): the
+    """The underrun that began at `t_ms` is confirmed at `confirmed_ms` (docs/semantics.md): the
     device's event time passed `t_ms`, or `allowed_lateness_ms` did. Only confirmed underruns
     are counted. `published` tells whether an `UnderrunBegan` announced it live; one that only
     late chunks revealed (its instant already behind edgemon's clock) was not."""

@@ -1,4 +1,4 @@
-"""A stream's reorder buffer: chunks that arrived ahead of a missing `seq` (SPEC §2.8).
+"""A stream's reorder buffer: chunks that arrived ahead of a missing `seq` (docs/semantics.md).
 
 Chunks of a stream are applied in `seq` order. One that arrives after a hole waits here until
 the missing chunk arrives (then all that follow in order are applied) or until it has waited

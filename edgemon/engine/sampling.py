@@ -1,4 +1,4 @@
-"""Samples of every live stream at a fixed period (`replay --sample-ms`, SPEC §4).
+"""Samples of every live stream at a fixed period (`replay --sample-ms`, README).
 
 Samples are timers of the lowest priority: at an instant they come after its messages, its
 timers and the throttle decision. Sampling starts with a device's first live stream and stops

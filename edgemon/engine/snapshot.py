@@ -1,4 +1,4 @@
-"""The engine's state as plain JSON values, and back (SPEC §7: a restart loses no stream).
+"""The engine's state as plain JSON values, and back (reliability.md: a restart loses no stream).
 
 A snapshot holds what events built up — streams, clocks, throttles, totals — not what can be
 derived: risk flags, counts and timers are recomputed on restore. Times stay on the devices'
@@ -59,7 +59,7 @@ _STAT_FIELDS = (
     "underruns",
 )
 _HISTOGRAMS = ("chunk_gap", "slack_at_arrival", "time_to_first_audio")
-#: Fields added with late delivery (SPEC §2.8), and their values in an older snapshot.
+#: Fields added with late delivery (docs/semantics.md), and their values in an older snapshot.
 _STREAM_LATE_FIELDS = {"underrun_provisional": False, "underrun_published": False}
 
 

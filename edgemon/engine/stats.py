@@ -43,7 +43,7 @@ class DeviceStats:
         self.audio_ms = 0.0
         self.streams_started = 0
         self.finished: Counter[str] = Counter()
-        self.underruns = 0  # confirmed (SPEC §2.8)
+        self.underruns = 0  # confirmed (docs/semantics.md)
         self.underruns_retracted = 0  # announced live, then shown never to have happened
         self.underrun_ms = 0.0
         self.throttle_engagements = 0

@@ -1,4 +1,4 @@
-"""One stream's state, updated in O(1) per event (SPEC §2.2–§2.6)."""
+"""One stream's state, updated in O(1) per event (docs/semantics.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from edgemon.engine.reorder import Held
 
 EWMA_ALPHA = 0.3
+#: Chunks of a stream closer than this are pieces of one delivery (a transport that split one
+#: server chunk into several reads), not a gap between deliveries: the gap EWMAs skip them
+#: (docs/semantics.md, "Slack, ETA, headroom"). Real TTS chunks are 80 ms of audio or more.
+BURST_GAP_MS = 20.0
 
 
 class Phase(Enum):
@@ -81,7 +85,7 @@ class Stream:
         self.min_slack: float | None = None
         #: Begin of the current underrun on the device's clock (its exact instant `u`).
         self.underrun_since: float | None = None
-        #: Not yet confirmed by the device's event time (SPEC §2.8): a late chunk may undo it.
+        #: Not yet confirmed by the device's event time (semantics.md): a late chunk may undo it.
         self.underrun_provisional = False
         #: `UnderrunBegan` was emitted for it (edgemon's clock reached `u` live).
         self.underrun_published = False

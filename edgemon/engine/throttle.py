@@ -1,4 +1,4 @@
-"""A device's throttle (SPEC §2.5), decided from two counts the streams keep up to date.
+"""A device's throttle (docs/semantics.md), decided from two counts the streams keep up to date.
 
 Each live stream has two right-limit flags, "at risk" (`headroom < margin`) and "unsafe"
 (`headroom < margin + hysteresis`); the device counts how many of its streams have each, so
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
     from edgemon.engine.stream import Stream
 
-#: Most at-risk stream ids a throttle object lists (SPEC §1).
+#: Most at-risk stream ids a throttle object lists (docs/protocol.md).
 MAX_LISTED_STREAMS: Final = 16
 
 
@@ -53,7 +53,7 @@ class Throttle(DeviceState):
             self.dirty = True
 
     def _decide_throttle(self, now: float, out: list[Output]) -> None:
-        """SPEC §2.5 from the two counts: ON on any risk, OFF when none unsafe after min-on."""
+        """semantics.md from the two counts: ON on any risk, OFF when none unsafe after min-on."""
         self.dirty = False
         if not self.throttle_on:
             if self._risk_count:

@@ -1,4 +1,4 @@
-"""Tombstones: ids of a device's recently removed streams (SPEC §2.6).
+"""Tombstones: ids of a device's recently removed streams (docs/semantics.md).
 
 After a removal, chunks of the same stream id with `seq > 0` are dropped as duplicates for one
 idle timeout (late redeliveries must not resurrect a stream). The record is bounded: at most a

@@ -1,4 +1,4 @@
-"""What a device's TTS engine told us about itself (its SPEC §1 engine object)."""
+"""What a device's TTS engine told us about itself (its docs/protocol.md engine object)."""
 
 from __future__ import annotations
 

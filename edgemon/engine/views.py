@@ -1,6 +1,6 @@
 """Read-only views of the engine for the adapters (metrics, HTTP), cheap at any fleet size.
 
-A scrape must not cost O(streams) per device (SPEC §5: serving `/metrics` at 10,000 live
+A scrape must not cost O(streams) per device (README: serving `/metrics` at 10,000 live
 streams delays no transition by more than 2 ms). Between events a live stream (conceal
 player) is fixed by `L = S + B` (when its buffer empties) and `P = S + B − E` (its headroom
 plateau), and at instant `t` (docs/semantics.md, `edgemon.engine.headroom`):
@@ -326,10 +326,11 @@ class DeviceView:
         return total
 
     def underrun_ms(self) -> float:
-        """Time spent in confirmed underrun (a provisional one counts once confirmed, SPEC
-        §2.8), ongoing ones up to the device's lateness horizon (`LateDelivery.horizon`), or
-        to the earliest end a held chunk could give. Never decreases: no underrun ends
-        before either. O(ongoing confirmed underruns), not O(streams)."""
+        """Time spent in confirmed underrun (a provisional one counts once confirmed,
+        docs/semantics.md), ongoing ones up to the device's lateness horizon
+        (`LateDelivery.horizon`), or to the earliest end a held chunk could give. Never
+        decreases: no underrun ends before either. O(ongoing confirmed underruns), not
+        O(streams)."""
         device = self._device
         total = device.stats.underrun_ms
         horizon = device.horizon

@@ -1,4 +1,4 @@
-"""Engine integrations: schedulers that obey edgemon's throttle (SPEC §9).
+"""Engine integrations: schedulers that obey edgemon's throttle (docs/client.md).
 
 Each integration lives in its own module and imports its engine there, so importing this
 package imports no engine:

@@ -74,7 +74,7 @@ class AdmissionControl:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> AdmissionControl:
-        """The gate SPEC §9's variables describe, opened; no gate without `EDGEMON_GATE_DEVICE`.
+        """The gate client.md's variables describe, opened; no gate without `EDGEMON_GATE_DEVICE`.
 
         Bad values raise `ValueError` naming the variable, so a misconfigured engine fails at
         start-up instead of silently never throttling.

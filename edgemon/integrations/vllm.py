@@ -1,4 +1,4 @@
-"""vLLM V1 schedulers that hold new prefills while edgemon's throttle is on (SPEC §9).
+"""vLLM V1 schedulers that hold new prefills while edgemon's throttle is on (docs/client.md).
 
 Plug one in with ``vllm serve ... --scheduler-cls edgemon.integrations.vllm.EdgemonScheduler``
 (or ``LLM(..., scheduler_cls=EdgemonScheduler)``) and give the engine process the gate's

@@ -1,4 +1,4 @@
-"""vLLM-Omni talker schedulers that hold new prefills while edgemon's throttle is on (SPEC §9).
+"""vLLM-Omni talker schedulers that hold new prefills while edgemon's throttle is on (client.md).
 
 vLLM-Omni's ``OmniARScheduler.schedule()`` already runs a step with an empty waiting queue
 whenever its ``_should_defer_waiting_admission()`` hook is true, and restores the queue

@@ -1,4 +1,4 @@
-"""The daemon's settings (SPEC §6): one TOML file, the environment and a few flags.
+"""The daemon's settings (README): one TOML file, the environment and a few flags.
 
 Precedence, highest first: `overrides` (command-line flags), environment variables
 `EDGEMON_<SECTION>__<KEY>`, the file, the defaults. `load_settings` is the one place where

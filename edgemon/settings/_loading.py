@@ -116,7 +116,7 @@ def load_settings(
     return settings
 
 
-#: `EDGEMON_GATE_*` configure the engine-side gate and scheduler (SPEC §9), not the daemon.
+#: `EDGEMON_GATE_*` configure the engine-side gate and scheduler (docs/client.md), not the daemon.
 _OTHER_PREFIXES = (f"{ENV_PREFIX}GATE_",)
 
 

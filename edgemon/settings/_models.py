@@ -1,4 +1,4 @@
-"""The settings models: one pydantic model per section of the config file (SPEC §6)."""
+"""The settings models: one pydantic model per section of the config file (README)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from edgemon.engine.config import (
 from edgemon.settings._errors import ConfigError, CrossFieldError
 
 ENV_PREFIX = "EDGEMON_"
-#: A device id, as in the topic `P/{device}/events` (SPEC §1).
+#: A device id, as in the topic `P/{device}/events` (docs/protocol.md).
 DEVICE_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 
 NonNegativeMs = Annotated[float, Field(ge=0)]
@@ -237,7 +237,7 @@ class HttpSettings(_Section):
 
 
 class SlackSettings(_Section):
-    """`[slack]`: how slack, risk and the throttle are judged (SPEC §2)."""
+    """`[slack]`: how slack, risk and the throttle are judged (docs/semantics.md)."""
 
     player: PlayerModel = "conceal"
     default_margin_ms: NonNegativeMs = 80.0
@@ -250,7 +250,7 @@ class SlackSettings(_Section):
 
 
 class LimitsSettings(_Section):
-    """`[limits]`: what bounds memory whatever devices send (SPEC §7)."""
+    """`[limits]`: what bounds memory whatever devices send (docs/reliability.md)."""
 
     max_devices: Count = 1_000
     max_streams_per_device: Count = 256
@@ -285,7 +285,7 @@ DEFAULT_STATE_DIR = Path("/var/lib/edgemon")
 
 class StateSettings(_Section):
     """`[state]`: where stream state is snapshotted across restarts, and the write-ahead log
-    that makes a crash lose nothing (SPEC §7)."""
+    that makes a crash lose nothing (docs/reliability.md)."""
 
     dir: Path = DEFAULT_STATE_DIR
     snapshot_interval_s: Annotated[float, Field(gt=0)] = 10.0

@@ -25,7 +25,7 @@ waits for the next arrival, or a short poll when everything is held (no busy spi
 
 Each chunk carries an `eta_ms` hint: the frames until the next chunk times the engine's
 running estimate of its step time (an EWMA). A server could send this along with the audio;
-the players pass it on to the Reporter (SPEC §1 `eta_ms`).
+the players pass it on to the Reporter (docs/protocol.md `eta_ms`).
 """
 
 from __future__ import annotations

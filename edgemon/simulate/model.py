@@ -21,9 +21,11 @@ Every chunk carries `seq`, `audio_ms`, `audio_total_ms`, `final` when last, and 
 `eta_ms`: the device's own estimate of the next chunk's generation time (nominal, without
 jitter or stalls). The player does not start at the first chunk: 80 ms would run dry before
 a 2 s chunk can be generated at any realistic RTF, so the first chunk carries
-`play_start_ms` = its arrival + (eta − 80 ms) + a 40 ms cushion, the least prebuffer that
-covers the announced wait for the second chunk. At RTF 0.1 with no stalls a stream then never
-underruns; at RTF ≥ 1 every chunk falls further behind.
+`play_start_ms` = its arrival + (eta − 80 ms) + a 120 ms cushion: the announced wait for the
+second chunk plus edgemon's margin (80 ms here) and room for the chunk's jitter (with a
+cushion under the margin, 40 ms as it was, every healthy stream started at risk and throttled
+its device). At RTF 0.1 with no
+stalls a stream then never underruns; at RTF ≥ 1 every chunk falls further behind.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ JITTER = 0.08
 """Relative jitter of a chunk's generation time (uniform ±)."""
 STALL_MS = (500.0, 3000.0)
 """Extra delay of a stall (uniform range)."""
-PLAYER_CUSHION_MS = 40.0
-"""What the player keeps beyond the announced wait for the second chunk."""
+PLAYER_CUSHION_MS = 120.0
+"""What the player keeps beyond the announced wait for the second chunk: the margin (80 ms for
+this engine's hardware class) and 40 ms for the jitter of a healthy device's chunk."""
 CHUNKS_PER_STREAM = (2, 8)
 """Chunks after the first (inclusive range); the last one is partial."""
 THINK_MS = (50.0, 500.0)
@@ -129,7 +132,7 @@ class Simulation:
         return self._devices
 
     def engine_objects(self) -> dict[str, dict[str, Any]]:
-        """The engine object (SPEC §1) each device publishes retained at start-up."""
+        """The engine object (docs/protocol.md) each device publishes retained at start-up."""
         return {device: _engine_object() for device in self._devices}
 
     def next_t_ms(self) -> float | None:

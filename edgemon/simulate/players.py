@@ -1,7 +1,7 @@
 """Players: when each stream's chunks arrive, when playback starts, and what underran.
 
 Pure. A `Player` is told each chunk's arrival on its own clock and keeps the score the way the
-listener would (player model `conceal`, SPEC §2.2: slack = Σ audio − (t − start); audio that
+listener would (player model `conceal`, docs/semantics.md: slack = Σ audio − (t − start); audio that
 is missing is concealed and the player clock runs on), independently of edgemon: the
 benchmark's underrun figures come from here, never from the monitor it is judging.
 

@@ -83,7 +83,7 @@ class Profile:
     source: str
     step: StepModel
     margin_ms: float
-    """The margin players ask edgemon for on this box (SPEC §2.4 margins per hardware class)."""
+    """The margin players ask edgemon for on this box (semantics.md margins per hardware class)."""
     hardware_class: str
     frame_ms: float = FRAME_MS
     max_num_seqs: int = 16
@@ -122,7 +122,7 @@ JETSON = Profile(
         "204.8 GB/s is 17 ms at full bandwidth; the 15-codebook code predictor runs after it "
         "each step, so ~30 ms. per decode seq 4 ms: KV reads plus that sequence's code-predictor "
         "work. per prefill token 0.2 ms: 2 × 1.7 GFLOP per token at ~17 TFLOPS achieved bf16. "
-        "Margin 80 ms: the jetson class of SPEC §2.4."
+        "Margin 80 ms: the jetson class of docs/semantics.md."
     ),
     step=StepModel(base_ms=30.0, per_prefill_token_ms=0.2, per_decode_seq_ms=4.0),
     margin_ms=80.0,
@@ -138,7 +138,7 @@ X86_GPU = Profile(
         "base 12 ms: 3.4 GB of weights at ~1 TB/s is 3.4 ms, plus the code predictor's 15 "
         "small sequential passes and launch overheads. per decode seq 1 ms. per prefill token "
         "0.04 ms: 3.4 GFLOP per token at ~85 TFLOPS achieved bf16. Margin 50 ms: the cuda "
-        "class of SPEC §2.4."
+        "class of docs/semantics.md."
     ),
     step=StepModel(base_ms=12.0, per_prefill_token_ms=0.04, per_decode_seq_ms=1.0),
     margin_ms=50.0,

@@ -1,1 +1,1 @@
-"""The wire model: topics and payloads of SPEC §1, validated into engine values."""
+"""The wire model: topics and payloads of docs/protocol.md, validated into engine values."""

@@ -1,4 +1,4 @@
-"""Payload → validated values, one verdict per event (SPEC §1, §7).
+"""Payload → validated values, one verdict per event (docs/protocol.md, docs/reliability.md).
 
 A payload is parsed once. A batch is validated event by event, so one bad event does not
 cost the others; what cannot be applied comes back as a `(reason, detail)` value, never as an
@@ -7,7 +7,7 @@ exception.
 Events are decoded by msgspec straight into the engine's event structs (2.7–2.8× pydantic-core's
 rate for the same verdicts, `benchmarks/decode.py`). Its parser takes standard JSON only, so a
 payload it cannot parse is parsed once more by pydantic-core's, which also reads `NaN` and
-`±Infinity`: those are refused per event, as SPEC §1 (finite numbers) and the old decoder did.
+`±Infinity`: those are refused per event, as protocol.md (finite numbers) and the old decoder did.
 Engine objects (rare) are still validated by pydantic.
 """
 
@@ -116,7 +116,8 @@ def parse_json(payload: bytes, *, max_bytes: int) -> Any | Problem:
     if len(payload) > max_bytes:
         return Problem("oversized", f"payload of {len(payload)} bytes > {max_bytes}")
     try:
-        # Decoded first: SPEC §1 payloads are UTF-8, and json.loads(bytes) would guess UTF-16/32.
+        # Decoded first: payloads are UTF-8 (docs/protocol.md), and json.loads(bytes) would
+        # guess UTF-16/32.
         return json.loads(payload.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
         # UnicodeDecodeError is a ValueError; RecursionError is deeply nested JSON.
@@ -131,7 +132,7 @@ class _Geometry(BaseModel):
 
 
 class _EngineObject(BaseModel):
-    """SPEC §1 engine object; everything optional, unknown fields ignored."""
+    """docs/protocol.md engine object; everything optional, unknown fields ignored."""
 
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
     kv_cache_bytes: int | None = None

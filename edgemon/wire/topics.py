@@ -1,12 +1,12 @@
-"""Topic names of SPEC §1: `P/{device}/events`, `P/{device}/engine`, throttle and status."""
+"""Topic names (docs/protocol.md, "Topics"): `P/{device}/events`, `P/{device}/engine`, throttle
+and status."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-_DEVICE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+from edgemon import protocol
 
 Kind = Literal["events", "engine"]
 
@@ -24,7 +24,7 @@ class Topics:
     topics arrive. Topics that are not ours are never remembered.
     """
 
-    prefix: str = "edgemon/v1"
+    prefix: str = protocol.TOPIC_PREFIX
     cached: int = CACHED_ROUTES
     _routes: dict[str, tuple[str, Kind]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -65,7 +65,7 @@ class Topics:
         if not topic.startswith(prefix) or topic[len(prefix) : len(prefix) + 1] != "/":
             return None
         device, _, kind = topic[len(prefix) + 1 :].partition("/")
-        if _DEVICE_ID.fullmatch(device) is None:
+        if not protocol.valid_device_id(device):
             return None
         if kind == "events":
             return device, "events"
@@ -75,5 +75,5 @@ class Topics:
 
 
 def valid_device_id(device: str) -> bool:
-    """Whether `device` is a valid topic-level device name."""
-    return _DEVICE_ID.fullmatch(device) is not None
+    """Whether `device` is a valid topic-level device name (not the reserved `_edgemon`)."""
+    return protocol.valid_device_id(device)

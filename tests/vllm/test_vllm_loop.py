@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
-from test_client_loop import edgemon_run
+from edgemon_process import edgemon_run
 
 from edgemon.client import GateState, Reporter
 from edgemon.integrations.vllm import EdgemonScheduler

@@ -1,0 +1,64 @@
+"""The wire contract in one place: names, patterns and limits that both ends check.
+
+`edgemon.client` (the Reporter and the gate) and the daemon's engine and wire layer import
+these constants, so a player refuses at the call exactly what edgemon would reject on the
+wire. Standard library only: a player or a vLLM process imports it without the daemon's
+dependencies. What each constant means is written out in docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: Default topic prefix `P`.
+TOPIC_PREFIX: Final = "edgemon/v1"
+#: The topic level edgemon's own topics live under (`P/_edgemon/{instance}/status`): never a
+#: device id, so no device's topics can shadow edgemon's status.
+RESERVED_DEVICE: Final = "_edgemon"
+
+#: A device id is one topic level (no `/`, `+`, `#`); a stream id also allows `:`.
+DEVICE_ID_PATTERN: Final = r"[A-Za-z0-9._-]{1,64}"
+STREAM_ID_PATTERN: Final = r"[A-Za-z0-9._:-]{1,128}"
+DEVICE_ID: Final = re.compile(DEVICE_ID_PATTERN)
+STREAM_ID: Final = re.compile(STREAM_ID_PATTERN)
+
+#: Event `type`s and their fields (every event carries `type`, `stream` and `t_ms`).
+EVENT_TYPES: Final = ("start", "chunk", "end")
+START_FIELDS: Final = ("play_start_ms", "margin_ms", "player")
+CHUNK_FIELDS: Final = ("seq", "audio_ms", "eta_ms", "final", "audio_total_ms", "play_start_ms")
+END_FIELDS: Final = ("reason",)
+#: Player models a `start` may name.
+PLAYERS: Final = frozenset({"conceal", "rebuffer"})
+
+#: Largest time the wire accepts: beyond 2**53 float milliseconds stop being exact.
+MAX_TIME_MS: Final = float(2**53)
+#: `audio_ms`: 0 < x ≤ this.
+MAX_AUDIO_MS: Final = 600_000.0
+#: `eta_ms`: 0 ≤ x ≤ this.
+MAX_ETA_MS: Final = 3_600_000.0
+#: `margin_ms`: 0 ≤ x ≤ this.
+MAX_MARGIN_MS: Final = 60_000.0
+#: `seq`: 0 ≤ x ≤ this.
+MAX_SEQ: Final = 2**53
+#: `reason`: at most this many characters.
+MAX_REASON: Final = 64
+
+#: edgemon's default `[limits]`: a batch within both is never refused for its size.
+MAX_BATCH_EVENTS: Final = 1_000
+MAX_PAYLOAD_BYTES: Final = 262_144
+MAX_STREAMS_PER_DEVICE: Final = 256
+
+
+def valid_device_id(device: object) -> bool:
+    """Whether `device` can name a device: the pattern, and not the reserved `_edgemon`."""
+    return (
+        isinstance(device, str)
+        and DEVICE_ID.fullmatch(device) is not None
+        and device != RESERVED_DEVICE
+    )
+
+
+def valid_stream_id(stream: object) -> bool:
+    """Whether `stream` can name a stream."""
+    return isinstance(stream, str) and STREAM_ID.fullmatch(stream) is not None
