@@ -1,7 +1,8 @@
 """The servers tests start: a free loopback port, whether it accepts yet, a clean end, the
 JSON APIs they answer, a Mosquitto a test can stop and start again (`MosquittoServer`, the
-`mosquitto_server` fixture), a named group of them (`Servers`, the `servers` fixture) and a
-TCP link between two of them that a test can cut (`TcpProxy`)."""
+`mosquitto_server` fixture), a named group of them (`Servers`, the `servers` fixture), a
+TCP link between two of them that a test can cut (`TcpProxy`), and `edgemon run` itself as a
+process (`edgemon_process`, `edgemon_run`) with the HTTP helpers the client tests use."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 
@@ -274,3 +279,91 @@ class TcpProxy:
 def _shut(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
+
+
+# ------------------------------------------------------------------ edgemon run
+#: How long `poll` waits by default (generous: a loaded machine).
+T = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class EdgemonProcess:
+    """A running `edgemon run`."""
+
+    http_port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@contextlib.contextmanager
+def edgemon_process(
+    broker_port: int, tmp_path: Path, *, config: str = ""
+) -> Iterator[EdgemonProcess]:
+    """`edgemon run --broker ... --listen ...` as a process, ready (`/readyz` 200). `config`
+    is more TOML, after `[mqtt] client_id`, `[log] format` and `[state] dir` (so it may add
+    `[mqtt]` keys before any section of its own)."""
+    http_port = free_port()
+    path = tmp_path / "edgemon.toml"
+    path.write_text(
+        f'[mqtt]\nclient_id = "edgemon-loop"\n{config}\n[log]\nformat = "json"\n'
+        f'[state]\ndir = "{tmp_path}"\n',
+        encoding="utf-8",
+    )
+    log = tmp_path / "edgemon.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "edgemon", "run", "--config", str(path),
+                "--broker", f"mqtt://127.0.0.1:{broker_port}",
+                "--listen", f"127.0.0.1:{http_port}",
+            ],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    try:
+        if not poll(lambda: get(http_port, "/readyz") == 200 or process.poll() is not None):
+            pytest.fail(f"edgemon did not get ready; its log:\n{log.read_text()[-3000:]}")
+        assert process.poll() is None, log.read_text()[-3000:]
+        yield EdgemonProcess(http_port, process, log)
+    finally:
+        end_process(process)
+
+
+@contextlib.contextmanager
+def edgemon_run(broker_port: int, tmp_path: Path) -> Iterator[int]:
+    """`edgemon_process` with the default config; yields its HTTP port."""
+    with edgemon_process(broker_port, tmp_path) as edgemon:
+        yield edgemon.http_port
+
+
+def get(port: int, path: str) -> int | str:
+    """The body of a 200 response (the status code of any other), or -1 when unreachable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.read().decode() if path == "/metrics" else int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return -1
+
+
+def poll(check: Callable[[], bool], timeout: float = T) -> bool:
+    """Whether `check()` holds within `timeout` s (checked every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def samples(port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample called `name` on edgemon's /metrics, keyed by its sorted labels."""
+    text = get(port, "/metrics")
+    assert isinstance(text, str)
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }

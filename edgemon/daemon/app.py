@@ -92,6 +92,7 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self.clock = clock or MonotonicWallClock()
+        self._started_ms = self.clock.now_ms()
         self.log = log if log is not None else structlog.get_logger("edgemon")
         self._reload_settings = reload
         self._record = record
@@ -191,10 +192,12 @@ class Daemon:
                     group.create_task(self._snapshots(), name="snapshots"),
                     group.create_task(self.gc.run(), name="gc"),
                 ]
+                heartbeat = group.create_task(self._heartbeat(), name="heartbeat")
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
                 self.notifier.stopping()
                 scheduler.cancel()  # no more transitions after the releases are computed
+                heartbeat.cancel()  # no `online` after the farewell's `offline`
                 await self._finish(ingest)
                 for task in rest:
                     task.cancel()
@@ -287,6 +290,18 @@ class Daemon:
                 notifier.watchdog()  # this task running on time is the loop being healthy
             notifier.status(self.status_line())
             await asyncio.sleep(period)
+
+    async def _heartbeat(self) -> None:
+        """Republish the retained `online` status every `heartbeat_s` while a session is up
+        (SPEC §1): a gate counts an instance silent for 3 heartbeats as offline, so a stopped
+        or paused edgemon, or a stale retained `online`, cannot hold engines for long."""
+        every = self.settings.mqtt.heartbeat_s
+        topic = self.monitor.topics.status(self.settings.mqtt.client_id)
+        while True:
+            await asyncio.sleep(every)
+            await self.link.wait_connected()
+            with contextlib.suppress(PublishError):
+                await self.link.publish(topic, self._status_payload("online"), qos=1, retain=True)
 
     async def _log_summaries(self) -> None:
         """The rejection log's summary line comes out even when the flood has stopped."""
@@ -508,8 +523,15 @@ class Daemon:
         self.log.info("farewell_published", throttles_released=released)
 
     def _status_payload(self, state: str) -> bytes:
+        """The status object (SPEC §1): `started_ms` tells a gate a restart from a heartbeat."""
         return json.dumps(
-            {"state": state, "version": __version__, "t_ms": self.clock.now_ms()},
+            {
+                "state": state,
+                "version": __version__,
+                "t_ms": self.clock.now_ms(),
+                "heartbeat_s": self.settings.mqtt.heartbeat_s,
+                "started_ms": self._started_ms,
+            },
             separators=(",", ":"),
         ).encode()
 
