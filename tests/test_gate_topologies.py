@@ -15,6 +15,7 @@ from edgemon.client import GateState, Reporter, ThrottleGate
 from ports import edgemon_process
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 pytestmark = pytest.mark.integration
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.integration
 T = 30.0  # generous: a loaded machine
 
 
-def holding(*devices: str) -> object:
+def holding(*devices: str) -> Callable[[GateState], bool]:
     """A `wait_until` predicate: connected, edgemon online, and exactly `devices` throttled."""
 
     def check(state: GateState) -> bool:
