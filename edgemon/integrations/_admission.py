@@ -155,8 +155,8 @@ class AdmissionControl:
         self._errors += 1
         if self._errors == 1:
             _log.exception(
-                "edgemon: an error in %s; this step does not hold (further errors are "
-                "counted in edgemon_stats.errors, not logged)",
+                "edgemon: an error in %s, caught: the step goes on as vLLM's own would "
+                "(further errors are counted in edgemon_stats.errors, not logged)",
                 where,
             )
 
