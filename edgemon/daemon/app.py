@@ -41,7 +41,7 @@ from edgemon.daemon.logs import RejectionLog
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.daemon.persistence import Persistence
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
-from edgemon.daemon.scheduler import Scheduler
+from edgemon.daemon.scheduler import Scheduler, StallGuard
 from edgemon.daemon.state import resolve_state_dir
 from edgemon.daemon.systemd import Notifier
 from edgemon.engine.outputs import (
@@ -128,7 +128,11 @@ class Daemon:
         self.publisher = ThrottlePublisher(
             self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle
         )
-        self.scheduler = Scheduler(self.monitor, clock=self.clock, handle=self._dispatch)
+        #: Notices that the process stood still (SIGSTOP, a VM pause): `_on_stall`.
+        self.stalls = StallGuard(self.clock, self._on_stall)
+        self.scheduler = Scheduler(
+            self.monitor, clock=self.clock, handle=self._dispatch, stalls=self.stalls
+        )
         self.registry.register(DeadlineLatenessCollector(self.scheduler.lateness))
         self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)
         self._out: list[Output] = []
@@ -193,6 +197,7 @@ class Daemon:
                     group.create_task(self.gc.run(), name="gc"),
                 ]
                 heartbeat = group.create_task(self._heartbeat(), name="heartbeat")
+                rest.append(group.create_task(self.stalls.run(), name="stall-guard"))
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
                 self.notifier.stopping()
@@ -423,6 +428,7 @@ class Daemon:
     def _on_message(self, topic: str, payload: bytes) -> None:
         """One MQTT message: log it, record it, apply it, act on what it changed."""
         now = self.clock.now_ms()
+        self.stalls.check(now)  # before the message: a stall is cut out first
         if self.state is not None:
             self.state.append(now, topic, payload)
         if self._record is not None:
@@ -502,6 +508,21 @@ class Daemon:
         """No late chunk can arrive while the broker is away: nothing is confirmed for want of
         one (an outage would otherwise confirm every provisional underrun)."""
         self.monitor.engine.input_lost()
+
+    def _on_stall(self, since_ms: float, now_ms: float) -> None:
+        """The process stood still from `since_ms` to `now_ms` (SIGSTOP, a VM pause): treated
+        as a broker outage and a restart are. The stall is cut out of the devices' timelines,
+        so nothing expires or is confirmed for want of the messages that queued up meanwhile
+        (they are applied at their own `t_ms` before the timers they delayed), and the waits
+        for late chunks start afresh from now."""
+        self.monitor.cut(since_ms, now_ms)
+        engine = self.monitor.engine
+        if self.connection.connected:
+            engine.input_restored(now_ms)
+        else:
+            engine.input_lost()
+        self.scheduler.poke()
+        self.log.warning("daemon_stalled", stalled_s=round((now_ms - since_ms) / 1000.0, 3))
 
     def _on_subscribed(self) -> None:
         if not self.ready.is_set():
