@@ -3,13 +3,11 @@
 vLLM runs every ``vllm.general_plugins`` entry point in each process it starts, before it
 parses its command line (``vllm serve``, ``vllm-omni serve``) and again in engine processes.
 Registering imports vLLM-Omni's pipeline registry, which imports every model vLLM-Omni ships,
-so the plugin registers only where vLLM-Omni is in use:
-
-- the process has imported ``vllm_omni`` already (``vllm-omni serve`` and its stages), or
-- ``EDGEMON_OMNI_PIPELINES=1`` is set (the sure way for ``vllm-omni serve``: set it in the
-  service's environment next to the ``EDGEMON_GATE_*`` variables).
-
-Anywhere else, a plain ``vllm serve`` included, it returns at once and imports nothing. A
+so the plugin registers only when asked: with ``EDGEMON_OMNI_PIPELINES=1`` in the environment
+(set it for ``vllm-omni serve``, next to the ``EDGEMON_GATE_*`` variables). Anywhere else, a
+plain ``vllm serve`` included, it returns at once and imports nothing. (Whether ``vllm_omni``
+is imported already says nothing: vLLM-Omni's own general plugin imports it in every vLLM
+process of an environment where it is installed.) A
 plugin must never stop vLLM: if vLLM-Omni's pipeline registry cannot be imported here, it
 logs why and registers nothing.
 """
@@ -18,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,9 +28,8 @@ ENV = "EDGEMON_OMNI_PIPELINES"
 
 
 def wanted(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether to register here: vLLM-Omni already imported, or `EDGEMON_OMNI_PIPELINES`."""
-    flag = environ.get(ENV, "").strip().lower()
-    return "vllm_omni" in sys.modules or flag in {"1", "true", "yes", "on"}
+    """Whether to register here: `EDGEMON_OMNI_PIPELINES` is 1, true, yes or on."""
+    return environ.get(ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def register_omni_pipelines() -> None:
