@@ -3,6 +3,7 @@ status, fails open, reconnects, bounds holds with `max_hold_ms`, and reads its e
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -36,14 +37,21 @@ def inactive(state: GateState) -> bool:
 
 
 class FakeClock:
-    """Monotonic seconds that only move when the test says so; `broken` makes it raise."""
+    """Monotonic seconds that only move when the test says so; `break_here()` makes it raise
+    when read from the calling thread (the scheduler's, in these tests) until `mend()`."""
 
     def __init__(self) -> None:
         self.now = 100.0
-        self.broken = False
+        self._broken_in: int | None = None
+
+    def break_here(self) -> None:
+        self._broken_in = threading.get_ident()
+
+    def mend(self) -> None:
+        self._broken_in = None
 
     def __call__(self) -> float:
-        if self.broken:
+        if self._broken_in == threading.get_ident():
             raise OSError("clock gone")
         return self.now
 
@@ -349,10 +357,10 @@ def test_an_error_inside_the_gate_answers_do_not_hold(
         edgemon.publish(status("e1"), {"state": "online"})
         edgemon.publish(THROTTLE, throttle(True, 1))
         assert gate.wait_until(active, T)
-        clock.broken = True
+        clock.break_here()
         with caplog.at_level("ERROR", logger="edgemon.client"):
             answers = [gate.should_throttle_prefills() for _ in range(3)]
-        clock.broken = False
+        clock.mend()
         assert answers == [False, False, False]
         assert gate.stats.errors == 3
         assert [r.getMessage() for r in caplog.records].count(
