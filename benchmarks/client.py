@@ -4,7 +4,8 @@ Run: `.venv/bin/python benchmarks/client.py`. No broker is needed: nothing here 
 the network (a Reporter that was never opened checks and queues exactly as an open one does).
 Prints nanoseconds per call and ratios:
   1. `ThrottleGate.should_throttle_prefills()` while released (the common case) and while
-     holding, against a bare method call returning an attribute (the cheapest possible gate);
+     holding, following one device and following every device (`+`) with 1,000 of them
+     known, against a bare method call returning an attribute (the cheapest possible gate);
   2. `Reporter.chunk(pcm_bytes=...)` against encoding the same event object as JSON (what
      any reporter must at least do to put the event on the wire).
 """
@@ -17,8 +18,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from edgemon.client import Reporter, ThrottleGate
-from edgemon.client.gate import GateState
+from edgemon.client import DeviceThrottle, Reporter, ThrottleGate
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -52,6 +52,19 @@ def per_call_ns(
     return best
 
 
+def _holding(device: str, devices: int) -> ThrottleGate:
+    """A gate holding without a broker: connected, edgemon online, `devices` devices known of
+    which the first is throttled (set as the network thread would)."""
+    gate = ThrottleGate("mqtt://127.0.0.1:1", device, max_hold_ms=3_600_000)
+    ids = [device] if devices == 1 else [f"dev-{i}" for i in range(devices)]
+    with gate._cond:  # noqa: SLF001 - a held state without a broker
+        gate._connected = gate._online = True  # noqa: SLF001
+        for i, name in enumerate(ids):
+            gate._put(name, DeviceThrottle(throttle=i == 0, seq=1))  # noqa: SLF001
+        gate._refresh()  # noqa: SLF001
+    return gate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100_000)
@@ -59,10 +72,10 @@ def main() -> None:
     calls: int = args.calls
 
     released = ThrottleGate("mqtt://127.0.0.1:1", "bench")
-    holding = ThrottleGate("mqtt://127.0.0.1:1", "bench", max_hold_ms=3_600_000)
-    with holding._cond:  # noqa: SLF001 - a held state without a broker
-        holding._set(GateState(connected=True, edgemon_online=True, throttle=True))  # noqa: SLF001
+    holding = _holding("bench", 1)
+    holding_many = _holding("+", 1_000)
     assert holding.should_throttle_prefills()
+    assert holding_many.should_throttle_prefills()
     assert not released.should_throttle_prefills()
 
     reporter = Reporter(
@@ -82,6 +95,7 @@ def main() -> None:
             "bare": _Bare().read,
             "released": released.should_throttle_prefills,
             "holding": holding.should_throttle_prefills,
+            "holding_many": holding_many.should_throttle_prefills,
             "json": lambda: encode(event),
             "chunk": lambda: reporter.chunk("s", pcm_bytes=3_840),
         },
@@ -91,6 +105,9 @@ def main() -> None:
     print(f"bare method call        {bare:8.1f} ns")
     print(f"gate, released          {ns['released']:8.1f} ns  ({ns['released'] / bare:.1f}x bare)")
     print(f"gate, holding           {ns['holding']:8.1f} ns  ({ns['holding'] / bare:.1f}x bare)")
+    many = ns["holding_many"]
+    print(f"gate, holding, '+' with 1,000 devices {many:8.1f} ns  ({many / bare:.1f}x bare, "
+          f"{many / ns['holding']:.2f}x one device)")  # fmt: skip
     print(f"JSON of the event       {json_ns:8.1f} ns")
     print(f"Reporter.chunk          {ns['chunk']:8.1f} ns  ({ns['chunk'] / json_ns:.1f}x its JSON)")
 

@@ -136,6 +136,14 @@ class Monitor:
             raise SnapshotError(f"snapshot is incomplete or malformed ({exc!r})") from None
         self.engine, self.results, self.messages, self.events = engine, results, messages, events
 
+    def cut(self, since_ms: float, now_ms: float) -> None:
+        """Take the wall-clock stretch from `since_ms` to `now_ms`, in which edgemon did not
+        run (its process stopped, its VM paused), out of every device's timeline, as a restart
+        takes out its downtime: each device's clock resumes at `now_ms` from where it stood at
+        `since_ms`, so no timer fires for the stall itself, and the messages that queued up
+        meanwhile bring the clock forward at their own `t_ms` as they are applied."""
+        self.restore(self.snapshot(since_ms), now_ms)
+
     def advance(self, wall_ms: float, out: list[Output], *, inclusive: bool = True) -> None:
         """Let the clock reach wall time `wall_ms` with no message: fire every timer due by
         then (see `Engine.advance`). `handle` does this itself around each message."""

@@ -1,6 +1,7 @@
 """`edgemon run` as a process on a given broker, and how a test reads its HTTP endpoints:
-`edgemon_run` (ready, its HTTP port yielded), `get`, `samples` (one metric's samples) and
-`poll` (a condition awaited with a generous deadline)."""
+`edgemon_process` (ready, with its HTTP port, process and log), `edgemon_run` (the same with
+the default config, its HTTP port yielded), `get`, `samples` (one metric's samples) and `poll`
+(a condition awaited with a generous deadline)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,16 +24,30 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-T = 30.0  # generous: a loaded machine
+#: How long `poll` waits by default (generous: a loaded machine).
+T = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class EdgemonProcess:
+    """A running `edgemon run`."""
+
+    http_port: int
+    process: subprocess.Popen[bytes]
+    log: Path
 
 
 @contextlib.contextmanager
-def edgemon_run(broker_port: int, tmp_path: Path) -> Iterator[int]:
-    """`edgemon run --broker ... --listen ...` as a process, ready; yields its HTTP port."""
+def edgemon_process(
+    broker_port: int, tmp_path: Path, *, config: str = ""
+) -> Iterator[EdgemonProcess]:
+    """`edgemon run --broker ... --listen ...` as a process, ready (`/readyz` 200). `config`
+    is more TOML, after `[mqtt] client_id`, `[log] format` and `[state] dir` (so it may add
+    `[mqtt]` keys before any section of its own)."""
     http_port = free_port()
-    config = tmp_path / "edgemon.toml"
-    config.write_text(
-        '[mqtt]\nclient_id = "edgemon-loop"\n[log]\nformat = "json"\n'
+    path = tmp_path / "edgemon.toml"
+    path.write_text(
+        f'[mqtt]\nclient_id = "edgemon-loop"\n{config}\n[log]\nformat = "json"\n'
         f'[state]\ndir = "{tmp_path}"\n',
         encoding="utf-8",
     )
@@ -40,7 +56,7 @@ def edgemon_run(broker_port: int, tmp_path: Path) -> Iterator[int]:
     with log.open("wb") as out:
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "edgemon", "run", "--config", str(config),
+                sys.executable, "-m", "edgemon", "run", "--config", str(path),
                 "--broker", f"mqtt://127.0.0.1:{broker_port}",
                 "--listen", f"127.0.0.1:{http_port}",
             ],
@@ -50,9 +66,16 @@ def edgemon_run(broker_port: int, tmp_path: Path) -> Iterator[int]:
         if not poll(lambda: get(http_port, "/readyz") == 200 or process.poll() is not None):
             pytest.fail(f"edgemon did not get ready; its log:\n{log.read_text()[-3000:]}")
         assert process.poll() is None, log.read_text()[-3000:]
-        yield http_port
+        yield EdgemonProcess(http_port, process, log)
     finally:
         end_process(process)
+
+
+@contextlib.contextmanager
+def edgemon_run(broker_port: int, tmp_path: Path) -> Iterator[int]:
+    """`edgemon_process` with the default config; yields its HTTP port."""
+    with edgemon_process(broker_port, tmp_path) as edgemon:
+        yield edgemon.http_port
 
 
 def get(port: int, path: str) -> int | str:
@@ -67,6 +90,7 @@ def get(port: int, path: str) -> int | str:
 
 
 def poll(check: Callable[[], bool], timeout: float = T) -> bool:
+    """Whether `check()` holds within `timeout` s (checked every 50 ms)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():

@@ -3,6 +3,7 @@ status, fails open, reconnects, bounds holds with `max_hold_ms`, and reads its e
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -36,12 +37,22 @@ def inactive(state: GateState) -> bool:
 
 
 class FakeClock:
-    """Monotonic seconds that only move when the test says so."""
+    """Monotonic seconds that only move when the test says so; `break_here()` makes it raise
+    when read from the calling thread (the scheduler's, in these tests) until `mend()`."""
 
     def __init__(self) -> None:
         self.now = 100.0
+        self._broken_in: int | None = None
+
+    def break_here(self) -> None:
+        self._broken_in = threading.get_ident()
+
+    def mend(self) -> None:
+        self._broken_in = None
 
     def __call__(self) -> float:
+        if self._broken_in == threading.get_ident():
+            raise OSError("clock gone")
         return self.now
 
 
@@ -91,7 +102,7 @@ def test_follows_throttle_and_status(mosquitto_broker: tuple[str, int]) -> None:
         assert not gate.should_throttle_prefills()
         edgemon.publish(THROTTLE, b"{not json")
         assert gate.wait_until(lambda _: gate.stats.unreadable == 1, T)
-        assert gate.state.throttle is False
+        assert gate.state.throttle is None  # unreadable: the device's throttle is forgotten
         stats = gate.stats
         assert stats.holds == 2
         assert stats.held_s > 0
@@ -100,20 +111,27 @@ def test_follows_throttle_and_status(mosquitto_broker: tuple[str, int]) -> None:
 
 @pytest.mark.integration
 def test_online_accepts_a_lower_seq_once(mosquitto_broker: tuple[str, int]) -> None:
-    """After an `online` status (a restarted edgemon, perhaps with its clock stepped back) the
-    next throttle object is taken whatever its `seq`; later ones are ordered again."""
+    """After an `online` status of a new process (a restarted edgemon, perhaps with its clock
+    stepped back: another `started_ms`) the next throttle object is taken whatever its `seq`;
+    later ones are ordered again. A heartbeat (the same `started_ms`) changes nothing."""
     host, port = mosquitto_broker
     with probe(host, port) as edgemon, ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
-        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(status("e1"), {"state": "online", "started_ms": 1})
         edgemon.publish(THROTTLE, throttle(True, 500))
         assert gate.wait_until(active, T)
-        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(THROTTLE, throttle(True, 501))  # ordered: whichever came first above
+        assert gate.wait_until(lambda s: s.seq == 501, T)
+        edgemon.publish(status("e1"), {"state": "online", "started_ms": 1})  # a heartbeat
+        edgemon.publish(THROTTLE, throttle(False, 400))
+        assert gate.wait_until(lambda _: gate.stats.stale_ignored == 1, T)
+        assert gate.state.active
+        edgemon.publish(status("e1"), {"state": "online", "started_ms": 2})  # a restart
         edgemon.publish(THROTTLE, throttle(False, 7))
         assert gate.wait_until(inactive, T)
         edgemon.publish(THROTTLE, throttle(True, 6))
         edgemon.publish(THROTTLE, throttle(True, 8))
         assert gate.wait_until(lambda s: s.seq == 8, T)
-        assert gate.stats.stale_ignored == 1
+        assert gate.stats.stale_ignored == 2
 
 
 @pytest.mark.integration
@@ -141,10 +159,11 @@ def test_fails_open_when_the_broker_goes_and_recovers(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_max_hold_lets_one_step_through(mosquitto_broker: tuple[str, int]) -> None:
-    """A hold lasting `max_hold_ms` ends with one False answer, counted as a release; the next
-    call begins a new hold. Held time counts on the injected clock, and a hold that the
-    throttle ends counts up to when the gate saw the change."""
+def test_max_hold_releases_until_a_step_admits(mosquitto_broker: tuple[str, int]) -> None:
+    """A hold lasting `max_hold_ms` ends in a release, counted once: the gate answers False
+    until the scheduler reports a step that admitted (`admitted()`), however many steps that
+    takes; the next call begins a new hold. Held time counts on the injected clock, and a
+    hold that the throttle ends counts up to when the gate saw the change."""
     host, port = mosquitto_broker
     clock = FakeClock()
     with (
@@ -155,18 +174,25 @@ def test_max_hold_lets_one_step_through(mosquitto_broker: tuple[str, int]) -> No
         edgemon.publish(THROTTLE, throttle(True, 1))
         assert gate.wait_until(active, T)
         answers = []
-        for now in (100.0, 101.0, 101.999, 102.0, 102.0, 103.5, 103.75):
+        for now in (100.0, 101.0, 101.999, 102.0, 102.0, 103.0):
             clock.now = now
             answers.append(gate.should_throttle_prefills())
-        assert answers == [True, True, True, False, True, True, True]
+        assert answers == [True, True, True, False, False, False]
+        assert gate.releasing
+        gate.admitted()  # a step admitted a waiting request
+        assert not gate.releasing
+        for now in (103.5, 103.75):
+            clock.now = now
+            answers.append(gate.should_throttle_prefills())
+        assert answers[-2:] == [True, True]
         stats = gate.stats
-        assert (stats.holds, stats.max_hold_releases, stats.held_s) == (2, 1, 3.75)
+        assert (stats.holds, stats.max_hold_releases, stats.held_s) == (2, 1, 2.25)
         clock.now = 105.0
         edgemon.publish(THROTTLE, throttle(False, 2))
         assert gate.wait_until(inactive, T)
         clock.now = 200.0  # the scheduler asks again much later
         assert not gate.should_throttle_prefills()
-        assert gate.stats.held_s == 5.0
+        assert gate.stats.held_s == 3.5
 
 
 def test_from_environ() -> None:
@@ -231,3 +257,139 @@ def test_a_throttle_that_ends_between_calls_ends_the_hold(
         assert gate.should_throttle_prefills()  # 1.5 s into hold 2: still held
         stats = gate.stats
         assert (stats.holds, stats.held_s, stats.max_hold_releases) == (2, 2.0, 0)
+
+
+@pytest.mark.integration
+def test_an_unreadable_object_while_holding_ends_the_hold(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """docs/client.md's fail-open promise: an unreadable throttle object (not JSON, or JSON
+    without a boolean `throttle` and an integer `seq`) that arrives while the gate holds ends
+    the hold, and so does an emptied retained object; each unreadable one is counted."""
+    host, port = mosquitto_broker
+    with probe(host, port) as edgemon, ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
+        edgemon.publish(status("e1"), {"state": "online"})
+        for seq, garbage in ((1, b"{not json"), (3, b'{"throttle": "yes", "seq": 4}'), (5, b"")):
+            edgemon.publish(THROTTLE, throttle(True, seq))
+            assert gate.wait_until(active, T)
+            assert gate.should_throttle_prefills()
+            edgemon.publish(THROTTLE, garbage)
+            assert gate.wait_until(inactive, T)
+            assert not gate.should_throttle_prefills()
+            assert gate.state.holding == ()
+        assert gate.stats.unreadable == 2
+
+
+@pytest.mark.integration
+def test_an_instance_silent_for_three_heartbeats_counts_offline(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """A retained `online` (heartbeat 0.2 s) and a retained `throttle: true` that nobody
+    refreshes, as a lost will or a stopped edgemon leaves them: the gate holds, then stops
+    holding once 3 heartbeats (0.6 s by its own receipt time) pass without a status, and shows
+    the instance `silent`; a fresh `online` makes it hold again."""
+    host, port = mosquitto_broker
+    beat = {"state": "online", "heartbeat_s": 0.2, "started_ms": 1}
+    with probe(host, port) as edgemon:
+        edgemon.publish(THROTTLE, throttle(True, 1))
+        edgemon.publish(status("e1"), beat)
+        with ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
+            assert gate.wait_until(lambda s: s.connected and s.instances != {}, T)
+            assert gate.wait_until(inactive, T)
+            assert not gate.should_throttle_prefills()
+            assert gate.state.instances == {"e1": "silent"}
+            assert gate.state.throttle is True  # still known: only edgemon went quiet
+            edgemon.publish(status("e1"), beat)
+            assert gate.wait_until(active, T)
+            assert gate.should_throttle_prefills()
+            assert gate.wait_until(inactive, T)
+
+
+@pytest.mark.integration
+def test_one_hold_clock_for_several_devices(mosquitto_broker: tuple[str, int]) -> None:
+    """`device="a,b"`: a throttle on either holds; the hold is one, timed from its start
+    whichever devices come and go, and `max_hold_ms` ends it once; `state` and `stats` show
+    the devices followed and those holding. A device not followed changes nothing."""
+    host, port = mosquitto_broker
+    clock = FakeClock()
+    topic = "edgemon/v1/{}/throttle".format
+    with (
+        probe(host, port) as edgemon,
+        ThrottleGate(f"mqtt://{host}:{port}", "b, a", max_hold_ms=2000, clock=clock) as gate,
+    ):
+        assert gate.following == ("a", "b")
+        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(topic("c"), throttle(True, 1))  # not followed
+        edgemon.publish(topic("a"), throttle(True, 1))
+        assert gate.wait_until(active, T)
+        assert gate.should_throttle_prefills()  # the hold begins at 100.0
+        clock.now = 101.0
+        edgemon.publish(topic("b"), throttle(True, 1))
+        assert gate.wait_until(lambda s: s.holding == ("a", "b"), T)
+        edgemon.publish(topic("a"), throttle(False, 2))
+        assert gate.wait_until(lambda s: s.holding == ("b",), T)
+        assert gate.should_throttle_prefills()
+        assert gate.stats.holding == ("b",)
+        assert gate.stats.following == ("a", "b")
+        clock.now = 102.0
+        assert not gate.should_throttle_prefills()  # 2 s since 100.0: one clock
+        assert set(gate.state.devices) == {"a", "b"}
+        stats = gate.stats
+        assert (stats.holds, stats.max_hold_releases, stats.held_s) == (1, 1, 2.0)
+        edgemon.publish(topic("b"), throttle(False, 2))
+        assert gate.wait_until(lambda s: s.throttle is False, T)
+        assert not gate.should_throttle_prefills()
+
+
+@pytest.mark.integration
+def test_an_error_inside_the_gate_answers_do_not_hold(
+    mosquitto_broker: tuple[str, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception inside `should_throttle_prefills` (here its clock fails, a fault no real
+    part produces on demand) never reaches the scheduler: the answer is False, every error is
+    counted, only the first is logged."""
+    host, port = mosquitto_broker
+    clock = FakeClock()
+    with (
+        probe(host, port) as edgemon,
+        ThrottleGate(f"mqtt://{host}:{port}", "dev1", clock=clock) as gate,
+    ):
+        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(THROTTLE, throttle(True, 1))
+        assert gate.wait_until(active, T)
+        clock.break_here()
+        with caplog.at_level("ERROR", logger="edgemon.client"):
+            answers = [gate.should_throttle_prefills() for _ in range(3)]
+        clock.mend()
+        assert answers == [False, False, False]
+        assert gate.stats.errors == 3
+        assert [r.getMessage() for r in caplog.records].count(
+            "edgemon gate dev1: an error in should_throttle_prefills; answering 'do not hold' "
+            "(further errors are counted in stats.errors, not logged)"
+        ) == 1
+
+
+def test_a_misspelt_variable_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    """`EDGEMON_GATE_BROKR` is no gate setting: `from_environ` warns, naming the variable and
+    the one it probably meant; known variables are not warned about."""
+    with caplog.at_level("WARNING", logger="edgemon.client"):
+        gate = ThrottleGate.from_environ(
+            {"EDGEMON_GATE_DEVICE": "box-1", "EDGEMON_GATE_BROKR": "mqtt://x"}
+        )
+    assert gate is not None
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1, messages
+    assert "EDGEMON_GATE_BROKR is not a gate setting" in messages[0]
+    assert "did you mean EDGEMON_GATE_BROKER?" in messages[0]
+
+
+def test_devices_from_environ() -> None:
+    """`EDGEMON_GATE_DEVICE` takes one id, a comma-separated list or `+`; a list holding `+`
+    or a bad id is refused naming the variable."""
+    for value, following in (("a", ("a",)), ("b,a, b", ("a", "b")), (" + ", ("+",))):
+        gate = ThrottleGate.from_environ({"EDGEMON_GATE_DEVICE": value})
+        assert gate is not None
+        assert gate.following == following
+    for value in ("a,+", "a,,b", "a/b,c"):
+        with pytest.raises(ValueError, match=r"^EDGEMON_GATE_DEVICE: "):
+            ThrottleGate.from_environ({"EDGEMON_GATE_DEVICE": value})

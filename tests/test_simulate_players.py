@@ -84,8 +84,9 @@ def test_delivery_never_reorders_a_stream() -> None:
         last = arrival
 
 
-def test_hold_gate_lets_one_step_through_after_max_hold() -> None:
-    """Throttled: True until the hold is max_hold old, then one False, then a new hold."""
+def test_hold_gate_releases_until_a_step_admits() -> None:
+    """Throttled: True until the hold is max_hold old, then False until a step admits
+    (`admitted()`), then a new hold: the ThrottleGate's rule."""
     gate = HoldGate(max_hold_ms=100.0)
     assert not gate.should_throttle(0.0)
     gate.set(True, 0.0)
@@ -94,12 +95,14 @@ def test_hold_gate_lets_one_step_through_after_max_hold() -> None:
         True,
         True,
         False,
-        True,
+        False,
     ]
+    gate.admitted()
+    assert gate.should_throttle(102.0)
     gate.set(False, 150.0)
     assert not gate.should_throttle(160.0)
     assert gate.holds == 2
-    assert gate.held_ms == 149.0  # 0–100, then 101–150
+    assert gate.held_ms == 148.0  # 0–100, then 102–150
 
 
 def test_closing_the_loop_cuts_underruns_near_capacity() -> None:

@@ -75,9 +75,10 @@ class LoopBoxes:
                 ).open()
                 self.reporters[device] = reporter
                 gate = self.gate.should_throttle_prefills if device == CLOSED else None
+                admitted = self.gate.admitted if device == CLOSED else None
                 self.boxes[device] = Box(
                     device=device,
-                    engine=TtsEngine(plan.profile, gate=gate),
+                    engine=TtsEngine(plan.profile, gate=gate, admitted=admitted),
                     arrivals=Arrivals(plan.rate_rps, plan.profile.workload, seed=plan.seed),
                     delivery=Delivery(
                         plan.profile.network_ms, plan.profile.network_jitter_ms, plan.seed

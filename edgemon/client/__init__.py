@@ -10,11 +10,12 @@ Imports only the standard library and paho-mqtt; nothing from the daemon.
 from __future__ import annotations
 
 from edgemon.client.audio import AudioFormat
-from edgemon.client.gate import GateState, GateStats, ThrottleGate
+from edgemon.client.gate import DeviceThrottle, GateState, GateStats, ThrottleGate
 from edgemon.client.reporter import Reporter, ReporterStats
 
 __all__ = [
     "AudioFormat",
+    "DeviceThrottle",
     "GateState",
     "GateStats",
     "Reporter",

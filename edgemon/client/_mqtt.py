@@ -159,6 +159,21 @@ def check_device(device: str) -> str:
     return device
 
 
+def check_devices(devices: str) -> tuple[str, ...]:
+    """`+` (every device), one device id, or a comma-separated list of them: `("+",)` or the
+    ids, sorted, without repeats (blanks around a comma are ignored)."""
+    if not isinstance(devices, str):
+        raise ValueError(f"device {devices!r} must be an id, a comma-separated list or '+'")  # noqa: TRY004
+    if devices.strip() == "+":
+        return ("+",)
+    ids = [part.strip() for part in devices.split(",")]
+    for part in ids:
+        if part == "+":
+            raise ValueError(f"device {devices!r}: '+' stands alone, not in a list")
+        check_device(part)
+    return tuple(sorted(set(ids)))
+
+
 def check_topic_prefix(prefix: str) -> str:
     """Topic levels separated by '/', none empty, no wildcard, not starting with '$'."""
     if not isinstance(prefix, str) or not prefix or "" in prefix.split("/"):

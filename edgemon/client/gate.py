@@ -1,35 +1,57 @@
 """`ThrottleGate`: the engine asks, every scheduler step, whether to hold back new prefills.
 
-The gate follows two retained topics on paho's network thread: the device's throttle object
-(`P/{device}/throttle`) and every edgemon instance's status (`P/_edgemon/+/status`).
+The gate follows, on paho's network thread, the retained throttle objects of the devices it
+serves (`P/{device}/throttle` for each, or `P/+/throttle` for every device) and every
+edgemon instance's status (`P/_edgemon/+/status`).
 
+- **Devices.** `device` is one id, a comma-separated list, or `+` (every device on the broker,
+  including devices that appear later). The gate holds while any followed device is
+  throttled, with one hold clock. It keeps a count of the devices throttled, so the answer
+  stays one attribute read however many devices it follows.
 - **Online rule.** The gate does not know edgemon's instance id, so it keeps each instance's
-  latest retained status; edgemon counts as online while at least one instance says `online`.
-  An emptied retained status forgets that instance.
-- **Order.** Within one connection, a throttle object whose `seq` is not above the last one
-  applied is ignored (a late duplicate or redelivery; edgemon's `seq` increases strictly, also
-  across its restarts). On every (re)connect the gate forgets throttle and status and takes
-  the broker's retained objects afresh; after an `online` status the next throttle object is
-  taken whatever its `seq`, so an edgemon restarted with its clock stepped back is not ignored.
-- **Fail-open.** Disconnected, no `online` instance, no throttle object yet, or one that cannot
-  be read: `should_throttle_prefills()` is False.
-- **Holds.** A hold begins at the first True answer. Once it has lasted `max_hold_ms`, one call
-  answers False (one admission step goes through, so new requests cannot starve) and the next
-  True answer begins a new hold. Holds, held time and these releases are counted (`stats`);
-  call `should_throttle_prefills()` from one thread (the scheduler's).
+  latest retained status and when it received it; edgemon counts as online while at least one
+  instance says `online` and was heard from within 3 of its heartbeats (the `heartbeat_s` its
+  status announces; edgemon republishes `online` every `heartbeat_s`). A stopped edgemon, a
+  lost will or a broker restarted while edgemon was away therefore cannot hold the engine
+  longer than 3 heartbeats. An emptied retained status forgets that instance.
+- **Order.** Within one connection, a device's throttle object whose `seq` is not above the
+  last one applied is ignored (a late duplicate or redelivery; edgemon's `seq` increases
+  strictly, also across its restarts). On every (re)connect the gate forgets throttles and
+  statuses and takes the broker's retained objects afresh; after an `online` status the next
+  object of each device is taken whatever its `seq`, so an edgemon restarted with its clock
+  stepped back is not ignored. (An `online` that only repeats the last, a heartbeat from the
+  same process by its `started_ms`, changes nothing.)
+- **Fail-open.** Disconnected, no `online` instance, no throttle object yet, one that cannot
+  be read (which ends that device's throttle), or an exception inside the gate:
+  `should_throttle_prefills()` is False.
+- **Holds.** A hold begins at the first True answer. Once it has lasted `max_hold_ms`, the
+  gate answers False until the scheduler reports, with `admitted()`, a step that admitted a
+  waiting request or found none waiting (so new requests cannot starve, even when the first
+  step after the release could not admit anything); the next True answer begins a new hold.
+  Holds, held time and these releases are counted (`stats`); call
+  `should_throttle_prefills()` and `admitted()` from one thread (the scheduler's).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
-from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self
 
 from edgemon.client import _mqtt
+from edgemon.client._gate_env import ENV as _ENV
+from edgemon.client._gate_env import environment_warnings
+from edgemon.client._gate_views import (
+    ALL_DEVICES,
+    DeviceThrottle,
+    GateState,
+    GateStats,
+    Instance,
+    read_status,
+    read_throttle,
+)
 
 if TYPE_CHECKING:
     import os
@@ -38,77 +60,48 @@ if TYPE_CHECKING:
 
     import paho.mqtt.client as mqtt
 
-_ENV = "EDGEMON_GATE_"
-
-
-@dataclass(frozen=True, slots=True)
-class GateState:
-    """What the gate knows (a snapshot, replaced on every change)."""
-
-    #: Whether the gate is connected to the broker.
-    connected: bool = False
-    #: Whether at least one edgemon instance's retained status is `online`.
-    edgemon_online: bool = False
-    #: The throttle object's `throttle`; None while no object was received.
-    throttle: bool | None = None
-    #: The throttle object's `seq`, `t_ms` (edgemon's device-clock instant of the change),
-    #: `streams` and `min_headroom_ms`.
-    seq: int | None = None
-    t_ms: float | None = None
-    streams: tuple[str, ...] = ()
-    min_headroom_ms: float | None = None
-    #: Each known instance's latest status (`online` / `offline`).
-    instances: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    #: The gate's clock when this state began.
-    changed_at: float = 0.0
-
-    @property
-    def active(self) -> bool:
-        """Throttle, edgemon online and connected (before the `max_hold_ms` rule)."""
-        return self.connected and self.edgemon_online and self.throttle is True
-
-
-@dataclass(frozen=True, slots=True)
-class GateStats:
-    """What the gate did (a snapshot)."""
-
-    #: Holds begun (a True answer after a False one).
-    holds: int
-    #: Seconds spent holding, the current hold included.
-    held_s: float
-    #: Holds ended by `max_hold_ms` (one step let through).
-    max_hold_releases: int
-    #: Throttle objects ignored as out of order, and messages that could not be read.
-    stale_ignored: int
-    unreadable: int
+__all__ = ["ALL_DEVICES", "DeviceThrottle", "GateState", "GateStats", "ThrottleGate"]
 
 
 class ThrottleGate:
-    """Holds back prefills while edgemon says the device's streams are at risk."""
+    """Holds back prefills while edgemon says a followed device's streams are at risk."""
 
     __slots__ = (
         "_activations",
         "_active",
         "_broker",
+        "_changed_at",
         "_client",
         "_client_id",
         "_clock",
         "_cond",
+        "_connected",
+        "_devices",
+        "_errors",
         "_held_s",
         "_hold_of",
         "_hold_start",
+        "_holding",
         "_holds",
         "_inactive_at",
+        "_instances",
+        "_last_seq",
+        "_last_t_ms",
         "_max_hold_releases",
         "_max_hold_s",
-        "_reset_seq",
+        "_online",
+        "_prefix",
+        "_release_of",
+        "_releasing",
         "_stale",
-        "_state",
         "_status_prefix",
-        "_throttle_topic",
+        "_stop",
+        "_trusted",
         "_unreachable",
         "_unreadable",
+        "_watcher",
         "device",
+        "following",
         "max_hold_ms",
     )
 
@@ -128,8 +121,11 @@ class ThrottleGate:
         cert_file: str | os.PathLike[str] | None = None,
         key_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.device = _mqtt.check_device(device)
-        prefix = _mqtt.check_topic_prefix(topic_prefix)
+        #: The devices followed: `("+",)` for every device, else the ids, sorted.
+        self.following = _mqtt.check_devices(device)
+        #: The same as one string (`"+"`, `"a"`, `"a,b"`).
+        self.device = ",".join(self.following)
+        self._prefix = _mqtt.check_topic_prefix(topic_prefix)
         self._broker = _mqtt.parse_broker_url(
             broker_url,
             username=username,
@@ -139,7 +135,7 @@ class ThrottleGate:
             cert_file=cert_file,
             key_file=key_file,
         )
-        self._unreachable = _mqtt.Unreachable(f"edgemon gate {device}", self._broker)
+        self._unreachable = _mqtt.Unreachable(f"edgemon gate {self.device}", self._broker)
         if (
             isinstance(max_hold_ms, bool)
             or not isinstance(max_hold_ms, int | float)
@@ -148,33 +144,49 @@ class ThrottleGate:
             raise ValueError(f"max_hold_ms must be 0 < x ≤ 3600000, not {max_hold_ms!r}")
         self.max_hold_ms = float(max_hold_ms)
         self._max_hold_s = self.max_hold_ms / 1000
-        self._throttle_topic = f"{prefix}/{device}/throttle"
-        self._status_prefix = f"{prefix}/_edgemon/"
-        self._client_id = client_id or _mqtt.default_client_id("gate", device)
+        self._status_prefix = f"{self._prefix}/_edgemon/"
+        name = "all" if self.following == (ALL_DEVICES,) else "_".join(self.following)[:64]
+        self._client_id = client_id or _mqtt.default_client_id("gate", name)
         self._clock = clock or time.monotonic
-        self._cond = threading.Condition(threading.Lock())
-        self._state = GateState(changed_at=self._clock())
+        self._cond = threading.Condition(threading.RLock())  # `stats` in a predicate
+        # Written by the network thread (and the watcher) under the lock.
+        self._connected = False
+        self._online = False
+        self._devices: dict[str, DeviceThrottle] = {}
+        self._holding = 0  # devices whose throttle is on: the count the answer rests on
+        self._trusted: set[str] = set()  # devices whose next object is taken whatever its seq
+        self._instances: dict[str, Instance] = {}
+        self._last_seq: int | None = None
+        self._last_t_ms: float | None = None
+        self._changed_at = self._clock()
         self._active = False  # the one attribute the hot path reads
         self._inactive_at = 0.0  # when the gate last went inactive
         self._activations = 0  # how often it went active
-        self._reset_seq = True
         self._client: mqtt.Client | None = None
+        self._watcher: threading.Thread | None = None
+        self._stop = False
         # Written by the caller of should_throttle_prefills() only.
         self._hold_start: float | None = None
         self._hold_of = 0  # the activation the current hold belongs to
+        self._releasing = False  # released by max_hold_ms, until a step admits
+        self._release_of = 0  # the activation that release belongs to
         self._holds = 0
         self._held_s = 0.0
         self._max_hold_releases = 0
         self._stale = 0
         self._unreadable = 0
+        self._errors = 0
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ThrottleGate | None:
         """A gate (not opened) from `EDGEMON_GATE_*`; None without `EDGEMON_GATE_DEVICE`.
 
         Connection: `BROKER`, and `USERNAME`, `PASSWORD_FILE` and `CA_FILE` (docs/client.md).
-        Bad values raise ValueError naming the variable.
+        Bad values raise ValueError naming the variable; a variable no gate reads (a
+        misspelling) is logged as a warning.
         """
+        for problem in environment_warnings(environ):
+            _mqtt.log.warning("edgemon gate: %s", problem)
         device = environ.get(f"{_ENV}DEVICE", "").strip()
         if not device:
             return None
@@ -193,7 +205,7 @@ class ThrottleGate:
         broker = environ.get(f"{_ENV}BROKER", "").strip() or "mqtt://127.0.0.1:1883"
         kwargs |= _connection_from_environ(environ, broker)
         for name, check in (
-            ("DEVICE", lambda: _mqtt.check_device(device)),
+            ("DEVICE", lambda: _mqtt.check_devices(device)),
             ("BROKER", lambda: _mqtt.parse_broker_url(broker)),
             ("TOPIC_PREFIX", lambda: _mqtt.check_topic_prefix(prefix or "edgemon/v1")),
         ):
@@ -218,6 +230,11 @@ class ThrottleGate:
             client.on_disconnect = self._on_disconnect
             client.on_message = self._on_message
             self._client = client
+            self._stop = False
+            self._watcher = threading.Thread(
+                target=self._watch, name="edgemon-gate-heartbeats", daemon=True
+            )
+            self._watcher.start()
         _mqtt.start(client, self._broker)
         return self
 
@@ -226,7 +243,12 @@ class ThrottleGate:
         answers False from then on."""
         with self._cond:
             client, self._client = self._client, None
-            self._set(replace(self._state, connected=False))
+            watcher, self._watcher = self._watcher, None
+            self._stop = True
+            self._connected = False
+            self._refresh()
+        if watcher is not None:
+            watcher.join(max(0.0, timeout))
         if client is not None:
             _mqtt.stop(client, timeout)
 
@@ -244,37 +266,69 @@ class ThrottleGate:
     # ------------------------------------------------------------------ the hot path
     def should_throttle_prefills(self) -> bool:
         """Whether this scheduler step should admit no new prefill (see the module doc)."""
-        start = self._hold_start
-        if not self._active:
-            if start is not None:
-                self._end_hold(start)
-            return False
-        now = self._clock()
-        if start is not None and self._hold_of != self._activations:
-            self._end_hold(start)  # the gate went inactive and active again since the last call
-            start = None
-        if start is None:
-            self._hold_start = now
-            self._hold_of = self._activations
-            self._holds += 1
-            return True
-        if now - start >= self._max_hold_s:
-            self._held_s += now - start
-            self._hold_start = None
-            self._max_hold_releases += 1
+        try:
+            start = self._hold_start
+            if not self._active:
+                if start is not None:
+                    self._end_hold(start)
+                return False
+            if self._releasing:
+                if self._release_of == self._activations:
+                    return False  # released by max_hold_ms: until a step admits
+                self._releasing = False  # the throttle went off and on again since
+            now = self._clock()
+            if start is not None and self._hold_of != self._activations:
+                self._end_hold(start)  # the gate went inactive and active again since
+                start = None
+            if start is None:
+                self._hold_start = now
+                self._hold_of = self._activations
+                self._holds += 1
+                return True
+            if now - start >= self._max_hold_s:
+                self._held_s += now - start
+                self._hold_start = None
+                self._max_hold_releases += 1
+                self._releasing = True
+                self._release_of = self._activations
+                return False
+        except Exception:  # noqa: BLE001 - whatever it is, the engine must not stop
+            self._failed("should_throttle_prefills")
             return False
         return True
+
+    def admitted(self) -> None:
+        """The scheduler's report: a step admitted a waiting request, or none was waiting.
+        Ends a release by `max_hold_ms` (the next True answer begins a new hold)."""
+        self._releasing = False
+
+    @property
+    def releasing(self) -> bool:
+        """Whether a `max_hold_ms` release waits for a step that admits (see `admitted`)."""
+        return self._releasing and self._active and self._release_of == self._activations
 
     def _end_hold(self, start: float) -> None:
         """The hold ended when the gate last went inactive (as the network thread saw it)."""
         self._held_s += max(0.0, self._inactive_at - start)
         self._hold_start = None
 
+    def _failed(self, where: str) -> None:
+        """Count an exception caught inside the gate; log the first one with its traceback."""
+        self._errors += 1
+        if self._errors == 1:
+            _mqtt.log.exception(
+                "edgemon gate %s: an error in %s; answering 'do not hold' (further errors "
+                "are counted in stats.errors, not logged)",
+                self.device,
+                where,
+            )
+
     # ------------------------------------------------------------------ views
     @property
     def state(self) -> GateState:
         """What the gate knows now."""
-        return self._state
+        with self._cond:
+            return self._snapshot()
 
     @property
     def stats(self) -> GateStats:
@@ -285,12 +339,17 @@ class ThrottleGate:
             current = self._active and self._hold_of == self._activations
             end = self._clock() if current else self._inactive_at
             held += max(0.0, end - start)
+        with self._cond:
+            holding = self._holding_ids()
         return GateStats(
             holds=self._holds,
             held_s=held,
             max_hold_releases=self._max_hold_releases,
             stale_ignored=self._stale,
             unreadable=self._unreadable,
+            following=self.following,
+            holding=holding,
+            errors=self._errors,
         )
 
     def wait_connected(self, timeout: float) -> bool:
@@ -300,20 +359,77 @@ class ThrottleGate:
     def wait_until(self, predicate: Callable[[GateState], bool], timeout: float) -> bool:
         """Wait until `predicate(state)` holds (checked on every change); False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: predicate(self._state), timeout)
+            return self._cond.wait_for(lambda: predicate(self._snapshot()), timeout)
+
+    def _holding_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(d for d, t in self._devices.items() if t.throttle is True))
+
+    def _snapshot(self) -> GateState:
+        """The state (under the lock)."""
+        devices = self._devices
+        holding = self._holding_ids()
+        shown = [devices[d] for d in holding] or list(devices.values())
+        throttle: bool | None = True if holding else None
+        if not holding and any(t.throttle is False for t in devices.values()):
+            throttle = False
+        headrooms = [t.min_headroom_ms for t in shown if t.min_headroom_ms is not None]
+        now = self._clock()
+        return GateState(
+            connected=self._connected,
+            edgemon_online=self._online,
+            throttle=throttle,
+            seq=self._last_seq,
+            t_ms=self._last_t_ms,
+            streams=tuple(s for t in shown for s in t.streams),
+            min_headroom_ms=min(headrooms) if headrooms else None,
+            instances=MappingProxyType({name: i.shown(now) for name, i in self._instances.items()}),
+            following=self.following,
+            holding=holding,
+            devices=MappingProxyType(dict(devices)),
+            changed_at=self._changed_at,
+        )
 
     # ------------------------------------------------------------------ network thread
-    def _set(self, state: GateState) -> None:
-        """Publish a new state (under the lock) and wake waiters."""
-        was_active = self._active
+    def _refresh(self) -> None:
+        """After a change (under the lock): the answer's flag, last, and wake waiters."""
+        now = self._clock()
+        self._changed_at = now
+        active = self._connected and self._online and self._holding > 0
         # The hot path reads these without the lock: the bookkeeping goes first, the flag last.
-        if was_active and not state.active:
-            self._inactive_at = state.changed_at
-        elif state.active and not was_active:
+        if self._active and not active:
+            self._inactive_at = now
+        elif active and not self._active:
             self._activations += 1
-        self._state = state
-        self._active = state.active
+        self._active = active
         self._cond.notify_all()
+
+    def _watch(self) -> None:
+        """The heartbeat watcher: an `online` instance not heard from for 3 of its
+        heartbeats stops counting, at that moment (the network thread may be quiet)."""
+        with self._cond:
+            while not self._stop:
+                try:
+                    due = self._check_heartbeats()
+                except Exception:  # noqa: BLE001 - the watcher must go on watching
+                    self._failed("the heartbeat watcher")
+                    due = 1.0
+                self._cond.wait(None if due == math.inf else max(0.001, due))
+
+    def _check_heartbeats(self) -> float:
+        """Whether edgemon is online now (under the lock); seconds until that may change."""
+        now = self._clock()
+        online = any(i.online(now) for i in self._instances.values())
+        if online != self._online:
+            self._online = online
+            if not online:
+                _mqtt.log.warning(
+                    "edgemon gate %s: no edgemon instance heard from within 3 heartbeats; "
+                    "not holding until one is",
+                    self.device,
+                )
+            self._refresh()
+        due = min((i.silent_at() for i in self._instances.values()), default=math.inf)
+        return due - now + 0.001
 
     def _on_connect(
         self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
@@ -326,9 +442,19 @@ class ThrottleGate:
         self._unreachable.connected()
         _mqtt.log.info("edgemon gate %s: connected to the broker", self.device)
         with self._cond:
-            self._reset_seq = True
-            self._set(GateState(connected=True, changed_at=self._clock()))
-        client.subscribe([(self._throttle_topic, 1), (f"{self._status_prefix}+/status", 1)])
+            self._connected = True
+            self._online = False
+            self._devices.clear()
+            self._holding = 0
+            self._trusted.clear()
+            self._instances.clear()
+            self._last_seq = self._last_t_ms = None
+            self._refresh()
+        prefix = self._prefix
+        client.subscribe(
+            [(f"{prefix}/{device}/throttle", 1) for device in self.following]
+            + [(f"{self._status_prefix}+/status", 1)]
+        )
 
     def _on_connect_fail(self, client: mqtt.Client, _userdata: Any) -> None:
         if client is self._client:  # not closed meanwhile
@@ -338,8 +464,9 @@ class ThrottleGate:
         self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
     ) -> None:
         with self._cond:
-            was_connected = self._state.connected
-            self._set(replace(self._state, connected=False, changed_at=self._clock()))
+            was_connected = self._connected
+            self._connected = False
+            self._refresh()
         if client is self._client and was_connected:  # not a close(), nor a refused attempt
             _mqtt.log.warning(
                 "edgemon gate %s: lost the broker (%s); not holding until it is back",
@@ -348,74 +475,88 @@ class ThrottleGate:
             )
 
     def _on_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
-        topic = message.topic
-        if topic == self._throttle_topic:
-            self._on_throttle(bytes(message.payload))
-        elif topic.startswith(self._status_prefix) and topic.endswith("/status"):
-            instance = topic[len(self._status_prefix) : -len("/status")]
-            self._on_status(instance, bytes(message.payload))
+        try:
+            topic = message.topic
+            if topic.startswith(self._status_prefix) and topic.endswith("/status"):
+                instance = topic[len(self._status_prefix) : -len("/status")]
+                self._on_status(instance, bytes(message.payload))
+                return
+            device = topic[len(self._prefix) + 1 : -len("/throttle")]
+            if (
+                topic.startswith(self._prefix + "/")
+                and topic.endswith("/throttle")
+                and "/" not in device
+                and (self.following == (ALL_DEVICES,) or device in self.following)
+            ):
+                self._on_throttle(device, bytes(message.payload))
+        except Exception:  # noqa: BLE001 - a bad message must not end up holding anything
+            with self._cond:
+                self._drop(None)
+                self._refresh()
+            self._failed("a message's handling (every throttle forgotten)")
 
-    def _on_throttle(self, payload: bytes) -> None:
-        value = _json(payload) if payload else None
+    def _put(self, device: str, throttle: DeviceThrottle) -> None:
+        """Replace a device's object, keeping the count of devices throttled (under the lock)."""
+        old = self._devices.get(device)
+        self._holding += (throttle.throttle is True) - (old is not None and old.throttle is True)
+        self._devices[device] = throttle
+
+    def _drop(self, device: str | None) -> None:
+        """Forget one device's object (None: every device's), under the lock."""
+        if device is None:
+            self._devices.clear()
+            self._holding = 0
+            return
+        old = self._devices.pop(device, None)
+        if old is not None and old.throttle is True:
+            self._holding -= 1
+
+    def _on_throttle(self, device: str, payload: bytes) -> None:
+        now = self._clock()
+        value = read_throttle(payload, now) if payload else None
         with self._cond:
-            state = self._state
+            old = self._devices.get(device)
             if not payload:  # the retained object was removed
-                self._set(replace(state, throttle=None, seq=None, changed_at=self._clock()))
-                return
-            throttle = value.get("throttle") if isinstance(value, dict) else None
-            seq = value.get("seq") if isinstance(value, dict) else None
-            if type(throttle) is not bool or type(seq) is not int:
+                self._drop(device)
+            elif value is None:  # unreadable: that device's throttle ends (fail-open)
                 self._unreadable += 1
-                self._cond.notify_all()
-                return
-            assert isinstance(value, dict)
-            if not self._reset_seq and state.seq is not None and seq <= state.seq:
+                if old is not None:
+                    self._put(device, DeviceThrottle(None, old.seq, changed_at=now))
+            elif (
+                device not in self._trusted
+                and old is not None
+                and old.seq is not None
+                and value.seq is not None
+                and value.seq <= old.seq
+            ):
                 self._stale += 1
                 self._cond.notify_all()
                 return
-            self._reset_seq = False
-            t_ms = value.get("t_ms")
-            headroom = value.get("min_headroom_ms")
-            streams = value.get("streams")
-            self._set(
-                replace(
-                    state,
-                    throttle=throttle,
-                    seq=seq,
-                    t_ms=_number(t_ms),
-                    min_headroom_ms=_number(headroom),
-                    streams=tuple(s for s in streams if isinstance(s, str))
-                    if isinstance(streams, list)
-                    else (),
-                    changed_at=self._clock(),
-                )
-            )
+            else:
+                self._trusted.discard(device)
+                self._put(device, value)
+                self._last_seq, self._last_t_ms = value.seq, value.t_ms
+            self._refresh()
 
     def _on_status(self, instance: str, payload: bytes) -> None:
-        value = _json(payload) if payload else None
+        now = self._clock()
+        value = read_status(payload, now) if payload else None
         with self._cond:
-            instances = dict(self._state.instances)
             if not payload:
-                instances.pop(instance, None)
+                self._instances.pop(instance, None)
+            elif value is None:
+                self._unreadable += 1
+                self._cond.notify_all()
+                return
             else:
-                status = value.get("state") if isinstance(value, dict) else None
-                if status not in {"online", "offline"}:
-                    self._unreadable += 1
-                    self._cond.notify_all()
-                    return
-                assert isinstance(status, str)
-                instances[instance] = status
-                if status == "online":
-                    self._reset_seq = True
-            online = "online" in instances.values()
-            self._set(
-                replace(
-                    self._state,
-                    instances=MappingProxyType(instances),
-                    edgemon_online=online,
-                    changed_at=self._clock(),
-                )
-            )
+                was = self._instances.get(instance)
+                self._instances[instance] = value
+                if value.state == "online" and (
+                    was is None or not was.online(now) or was.started_ms != value.started_ms
+                ):
+                    self._trusted = set(self._devices)  # perhaps a restart: see Order
+            self._online = any(i.online(now) for i in self._instances.values())
+            self._refresh()
 
 
 def _connection_from_environ(environ: Mapping[str, str], broker: str) -> dict[str, Any]:
@@ -436,17 +577,3 @@ def _connection_from_environ(environ: Mapping[str, str], broker: str) -> dict[st
             raise ValueError(f"{_ENV}{name}: {exc}") from None
         kwargs[key] = value
     return kwargs
-
-
-def _json(payload: bytes) -> Any:
-    try:
-        return json.loads(payload.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None
-
-
-def _number(value: object) -> float | None:
-    """A finite JSON number as a float, else None."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None

@@ -42,7 +42,7 @@ from edgemon.daemon.logs import LogBudget, RejectionLog
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.daemon.persistence import Persistence
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
-from edgemon.daemon.scheduler import Scheduler
+from edgemon.daemon.scheduler import Scheduler, StallGuard
 from edgemon.daemon.state import resolve_state_dir
 from edgemon.daemon.systemd import Notifier
 from edgemon.engine.outputs import (
@@ -88,6 +88,7 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self.clock = clock or MonotonicWallClock()
+        self._started_ms = self.clock.now_ms()
         #: Every line the daemon writes goes through the budget (`edgemon.daemon.logs`).
         self.log = LogBudget(
             log if log is not None else structlog.get_logger("edgemon"),
@@ -130,7 +131,11 @@ class Daemon:
         self.publisher = ThrottlePublisher(
             self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle
         )
-        self.scheduler = Scheduler(self.monitor, clock=self.clock, handle=self._dispatch)
+        #: Notices that the process stood still (SIGSTOP, a VM pause): `_on_stall`.
+        self.stalls = StallGuard(self.clock, self._on_stall)
+        self.scheduler = Scheduler(
+            self.monitor, clock=self.clock, handle=self._dispatch, stalls=self.stalls
+        )
         self.registry.register(DeadlineLatenessCollector(self.scheduler.lateness))
         self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)
         self._out: list[Output] = []
@@ -194,10 +199,13 @@ class Daemon:
                     group.create_task(self._snapshots(), name="snapshots"),
                     group.create_task(self.gc.run(), name="gc"),
                 ]
+                heartbeat = group.create_task(self._heartbeat(), name="heartbeat")
+                rest.append(group.create_task(self.stalls.run(), name="stall-guard"))
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
                 self.notifier.stopping()
                 scheduler.cancel()  # no more transitions after the releases are computed
+                heartbeat.cancel()  # no `online` after the farewell's `offline`
                 await self._finish(ingest)
                 for task in rest:
                     task.cancel()
@@ -292,6 +300,18 @@ class Daemon:
                 notifier.watchdog()  # this task running on time is the loop being healthy
             notifier.status(self.status_line())
             await asyncio.sleep(period)
+
+    async def _heartbeat(self) -> None:
+        """Republish the retained `online` status every `heartbeat_s` while a session is up
+        (docs/protocol.md): a gate counts an instance silent for 3 heartbeats as offline, so a
+        stopped or paused edgemon, or a stale retained `online`, cannot hold engines for long."""
+        every = self.settings.mqtt.heartbeat_s
+        topic = self.monitor.topics.status(self.settings.mqtt.client_id)
+        while True:
+            await asyncio.sleep(every)
+            await self.link.wait_connected()
+            with contextlib.suppress(PublishError):
+                await self.link.publish(topic, self._status_payload("online"), qos=1, retain=True)
 
     async def _log_summaries(self) -> None:
         """Every second: the devices' summaries that are due, and the summary lines of the
@@ -417,6 +437,7 @@ class Daemon:
     def _on_message(self, topic: str, payload: bytes) -> None:
         """One MQTT message: log it, record it, apply it, act on what it changed."""
         now = self.clock.now_ms()
+        self.stalls.check(now)  # before the message: a stall is cut out first
         if self.state is not None:
             self.state.append(now, topic, payload)
         if self._record is not None:
@@ -488,6 +509,21 @@ class Daemon:
         one (an outage would otherwise confirm every provisional underrun)."""
         self.monitor.engine.input_lost()
 
+    def _on_stall(self, since_ms: float, now_ms: float) -> None:
+        """The process stood still from `since_ms` to `now_ms` (SIGSTOP, a VM pause): treated
+        as a broker outage and a restart are. The stall is cut out of the devices' timelines,
+        so nothing expires or is confirmed for want of the messages that queued up meanwhile
+        (they are applied at their own `t_ms` before the timers they delayed), and the waits
+        for late chunks start afresh from now."""
+        self.monitor.cut(since_ms, now_ms)
+        engine = self.monitor.engine
+        if self.connection.connected:
+            engine.input_restored(now_ms)
+        else:
+            engine.input_lost()
+        self.scheduler.poke()
+        self.log.warning("daemon_stalled", stalled_s=round((now_ms - since_ms) / 1000.0, 3))
+
     def _on_subscribed(self) -> None:
         if not self.ready.is_set():
             self.ready.set()
@@ -508,8 +544,15 @@ class Daemon:
         self.log.info("farewell_published", throttles_released=released)
 
     def _status_payload(self, state: str) -> bytes:
+        """The status object (docs/protocol.md); `started_ms` tells a restart from a heartbeat."""
         return json.dumps(
-            {"state": state, "version": __version__, "t_ms": self.clock.now_ms()},
+            {
+                "state": state,
+                "version": __version__,
+                "t_ms": self.clock.now_ms(),
+                "heartbeat_s": self.settings.mqtt.heartbeat_s,
+                "started_ms": self._started_ms,
+            },
             separators=(",", ":"),
         ).encode()
 

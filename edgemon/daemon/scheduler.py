@@ -13,6 +13,13 @@ microseconds late): the loop is held for under `fine_ms` just before a transitio
 what the transition is owed anyway. Lateness is then the wake-up latency plus whatever else
 the loop was doing; `lateness_ms` keeps the recent values and `lateness` counts them all
 (exported as `edgemon_deadline_lateness_seconds`, docs/runbook.md).
+
+**Stalls.** A process stopped (SIGSTOP) or a VM paused resumes with its timers' deadlines
+long past and the messages that arrived meanwhile waiting in the socket. `StallGuard` notices
+a gap of more than `STALL_MS` in the loop's progress (a tick every `TICK_S`, every message,
+every wake-up of this task) at whichever of them comes first after the stall, and calls its
+`on_stall` before anything else happens: the daemon then cuts the stall out of the devices'
+timelines (`Monitor.cut`), so what queued up is applied before the timers it delayed fire.
 """
 
 from __future__ import annotations
@@ -37,6 +44,46 @@ if TYPE_CHECKING:
 LATENESS_BOUNDS_MS: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)
 #: The last stretch before a deadline, slept without the event loop's millisecond timers.
 FINE_MS: Final = 1.5
+#: A gap in the loop's progress longer than this is a stall (ms), and how often it ticks (s).
+STALL_MS: Final = 2000.0
+TICK_S: Final = 0.1
+
+
+class StallGuard:
+    """Notices that the process stood still: `check(now)` at every sign of progress."""
+
+    __slots__ = ("_clock", "_on_stall", "_stall_ms", "last_ms", "stalls")
+
+    def __init__(
+        self,
+        clock: Clock,
+        on_stall: Callable[[float, float], None],
+        *,
+        stall_ms: float = STALL_MS,
+    ) -> None:
+        self._clock = clock
+        self._on_stall = on_stall
+        self._stall_ms = stall_ms
+        #: When the loop was last seen making progress (wall ms).
+        self.last_ms = clock.now_ms()
+        #: Stalls noticed so far.
+        self.stalls = 0
+
+    def check(self, now_ms: float) -> bool:
+        """Progress at `now_ms`; True (after `on_stall(since_ms, now_ms)`) if it ends a stall."""
+        last = self.last_ms
+        self.last_ms = now_ms
+        if now_ms - last <= self._stall_ms:
+            return False
+        self.stalls += 1
+        self._on_stall(last, now_ms)
+        return True
+
+    async def run(self) -> None:
+        """Tick forever (the `stall-guard` task): progress seen even when nothing happens."""
+        while True:
+            await asyncio.sleep(TICK_S)
+            self.check(self._clock.now_ms())
 
 
 class Scheduler:
@@ -47,6 +94,7 @@ class Scheduler:
         "_fine_ms",
         "_handle",
         "_monitor",
+        "_stalls",
         "_target",
         "_wake",
         "fired",
@@ -62,8 +110,10 @@ class Scheduler:
         handle: Callable[[list[Output]], None],
         keep: int = 4096,
         fine_ms: float = FINE_MS,
+        stalls: StallGuard | None = None,
     ) -> None:
         self._monitor = monitor
+        self._stalls = stalls
         self._fine_ms = fine_ms
         self._clock = clock
         self._handle = handle
@@ -95,6 +145,8 @@ class Scheduler:
             if deadline is not None:
                 now = clock.now_ms()
                 if deadline <= now:
+                    if self._stalls is not None and self._stalls.check(now):
+                        continue  # the stall was cut out: the deadlines moved
                     self._target = -math.inf
                     monitor.advance(now, out)
                     if deadline != -math.inf:

@@ -1,16 +1,28 @@
-"""What a gated scheduler needs around its gate: ownership, counters, the idle back-off.
+"""What a gated scheduler needs around its gate: ownership, counters, the idle back-off, and
+the guards that keep edgemon's part of a step from ever stopping the engine.
 
 Kept free of vLLM so that the vLLM and vLLM-Omni schedulers share it and so that it imports
 anywhere. The gate itself is anything with `should_throttle_prefills()` (in production
 `edgemon.client.ThrottleGate`, built from the environment inside the engine process).
+
+- **Errors.** An exception inside the gate or inside edgemon's part of a step is answered
+  "do not hold": it is counted (`AdmissionStats.errors`), the first one is logged with its
+  traceback, and vLLM never sees it.
+- **Drift.** A step that held the waiting requests must admit none of them. If one was
+  admitted anyway (a vLLM whose queue handling changed under the scheduler), the gate is
+  disabled for good with one error in the log: the engine runs as vLLM's own, loudly, rather
+  than half-gated.
+- **A release that admits.** A gate with `admitted()` (the ThrottleGate) is told of every
+  step that admitted a waiting request or had none waiting, which ends a `max_hold_ms` release.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edgemon.client import ThrottleGate
 
@@ -21,6 +33,8 @@ if TYPE_CHECKING:
 #: vLLM's engine loop then sleeps 1 ms and steps again; without this back-off a held, idle
 #: engine would run about a thousand empty steps a second. A step that has work never waits.
 IDLE_SLEEP_S = 0.005
+
+_log = logging.getLogger("edgemon.integrations")
 
 
 class PrefillGate(Protocol):
@@ -47,6 +61,10 @@ class AdmissionStats:
 
     held_steps: int
     idle_sleeps: int
+    #: Exceptions caught in the gate or in edgemon's part of a step (each: "do not hold").
+    errors: int = 0
+    #: Whether the drift guard disabled the gate (a held step admitted a held request).
+    disabled: bool = False
 
 
 class AdmissionControl:
@@ -56,7 +74,17 @@ class AdmissionControl:
     `close()`. A gate handed in by the caller stays the caller's (neither opened nor closed).
     """
 
-    __slots__ = ("_gate", "_held_steps", "_idle_sleep_s", "_idle_sleeps", "_owned", "_sleep")
+    __slots__ = (
+        "_admitted",
+        "_disabled",
+        "_errors",
+        "_gate",
+        "_held_steps",
+        "_idle_sleep_s",
+        "_idle_sleeps",
+        "_owned",
+        "_sleep",
+    )
 
     def __init__(
         self,
@@ -71,6 +99,10 @@ class AdmissionControl:
         self._sleep = sleep
         self._held_steps = 0
         self._idle_sleeps = 0
+        self._errors = 0
+        self._disabled = False
+        admitted = getattr(gate, "admitted", None)
+        self._admitted: Callable[[], None] | None = admitted if callable(admitted) else None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> AdmissionControl:
@@ -92,9 +124,54 @@ class AdmissionControl:
         return self._gate
 
     def should_hold(self) -> bool:
-        """Whether this step must admit no new prefill."""
+        """Whether this step must admit no new prefill (False on any error in the gate)."""
         gate = self._gate
-        return gate is not None and gate.should_throttle_prefills()
+        if gate is None or self._disabled:
+            return False
+        try:
+            return bool(gate.should_throttle_prefills())
+        except Exception:  # noqa: BLE001 - the engine must not stop for the gate
+            self.failed("the gate's should_throttle_prefills()")
+            return False
+
+    @property
+    def releasing(self) -> bool:
+        """Whether the gate waits for a step that admits (a `max_hold_ms` release)."""
+        gate = self._gate
+        return gate is not None and bool(getattr(gate, "releasing", False))
+
+    def stepped(self, *, admitted: bool) -> None:
+        """After a step that was not held: `admitted` if it admitted a waiting request or
+        none was waiting, which ends a gate's `max_hold_ms` release."""
+        if admitted and self._admitted is not None:
+            try:
+                self._admitted()
+            except Exception:  # noqa: BLE001 - the engine must not stop for the gate
+                self.failed("the gate's admitted()")
+
+    def failed(self, where: str) -> None:
+        """Count an exception caught in edgemon's part of a step; log the first one (call
+        from an `except` block: the traceback goes with it)."""
+        self._errors += 1
+        if self._errors == 1:
+            _log.exception(
+                "edgemon: an error in %s, caught: the step goes on as vLLM's own would "
+                "(further errors are counted in edgemon_stats.errors, not logged)",
+                where,
+            )
+
+    def check_drift(self, held: set[str], admitted: set[str]) -> None:
+        """The drift guard: `admitted` (this held step's newly scheduled request ids) must
+        not meet `held` (the ids it held back); if they do, disable the gate, with one error."""
+        leaked = held & admitted
+        if leaked and not self._disabled:
+            self._disabled = True
+            _log.error(
+                "edgemon: a step that held the waiting requests admitted %s anyway: this "
+                "vLLM's scheduler no longer works as edgemon's scheduler expects; the gate is "
+                "disabled (requests are admitted as vLLM's own scheduler would)",
+                sorted(leaked),
+            )
 
     def held(self, *, scheduled_tokens: int, running: int) -> None:
         """Record a step that held waiting requests; back off if it had nothing else to do."""
@@ -106,13 +183,42 @@ class AdmissionControl:
     @property
     def stats(self) -> AdmissionStats:
         """A snapshot of the counters."""
-        return AdmissionStats(held_steps=self._held_steps, idle_sleeps=self._idle_sleeps)
+        return AdmissionStats(
+            held_steps=self._held_steps,
+            idle_sleeps=self._idle_sleeps,
+            errors=self._errors,
+            disabled=self._disabled,
+        )
 
     def close(self) -> None:
         """Close the gate if this object opened it; idempotent."""
         owned, self._owned = self._owned, None
         if owned is not None:
             owned.close()
+
+
+def admitted_ids(output: Any) -> set[str]:
+    """The request ids a vLLM `SchedulerOutput` admitted from the waiting queue: new requests
+    and requests resumed after a preemption."""
+    ids = {new.req_id for new in output.scheduled_new_reqs}
+    ids.update(output.scheduled_cached_reqs.resumed_req_ids)
+    return ids
+
+
+def admitted_any(output: Any) -> bool:
+    """Whether a vLLM `SchedulerOutput` admitted anything from the waiting queue."""
+    return bool(output.scheduled_new_reqs or output.scheduled_cached_reqs.resumed_req_ids)
+
+
+def require_hook(cls: type[Any], name: str) -> None:
+    """Fail at import, naming the version, if `cls` lacks the method edgemon overrides: a
+    vLLM-Omni that renamed its admission hook would otherwise never call edgemon's gate."""
+    if not callable(getattr(cls, name, None)):
+        message = (
+            f"{cls.__module__}.{cls.__qualname__} has no {name}(): edgemon's scheduler "
+            "cannot gate this version (see edgemon.integrations.vllm_omni for the supported ones)"
+        )
+        raise ImportError(message)  # noqa: TRY004 - an import that cannot work
 
 
 class GatedScheduler:

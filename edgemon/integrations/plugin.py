@@ -2,22 +2,40 @@
 
 vLLM runs every ``vllm.general_plugins`` entry point in each process it starts, before it
 parses its command line (``vllm serve``, ``vllm-omni serve``) and again in engine processes.
-This module imports nothing heavy, so the plugin costs a plain vLLM nothing: without vLLM-Omni
-it does nothing. A plugin must never stop vLLM: if vLLM-Omni's pipeline registry cannot be
-imported here, it logs why and registers nothing.
+Registering imports vLLM-Omni's pipeline registry, which imports every model vLLM-Omni ships,
+so the plugin registers only when asked: with ``EDGEMON_OMNI_PIPELINES=1`` in the environment
+(set it for ``vllm-omni serve``, next to the ``EDGEMON_GATE_*`` variables). Anywhere else, a
+plain ``vllm serve`` included, it returns at once and imports nothing. (Whether ``vllm_omni``
+is imported already says nothing: vLLM-Omni's own general plugin imports it in every vLLM
+process of an environment where it is installed.) A
+plugin must never stop vLLM: if vLLM-Omni's pipeline registry cannot be imported here, it
+logs why and registers nothing.
 """
 
 from __future__ import annotations
 
 import logging
-from importlib.util import find_spec
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 _log = logging.getLogger(__name__)
 
+#: Set to 1 (or true/yes/on) to register edgemon's vLLM-Omni pipelines in every process.
+ENV = "EDGEMON_OMNI_PIPELINES"
+
+
+def wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether to register here: `EDGEMON_OMNI_PIPELINES` is 1, true, yes or on."""
+    return environ.get(ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
 
 def register_omni_pipelines() -> None:
-    """Register ``qwen3_tts_edgemon`` when vLLM-Omni is installed (idempotent)."""
-    if find_spec("vllm_omni") is None:
+    """Register ``qwen3_tts_edgemon`` where vLLM-Omni is in use (see the module doc;
+    idempotent)."""
+    if not wanted():
         return
     try:
         from edgemon.integrations.vllm_omni import register_pipelines  # noqa: PLC0415

@@ -23,7 +23,14 @@ While the gate says throttle, a step runs vLLM's own scheduling with an empty wa
 - whatever the step itself put back into ``waiting`` (requests it preempted) goes back in
   front of the held requests in the order vLLM gave it; the held requests keep theirs.
 
-The gate's ``max_hold_ms`` (default 2000) ends every hold, so new requests cannot starve.
+The gate's ``max_hold_ms`` (default 2000) ends every hold, so new requests cannot starve: the
+release lasts until a step actually admits a waiting request (or none is waiting), so a step
+that could not admit (a full batch, a used-up token budget) does not waste it.
+
+edgemon's part of a step never stops vLLM: an exception in the gate or in the queue handling
+here answers "do not hold" (counted in ``edgemon_stats.errors``, the first logged), and the
+held queue is put back before anything else. A held step that admitted a held request anyway
+(a vLLM whose queue handling changed) disables the gate with one error in the log.
 A held step that scheduled nothing while nothing runs waits a few milliseconds before it
 returns (`IDLE_SLEEP_S`), so a held, idle engine does not spin; a step with work never waits.
 
@@ -43,7 +50,13 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from edgemon.integrations._admission import AdmissionStats, GatedScheduler, PrefillGate
+from edgemon.integrations._admission import (
+    AdmissionStats,
+    GatedScheduler,
+    PrefillGate,
+    admitted_any,
+    admitted_ids,
+)
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -68,23 +81,47 @@ class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """One scheduling step; with the gate on, running work only (see the module doc)."""
-        if not self.waiting or not self._edgemon.should_hold():
-            return super().schedule(*args, **kwargs)
-        held = self.waiting
-        self.waiting = create_request_queue(self.policy)
-        try:
+        control = self._edgemon
+        if not self.waiting or not control.should_hold():
             output: SchedulerOutput = super().schedule(*args, **kwargs)
-        finally:
-            requeued = self.waiting
-            if requeued:
-                # prepend_requests puts its argument in front in reverse (it is extendleft for
-                # FCFS; order-free for priority queues): reversing keeps vLLM's own order.
-                held.prepend_requests(reversed(list(requeued)))
+            if control.releasing:
+                control.stepped(admitted=not self.waiting or admitted_any(output))
+            return output
+        held = self.waiting
+        try:
+            held_ids = {request.request_id for request in held}
+            self.waiting = create_request_queue(self.policy)
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self.waiting = held
-        self._edgemon.held(
-            scheduled_tokens=output.total_num_scheduled_tokens, running=len(self.running)
-        )
+            control.failed("holding the waiting queue")
+            return super().schedule(*args, **kwargs)
+        try:
+            output = super().schedule(*args, **kwargs)
+        finally:
+            # The held queue is back first: whatever happens next, no held request is lost.
+            requeued, self.waiting = self.waiting, held
+            if requeued:
+                self._requeue(held, requeued)
+        try:
+            control.check_drift(held_ids, admitted_ids(output))
+            control.held(
+                scheduled_tokens=output.total_num_scheduled_tokens, running=len(self.running)
+            )
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            control.failed("accounting for a held step")
         return output
+
+    def _requeue(self, held: Any, requeued: Any) -> None:
+        """Put what the held step preempted in front of the held requests, in vLLM's order."""
+        try:
+            # prepend_requests puts its argument in front in reverse (it is extendleft for
+            # FCFS; order-free for priority queues): reversing keeps vLLM's own order.
+            held.prepend_requests(reversed(list(requeued)))
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("re-queueing the requests a held step preempted")
+            for request in requeued:  # at the back rather than lost
+                if request not in held:
+                    held.add_request(request)
 
 
 class EdgemonAsyncScheduler(EdgemonScheduler, AsyncScheduler):  # type: ignore[misc]

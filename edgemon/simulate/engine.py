@@ -20,7 +20,9 @@ The scheduling follows vLLM V1's shape, reduced to what decides step times:
 
 The gate is a callable consulted at every step that has requests waiting; while it returns
 True the step admits nothing (running work continues), as `EdgemonScheduler` does with
-`ThrottleGate.should_throttle_prefills`. A step with nothing to run returns None: the caller
+`ThrottleGate.should_throttle_prefills`; `admitted`, when given, is told of every step that
+was not held and admitted a request or had none waiting (`ThrottleGate.admitted`, which ends
+a `max_hold_ms` release). A step with nothing to run returns None: the caller
 waits for the next arrival, or a short poll when everything is held (no busy spinning).
 
 Each chunk carries an `eta_ms` hint: the frames until the next chunk times the engine's
@@ -138,11 +140,20 @@ class _Running:
 class TtsEngine:
     """The simulated engine of one box; see the module docstring."""
 
-    __slots__ = ("_gate", "_running", "_waiting", "profile", "step_estimate_ms")
+    __slots__ = ("_admitted", "_gate", "_running", "_waiting", "profile", "step_estimate_ms")
 
-    def __init__(self, profile: Profile, *, gate: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        gate: Callable[[], bool] | None = None,
+        admitted: Callable[[], None] | None = None,
+    ) -> None:
         self.profile = profile
         self._gate = gate
+        #: Told after a step that was not held and admitted a request or had none waiting
+        #: (`ThrottleGate.admitted`: it ends a `max_hold_ms` release).
+        self._admitted = admitted
         self._waiting: deque[Request] = deque()
         self._running: list[_Running] = []
         #: The engine's running estimate of a step's duration (for the `eta_ms` hints).
@@ -161,6 +172,11 @@ class TtsEngine:
     def submit(self, request: Request) -> None:
         """Queue a request (it waits for admission in arrival order)."""
         self._waiting.append(request)
+
+    def _report(self, admitted: list[str]) -> None:
+        """After a step that was not held: tell `admitted` if it admitted or none waits."""
+        if self._admitted is not None and (admitted or not self._waiting):
+            self._admitted()
 
     def step(self, now_ms: float) -> Step | None:
         """Plan and account one step starting at `now_ms`; None when there is nothing to run."""
@@ -196,6 +212,7 @@ class TtsEngine:
                 admitted.append(run.request.id)
                 if take == run.request.prompt_tokens:
                     framed.append(run)
+            self._report(admitted)
         if prefill_tokens == 0 and decode_seqs == 0:
             return None
         ms = profile.step.step_ms(prefill_tokens, decode_seqs)

@@ -5,7 +5,7 @@ a second. It drives the same parts the demo and the benchmark run in real time, 
 ends that need a broker: what a `Reporter` would publish is handed to edgemon's `Monitor`
 after `report_latency_ms`, and edgemon's throttle changes reach a `HoldGate` (the
 `ThrottleGate` rules: throttle only while edgemon says so and the hold is younger than
-`max_hold_ms`, then one admission step goes through) after `gate_latency_ms`.
+`max_hold_ms`, then released until a step admits) after `gate_latency_ms`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ IDLE_POLL_MS = 5.0
 class HoldGate:
     """The ThrottleGate's decision rule on an injected clock (milliseconds)."""
 
-    __slots__ = ("_since", "held_ms", "holds", "max_hold_ms", "throttle")
+    __slots__ = ("_releasing", "_since", "held_ms", "holds", "max_hold_ms", "throttle")
 
     def __init__(self, max_hold_ms: float) -> None:
         self.max_hold_ms = max_hold_ms
@@ -47,24 +47,32 @@ class HoldGate:
         self.holds = 0
         self.held_ms = 0.0
         self._since: float | None = None
+        self._releasing = False
 
     def set(self, throttle: bool, now_ms: float) -> None:
         """edgemon's throttle object changed (as seen at `now_ms`)."""
         self.throttle = throttle
         if not throttle:
             self._end(now_ms)
+            self._releasing = False
 
     def should_throttle(self, now_ms: float) -> bool:
-        """True while throttled and the current hold is younger than `max_hold_ms`."""
-        if not self.throttle:
+        """True while throttled and the current hold is younger than `max_hold_ms`; once it
+        is not, False until a step admits (`admitted`)."""
+        if not self.throttle or self._releasing:
             return False
         if self._since is None:
             self._since = now_ms
             self.holds += 1
         if now_ms - self._since >= self.max_hold_ms:
-            self._end(now_ms)  # one step goes through; the next call starts a new hold
+            self._end(now_ms)
+            self._releasing = True  # released until a step admits; then a new hold
             return False
         return True
+
+    def admitted(self) -> None:
+        """A step admitted a waiting request, or none was waiting: the release ends."""
+        self._releasing = False
 
     def _end(self, now_ms: float) -> None:
         if self._since is not None:
@@ -134,7 +142,9 @@ class _VirtualLoop:
         gate: Callable[[], bool] | None = (
             (lambda: self.gate.should_throttle(self.now)) if plan.gated else None
         )
-        self.engine = TtsEngine(profile, gate=gate)
+        self.engine = TtsEngine(
+            profile, gate=gate, admitted=self.gate.admitted if plan.gated else None
+        )
         self.arrivals = Arrivals(plan.rate_rps, profile.workload, seed=plan.seed)
         self.delivery = Delivery(profile.network_ms, profile.network_jitter_ms, plan.seed)
         self.monitor = Monitor(EngineConfig())

@@ -184,3 +184,30 @@ def test_fails_open_when_the_broker_goes_away(
         mosquitto_server.stop()
         assert gate.wait_until(lambda s: not s.connected, T)
         assert run_step(scheduler).admitted == ["held"]
+
+
+def test_a_release_lasts_until_a_step_admits(
+    tiny_model: Path, throttling: Probe, mosquitto_broker: tuple[str, int]
+) -> None:
+    """A max_hold_ms release whose first steps cannot admit (the batch is full: one running
+    request, max_num_seqs 1) stays open, with the gate's clock standing still, until a step
+    admits the waiting request; then the next request is held again."""
+    host, port = mosquitto_broker
+    clock = Clock()
+    with ThrottleGate(f"mqtt://{host}:{port}", DEVICE, max_hold_ms=1_000, clock=clock) as gate:
+        assert gate.wait_until(_active, T)
+        scheduler = build_scheduler(EdgemonScheduler, tiny_model, edgemon_gate=gate, max_num_seqs=1)
+        scheduler.add_request(make_request("running", 10, max_tokens=6))
+        assert run_step(scheduler).admitted == []  # the first hold begins
+        clock.now += 1.0
+        assert run_step(scheduler).admitted == ["running"]
+        scheduler.add_request(make_request("late", 10))
+        assert run_step(scheduler).admitted == []  # the second hold begins
+        clock.now += 1.0
+        admitted = [run_step(scheduler).admitted for _ in range(8)]
+        assert ["late"] in admitted, admitted  # once "running" is done, without a new hold
+        assert admitted[: admitted.index(["late"])] == [[]] * admitted.index(["late"])
+        scheduler.add_request(make_request("third", 10))
+        assert run_step(scheduler).admitted == []
+        stats = gate.stats
+    assert (stats.holds, stats.max_hold_releases) == (3, 2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -139,6 +141,42 @@ def test_plugin_entry_point_is_declared() -> None:
         "assert not {'vllm', 'vllm_omni', 'torch'} & set(sys.modules)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def _after_vllm_plugins(environ: dict[str, str]) -> dict[str, bool]:
+    """In a fresh interpreter of this environment (vLLM-Omni installed), run vLLM's own
+    general-plugin loading as a plain `vllm serve` does, and say whether edgemon's vLLM-Omni
+    module and vLLM-Omni's pipeline registry (every model it ships) were imported."""
+    code = (
+        "import json, sys\n"
+        "from vllm.plugins import load_general_plugins\n"
+        "load_general_plugins()\n"
+        "print(json.dumps({'edgemon': 'edgemon.integrations.vllm_omni' in sys.modules,\n"
+        "                  'registry': 'vllm_omni.config.pipeline_registry' in sys.modules}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "EDGEMON_OMNI_PIPELINES"} | environ
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, bool] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_a_plain_vllm_process_imports_no_vllm_omni() -> None:
+    """vLLM's plugin loading in a plain vLLM process (vLLM-Omni installed, not in use) runs
+    edgemon's plugin, which leaves vLLM-Omni's pipeline registry and models alone (vLLM-Omni's
+    own plugin imports `vllm_omni` itself); with EDGEMON_OMNI_PIPELINES=1 it goes to the
+    registry. (Whether the registry then imports depends on the models' own dependencies:
+    `.venv-omni` lacks torchvision, and the plugin logs that and goes on, as it must.)"""
+    assert _after_vllm_plugins({}) == {"edgemon": False, "registry": False}
+    asked = _after_vllm_plugins({"EDGEMON_OMNI_PIPELINES": "1"})
+    assert asked["edgemon"]
 
 
 @pytest.mark.integration

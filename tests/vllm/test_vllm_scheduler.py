@@ -104,3 +104,90 @@ def test_omni_plugin_does_nothing_without_vllm_omni() -> None:
         pytest.skip("vLLM-Omni is installed here")
     register_omni_pipelines()
     assert "edgemon.integrations.vllm_omni" not in sys.modules
+
+
+class _DriftingScheduler(Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
+    """A vLLM whose queue handling changed under edgemon (the fault the drift guard is for):
+    it also admits from the queue it was built with, whatever `waiting` is at the step."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.own_queue = self.waiting
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        if self.waiting is not self.own_queue and self.own_queue:
+            self.waiting.add_request(self.own_queue.pop_request())
+        return super().schedule(*args, **kwargs)
+
+
+class _DriftingEdgemon(EdgemonScheduler, _DriftingScheduler):  # type: ignore[misc]
+    """edgemon's scheduler on that vLLM."""
+
+
+def test_the_drift_guard_disables_the_gate(
+    tiny_model: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A held step that admitted a held request anyway: one error in the log, and the gate is
+    disabled (the next steps are vLLM's own); the lost request is not lost."""
+    gate = FlagGate(throttle=True)
+    scheduler = build_scheduler(_DriftingEdgemon, tiny_model, edgemon_gate=gate)
+    scheduler.add_request(make_request("held-1", 10))
+    scheduler.add_request(make_request("held-2", 10))
+    with caplog.at_level("ERROR", logger="edgemon.integrations"):
+        assert run_step(scheduler).admitted == ["held-1"]
+        assert run_step(scheduler).admitted == ["held-2"]
+    assert scheduler.edgemon_stats.disabled
+    assert [r.getMessage() for r in caplog.records if "no longer works" in r.getMessage()] == [
+        (
+            "edgemon: a step that held the waiting requests admitted ['held-1'] anyway: this "
+            "vLLM's scheduler no longer works as edgemon's scheduler expects; the gate is disabled "
+            "(requests are admitted as vLLM's own scheduler would)"
+        )
+    ]
+
+
+def test_a_failure_while_requeueing_loses_no_request(
+    tiny_model: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The held queue's `prepend_requests` fails (an injected fault) in a held step that
+    preempted two requests: vLLM sees no exception, the held request and the preempted ones
+    are all still waiting (the preempted at the back), and the error is counted and logged."""
+    gate = FlagGate()
+    scheduler = build_scheduler(
+        EdgemonScheduler, tiny_model, num_blocks=7, max_num_batched_tokens=512, edgemon_gate=gate
+    )
+    for request_id, prompt, tokens in (("p-1", 32, 3), ("p-2", 32, 200), ("p-3", 4, 200),
+                                       ("p-4", 4, 200)):  # fmt: skip
+        scheduler.add_request(make_request(request_id, prompt, max_tokens=tokens))
+    run_step(scheduler)
+    scheduler.add_request(make_request("queued", 8))
+
+    class BrokenPrepend(type(scheduler.waiting)):  # type: ignore[misc]
+        def prepend_requests(self, requests: Any) -> None:
+            raise RuntimeError("injected")
+
+    broken = BrokenPrepend()
+    for request in scheduler.waiting:
+        broken.add_request(request)
+    scheduler.waiting = broken
+    gate.throttle = True
+    with caplog.at_level("ERROR", logger="edgemon.integrations"):
+        step = run_step(scheduler)
+    assert step.preempted == ["p-3", "p-4"]
+    assert waiting_ids(scheduler) == ["queued", "p-3", "p-4"]
+    assert scheduler.edgemon_stats.errors == 1
+    assert len([r for r in caplog.records if r.name == "edgemon.integrations"]) == 1
+
+
+def test_an_error_in_the_gate_admits_as_vllm_would(tiny_model: Path) -> None:
+    """A gate that raises: the step admits what waits, as vLLM's own would, and the error is
+    counted."""
+
+    class Broken:
+        def should_throttle_prefills(self) -> bool:
+            raise RuntimeError("gate broken")
+
+    scheduler = build_scheduler(EdgemonScheduler, tiny_model, edgemon_gate=Broken())
+    scheduler.add_request(make_request("new", 10))
+    assert run_step(scheduler).admitted == ["new"]
+    assert scheduler.edgemon_stats.errors == 1
