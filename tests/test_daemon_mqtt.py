@@ -1,10 +1,9 @@
-"""The MQTT link's client: how it is built for the broker."""
+"""The MQTT link's connection: how it is set up, and how two instances sharing an id fare."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +11,10 @@ import pytest
 import structlog
 from test_daemon_app import settings_for
 
-from edgemon.adapters.state import ConnectionState
 from edgemon.daemon import Daemon
-from edgemon.daemon.mqtt import LinkHooks, MqttLink
-from edgemon.settings import MqttSettings
-from edgemon.wire.topics import Topics
+from edgemon.daemon.intake import Intake
+from edgemon.daemon.mqtt_codec import V311
+from edgemon.daemon.mqtt_session import Session
 
 from daemons import logged, running
 
@@ -24,23 +22,24 @@ if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
 
+@pytest.mark.integration
 @pytest.mark.asyncio
-async def test_the_link_disables_nagle_so_throttles_are_not_held_back() -> None:
-    """The client socket is built with TCP_NODELAY: a throttle object written right after the
-    PUBACK of the chunk that caused it must not wait ~40 ms for the broker's delayed ACK."""
-    hooks = LinkHooks(
-        on_message=lambda *_: None,
-        status_payload=lambda state: state.encode(),
-    )
-    link = MqttLink(
-        MqttSettings(),
-        topics=Topics(),
-        connection=ConnectionState(),
-        hooks=hooks,
-        log=logging.getLogger("test"),
-    )
-    client = link._new_client()
-    assert (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) in client._socket_options
+async def test_the_link_disables_nagle_so_throttles_are_not_held_back(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """The session's socket, connected to the broker, has TCP_NODELAY set: a throttle object
+    written right after the PUBACK of the chunk that caused it must not wait ~40 ms for the
+    broker's delayed ACK."""
+    _, port = mosquitto_broker
+    intake = Intake(lambda *_: None)
+    session = Session(intake, version=V311, keepalive_s=30, on_accepted=lambda *_: None)
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_connection(lambda: session, "127.0.0.1", port)
+    try:
+        sock = transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        await session.close()
 
 
 @pytest.mark.integration
