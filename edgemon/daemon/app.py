@@ -124,9 +124,11 @@ class Daemon:
             ),
             log=self.log,
         )
+        owned = settings.mqtt.devices
         self.publisher = ThrottlePublisher(
-            self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle
-        )
+            self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle,
+            devices=None if owned is None else frozenset(owned),
+        )  # fmt: skip
         self.scheduler = Scheduler(self.monitor, clock=self.clock, handle=self._dispatch)
         self.registry.register(DeadlineLatenessCollector(self.scheduler.lateness))
         self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)

@@ -73,8 +73,13 @@ class Intake:
         *,
         when_durable: Callable[[Callable[[], None]], None] = _no_wal,
         pending_limits: tuple[int, int] = (PENDING_MESSAGES, PENDING_BYTES),
+        topics: frozenset[str] | None = None,
     ) -> None:
         self._apply = apply
+        #: The topics this instance reads (its own devices'), or None for any.
+        self._topics = topics
+        #: Messages on other topics (another instance's devices): acknowledged, not applied.
+        self.foreign = 0
         self._when_durable = when_durable
         self._max_messages, self._max_bytes = pending_limits
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -146,7 +151,10 @@ class Intake:
                 self.redelivered += 1
                 self._queue_ack(mid, topic, payload)
                 return
-        self._apply(topic, payload)
+        if self._topics is not None and topic not in self._topics:
+            self.foreign += 1  # a subscription an earlier configuration left on the broker
+        else:
+            self._apply(topic, payload)
         if qos:
             self._queue_ack(mid, topic, payload)
 

@@ -7,7 +7,7 @@ MQTT client library: see the README's "The MQTT link" for why.
 - Client id fixed, persistent session (clean session off, MQTT 3.1.1) so the broker queues
   what devices send while edgemon is away; the last will is the retained `offline` status.
 - On every connect: retained `online` status, then subscribe `P/+/events` and `P/+/engine`
-  (as `$share/<group>/...` when a shared group is configured), then messages flow.
+  (with `[mqtt] devices`, each listed device's two topics only), then messages flow.
 - A lost session is re-established with jittered exponential backoff capped at 30 s; nothing
   of the engine's state is touched.
 - Incoming messages are applied as they are read and acknowledged once durable (`intake`):
@@ -32,6 +32,9 @@ from edgemon.daemon.mqtt_codec import Connack, ConnectRequest, Will
 from edgemon.daemon.mqtt_session import Session, SessionLostError
 from edgemon.daemon.publisher import PublishError
 from edgemon.settings import ConfigError
+
+#: A device's two topics edgemon reads.
+KINDS = ("events", "engine")
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -91,10 +94,12 @@ def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
     return context
 
 
-def subscriptions(topics: Topics, *, shared_group: str | None) -> list[str]:
-    """The topic filters to subscribe to."""
-    share = "" if shared_group is None else f"$share/{shared_group}/"
-    return [share + topic for topic in topics.subscriptions]
+def subscriptions(topics: Topics, *, devices: tuple[str, ...] | None) -> list[str]:
+    """The topic filters to subscribe to: every device's (`P/+/events`, `P/+/engine`), or
+    with `devices` only theirs (`P/<device>/events`, `P/<device>/engine`)."""
+    if devices is None:
+        return list(topics.subscriptions)
+    return [topics.prefix + f"/{device}/{kind}" for device in devices for kind in KINDS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +136,10 @@ class MqttLink:
     ) -> None:
         self._settings = settings
         self._status_topic = topics.status(settings.client_id)
-        self._filters = subscriptions(topics, shared_group=settings.shared_group)
+        self._filters = subscriptions(topics, devices=settings.devices)
+        #: With a device list: the wildcard filters an earlier configuration of this persistent
+        #: session may have left on the broker, dropped on every connect.
+        self._stale = [] if settings.devices is None else list(topics.subscriptions)
         self.connection = connection
         self._on_subscribed = hooks.on_subscribed
         self._on_connected = hooks.on_connected
@@ -142,8 +150,9 @@ class MqttLink:
         self._connected = asyncio.Event()
         self._session: Session | None = None
         self.intake = Intake(
-            hooks.on_message, when_durable=hooks.when_durable, pending_limits=pending_limits
-        )
+            hooks.on_message, when_durable=hooks.when_durable, pending_limits=pending_limits,
+            topics=None if settings.devices is None else frozenset(self._filters),
+        )  # fmt: skip
         self._sessions = 0
         #: Sessions in a row that the broker ended soon after they began.
         self._short_sessions = 0
@@ -291,6 +300,8 @@ class MqttLink:
             session.publish(self._status_topic, self._status_payload("online"), qos=1, retain=True),
             session,
         )
+        if self._stale:
+            await _or_ended(session.unsubscribe(self._stale), session)
         qos = self._settings.qos
         granted = await _or_ended(session.subscribe([(t, qos) for t in self._filters]), session)
         refused = [f for f, code in zip(self._filters, granted, strict=False) if code >= 0x80]

@@ -1,11 +1,12 @@
 """The MQTT packets of the daemon's link, MQTT 3.1.1 and 5 (OASIS standards), and no others.
 
 Out: CONNECT (with a will, user name and password; on 5 a session expiry and a Receive
-Maximum), SUBSCRIBE, PUBLISH at QoS 0 or 1, PUBACK, PINGREQ, DISCONNECT. In: CONNACK, SUBACK,
-PUBLISH at QoS 0 or 1 (edgemon subscribes at QoS 1 at most), PUBACK, PINGRESP, and on 5 the
-server's DISCONNECT. Properties that arrive are skipped, except the few the link reads
-(`Properties`). A broker never sends a topic alias to edgemon: it declares no Topic Alias
-Maximum. Anything malformed is a `ProtocolError`, which ends the session.
+Maximum), SUBSCRIBE, UNSUBSCRIBE, PUBLISH at QoS 0 or 1, PUBACK, PINGREQ, DISCONNECT. In:
+CONNACK, SUBACK, UNSUBACK, PUBLISH at QoS 0 or 1 (edgemon subscribes at QoS 1 at most),
+PUBACK, PINGRESP, and on 5 the server's DISCONNECT. Properties that arrive are skipped,
+except the few the link reads (CONNACK's Server Keep Alive, a Reason String). A broker
+never sends a topic alias to edgemon: it declares no Topic Alias Maximum. Anything malformed
+is a `ProtocolError`, which ends the session.
 
 Pure functions over bytes: no socket, no event loop (`session` drives them).
 """
@@ -20,6 +21,8 @@ PUBLISH = 0x30
 PUBACK = 0x40
 SUBSCRIBE = 0x82  # the reserved flags 0b0010
 SUBACK = 0x90
+UNSUBSCRIBE = 0xA2  # the reserved flags 0b0010
+UNSUBACK = 0xB0
 PINGRESP = 0xD0
 DISCONNECT = 0xE0
 
@@ -176,6 +179,16 @@ def subscribe(mid: int, filters: list[tuple[str, int]], *, version: int) -> byte
     return _packet(SUBSCRIBE, bytes(body))
 
 
+def unsubscribe(mid: int, filters: list[str], *, version: int) -> bytes:
+    """UNSUBSCRIBE `filters` under packet id `mid`."""
+    body = bytearray(mid.to_bytes(2, "big"))
+    if version == V5:
+        body += b"\x00"  # no properties
+    for topic in filters:
+        body += _string(topic.encode())
+    return _packet(UNSUBSCRIBE, bytes(body))
+
+
 def publish(topic: str, payload: bytes, *, qos: int, retain: bool, mid: int, version: int) -> bytes:
     """PUBLISH at QoS 0 (`mid` unused) or 1."""
     head = _string(topic.encode())
@@ -267,8 +280,9 @@ def decode_connack(body: bytes, *, version: int) -> Connack:
 
 
 def decode_suback(body: bytes, *, version: int) -> tuple[int, bytes]:
-    """A SUBACK body: (packet id, one granted QoS or failure code per filter)."""
-    if len(body) < 3:
+    """A SUBACK body: (packet id, one granted QoS or failure code per filter); an UNSUBACK's
+    too (MQTT 5: a reason code per filter; 3.1.1: none)."""
+    if len(body) < 2:
         raise ProtocolError("SUBACK too short")
     start = 2
     if version == V5:

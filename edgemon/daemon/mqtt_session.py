@@ -9,8 +9,9 @@ intake is `paused` (too much waiting to be durable), nothing more is handled and
 is not read: the broker holds the rest (TCP backpressure).
 
 The rest of the session: CONNACK (then `on_accepted`, before any message of the session is
-handled), SUBACK and PUBACK answered to whoever waits for them, keep-alive pings, and on MQTT 5
-the broker's DISCONNECT. The session ends with `ended`: None after `close()`, else the error.
+handled), SUBACK, UNSUBACK and PUBACK answered to whoever waits for them, keep-alive pings,
+and on MQTT 5 the broker's DISCONNECT. The session ends with `ended`: None after `close()`,
+else the error.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ class Session(asyncio.Protocol):
                 self._accepted = True
                 self._on_accepted(self, connack)
             self.connack.set_result(connack)
-        elif kind in {codec.PUBACK, codec.SUBACK} and self._accepted:
+        elif kind in {codec.PUBACK, codec.SUBACK, codec.UNSUBACK} and self._accepted:
             if kind == codec.PUBACK:
                 mid, code = codec.decode_puback(body)
                 answer = bytes((code,))
@@ -256,6 +257,11 @@ class Session(asyncio.Protocol):
         """SUBSCRIBE and wait for the SUBACK: a granted QoS or failure code per filter."""
         version = self._version
         return await self._request(lambda mid: codec.subscribe(mid, filters, version=version))
+
+    async def unsubscribe(self, filters: list[str]) -> bytes:
+        """UNSUBSCRIBE and wait for the UNSUBACK (MQTT 5: a reason code per filter)."""
+        version = self._version
+        return await self._request(lambda mid: codec.unsubscribe(mid, filters, version=version))
 
     # ------------------------------------------------------------------ keep-alive, ending
     def _schedule_keepalive(self) -> None:
