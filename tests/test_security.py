@@ -43,6 +43,8 @@ MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passw
 #: How long a refused daemon is watched: enough for three connection attempts with backoff
 #: (0.25–0.5 s, then 0.5–1 s before the second and third).
 REFUSED_WATCH_S = 1.2
+
+
 # ---------------------------------------------------------------------- a throw-away CA
 @dataclass(frozen=True)
 class Pki:

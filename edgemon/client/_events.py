@@ -70,7 +70,7 @@ class _Stream:
         return float(self.base + Fraction(self.frames * 1000, fmt.rate))
 
 
-def _number(name: str, value: object, low: float, high: float, *, open_low: bool) -> float:
+def _checked_number(name: str, value: object, low: float, high: float, *, open_low: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         # ValueError, not TypeError: one error type for every bad argument (the contract's).
         raise ValueError(f"{name} must be a number, not {value!r}")  # noqa: TRY004
@@ -92,7 +92,7 @@ def check_stream_id(stream: str) -> str:
 
 def check_t_ms(t_ms: float) -> float:
     """The clock's reading as a wire time (finite, 0 ≤ t ≤ 2**53)."""
-    return _number("t_ms (from the clock)", t_ms, 0.0, MAX_TIME_MS, open_low=False)
+    return _checked_number("t_ms (from the clock)", t_ms, 0.0, MAX_TIME_MS, open_low=False)
 
 
 def _pcm(
@@ -135,9 +135,6 @@ class Streams:
         self._ended: OrderedDict[str, bool] = OrderedDict()  # id -> ended by a final chunk
         self.max_streams = max_streams
 
-    def __len__(self) -> int:
-        return len(self._live)
-
     def start(
         self,
         stream: str,
@@ -151,11 +148,13 @@ class Streams:
         check_stream_id(stream)
         event: Event = {"type": "start", "stream": stream, "t_ms": t_ms}
         if play_start_ms is not None:
-            event["play_start_ms"] = _number(
+            event["play_start_ms"] = _checked_number(
                 "play_start_ms", play_start_ms, 0.0, MAX_TIME_MS, open_low=False
             )
         if margin_ms is not None:
-            event["margin_ms"] = _number("margin_ms", margin_ms, 0.0, MAX_MARGIN_MS, open_low=False)
+            event["margin_ms"] = _checked_number(
+                "margin_ms", margin_ms, 0.0, MAX_MARGIN_MS, open_low=False
+            )
         if player is not None:
             if player not in PLAYERS:
                 raise ValueError(f"player must be 'conceal' or 'rebuffer', not {player!r}")
@@ -181,7 +180,11 @@ class Streams:
         check_stream_id(stream)
         if type(final) is not bool:
             raise ValueError(f"final must be True or False, not {final!r}")
-        eta = None if eta_ms is None else _number("eta_ms", eta_ms, 0, MAX_ETA_MS, open_low=False)
+        eta = (
+            None
+            if eta_ms is None
+            else _checked_number("eta_ms", eta_ms, 0, MAX_ETA_MS, open_low=False)
+        )
         state = self._live.get(stream)
         if state is None:
             self._refuse_new(stream)
@@ -197,7 +200,7 @@ class Streams:
                 return None
             ms = state.add_frames(frames, fmt)
         else:
-            ms = _number("audio_ms", audio_ms, 0.0, MAX_AUDIO_MS, open_low=True)
+            ms = _checked_number("audio_ms", audio_ms, 0.0, MAX_AUDIO_MS, open_low=True)
             if state is None:
                 state = self._add(stream)
             carry, carry_format = state.carry, state.carry_format

@@ -354,8 +354,8 @@ class ThrottleGate:
                     state,
                     throttle=throttle,
                     seq=seq,
-                    t_ms=_number(t_ms),
-                    min_headroom_ms=_number(headroom),
+                    t_ms=_finite_or_none(t_ms),
+                    min_headroom_ms=_finite_or_none(headroom),
                     streams=tuple(s for s in streams if isinstance(s, str))
                     if isinstance(streams, list)
                     else (),
@@ -397,7 +397,7 @@ def _json(payload: bytes) -> Any:
         return None
 
 
-def _number(value: object) -> float | None:
+def _finite_or_none(value: object) -> float | None:
     """A finite JSON number as a float, else None."""
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)

@@ -80,10 +80,7 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
     @property
     def margin(self) -> float:
         """The margin of this device's streams that did not ask for their own."""
-        override = self.override
-        if override is not None and override.margin_ms is not None:
-            return override.margin_ms
-        return self.base_margin
+        return self._margin_for(None)
 
     def live_streams(self) -> list[Stream]:
         """Streams that have audio and await a next chunk."""

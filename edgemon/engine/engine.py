@@ -151,7 +151,7 @@ class Engine:
         device.catch_up(at, out)
         device.clock.reach(at, recv_ms)
         device.set_engine_info(info, at)
-        self._settle_later(device)
+        self._decide_later(device)
         self._schedule(device)
         return "accepted"
 
@@ -163,7 +163,7 @@ class Engine:
             device.catch_up(at, out)
             device.clock.reach(at, wall_ms)
             device.reconfigure(config, at)
-            self._settle_later(device)
+            self._decide_later(device)
             self._schedule(device)
 
     def input_lost(self) -> None:
@@ -198,7 +198,7 @@ class Engine:
         engine = cls(config)
         for device in snapshot.restore_devices(data, config, wall_ms):
             engine._devices[device.id] = device
-            engine._settle_later(device)
+            engine._decide_later(device)
             engine._schedule(device)
         return engine
 
@@ -210,7 +210,7 @@ class Engine:
         still has messages received at `wall_ms` to apply first.
         """
         if self._pending:
-            self._settle(wall_ms, out, inclusive=inclusive)
+            self._decide_pending(wall_ms, out, inclusive=inclusive)
         queue = self._queue
         while queue and (queue[0][0] <= wall_ms if inclusive else queue[0][0] < wall_ms):
             due, _, device = heappop(queue)
@@ -231,19 +231,19 @@ class Engine:
                 if self._idle_device(device):
                     self._forget(device, wall_ms, out)
 
-    def _settle_later(self, device: Device) -> None:
+    def _decide_later(self, device: Device) -> None:
         if device.dirty and not device.decision_pending:
             device.decision_pending = True
             self._pending.append(device)
 
-    def _settle(self, wall_ms: float, out: list[Output], *, inclusive: bool) -> None:
+    def _decide_pending(self, wall_ms: float, out: list[Output], *, inclusive: bool) -> None:
         """Throttle decisions for the instants of messages applied by now."""
         waiting: list[Device] = []
         for device in self._pending:
             when = device.clock.floor_wall_ms
             if when <= wall_ms if inclusive else when < wall_ms:
                 device.decision_pending = False
-                device.settle(out)
+                device.decide_now(out)
                 self._schedule(device)
             else:
                 waiting.append(device)

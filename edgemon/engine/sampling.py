@@ -16,7 +16,7 @@ from edgemon.engine.state import DeviceState
 from edgemon.engine.timers import SAMPLE
 
 if TYPE_CHECKING:
-    from edgemon.engine.lateness import HoldEnd, Lateness
+    from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
     from edgemon.engine.outputs import Output
     from edgemon.engine.stream import Stream
 
@@ -30,7 +30,7 @@ class Sampling(DeviceState):
 
         def live_streams(self) -> list[Stream]: ...
         def _push(
-            self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd
+            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
         ) -> None: ...
 
     def _ensure_sampling(self, at: float) -> None:
