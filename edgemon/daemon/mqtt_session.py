@@ -67,7 +67,10 @@ class Session(asyncio.Protocol):
         #: Set when the connection is gone: None after `close()`, else why it ended.
         self.ended: asyncio.Future[BaseException | None] = loop.create_future()
         self._accepted = False
-        self._waiting: dict[int, asyncio.Future[bytes]] = {}
+        #: SUBACK, UNSUBACK and PUBACK answers awaited, by packet id (None: connection lost).
+        self._waiting: dict[int, asyncio.Future[bytes | None]] = {}
+        #: Why the connection ended, for those waiters.
+        self._lost: SessionLostError | None = None
         self._mid = 0
         self._error: BaseException | None = None
         self._closing = False
@@ -113,11 +116,13 @@ class Session(asyncio.Protocol):
         if error is None and not self._closing:
             error = SessionLostError("the broker closed the connection")
         lost = error if isinstance(error, SessionLostError) else SessionLostError(_describe(error))
+        self._lost = lost
         if not self.connack.done():
             self.connack.set_exception(lost)
         for waiter in self._waiting.values():
             if not waiter.done():
-                waiter.set_exception(lost)
+                # None, not an exception: a waiter cancelled meanwhile never reads it.
+                waiter.set_result(None)
         self._waiting.clear()
         if not self.ended.done():
             self.ended.set_result(error)
@@ -232,11 +237,18 @@ class Session(asyncio.Protocol):
         if self._transport is None:
             raise SessionLostError("not connected")
         mid = self._next_mid()
-        waiter: asyncio.Future[bytes] = self._loop.create_future()
+        waiter: asyncio.Future[bytes | None] = self._loop.create_future()
         self._waiting[mid] = waiter
         try:
             self.write(packet(mid))
-            return await waiter
+            answer = await waiter
+            if answer is None:
+                lost = self._lost
+                raise SessionLostError(
+                    "connection lost" if lost is None else str(lost),
+                    reason=None if lost is None else lost.reason,
+                )
+            return answer
         finally:
             if self._waiting.get(mid) is waiter:
                 del self._waiting[mid]
