@@ -31,6 +31,8 @@ from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.views import LiveIndex
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output
@@ -87,6 +89,48 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
         return [s for s in self.streams.values() if s.phase is Phase.LIVE]
 
     # ------------------------------------------------------------------ events
+    def receive(self, events: Sequence[Event], recv_ms: float, out: list[Output]) -> list[str]:
+        """One message's valid events, received at wall time `recv_ms`: each event's
+        `result` label. They take effect at one device instant: the device's clock at
+        receipt (never behind what the device reported), after every timer due strictly
+        before it."""
+        clock = self.clock
+        if not all(clock.admits(recv_ms, event.t_ms) for event in events):
+            return self._receive_admitted(events, recv_ms, out)
+        at = clock.floor_ms
+        latest = self.event_time
+        for event in events:
+            clock.observe(recv_ms, event.t_ms)
+            if event.t_ms > latest:
+                latest = event.t_ms
+        if latest > at:
+            at = latest  # a device's clock is never behind what it reported
+        now = clock.now(recv_ms)
+        if now > at:
+            at = now
+        if self.timers and self.timers[0][0] < at:
+            self.catch_up(at, out)
+        clock.reach(at, recv_ms)
+        if len(events) == 1:
+            results = [self.apply(events[0], at, out)]
+        else:
+            results = [self.apply(event, at, out) for event in events]
+        if latest > self.event_time:
+            self.event_time = latest
+            if self.provisional:
+                self.pass_event_time(at, out)
+        self.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
+        return results
+
+    def _receive_admitted(
+        self, events: Sequence[Event], recv_ms: float, out: list[Output]
+    ) -> list[str]:
+        """The rare path: some events claim a time far ahead of the device's clock."""
+        admitted = [e for e in events if self.clock.admits(recv_ms, e.t_ms)]
+        results = iter(self.receive(admitted, recv_ms, out) if admitted else [])
+        kept = {id(e) for e in admitted}
+        return [next(results) if id(e) in kept else "clock_jump" for e in events]
+
     def apply(self, event: Event, at: float, out: list[Output]) -> str:
         """Apply one validated event at device instant `at`; return its `result` label."""
         if type(event) is ChunkEvent:

@@ -86,58 +86,25 @@ class Engine:
         return device
 
     # ------------------------------------------------------------------ input
-    def apply(  # noqa: C901 - the hot path, inlined on purpose
+    def apply(
         self, device_id: str, events: Sequence[Event], recv_ms: float, out: list[Output]
     ) -> list[str]:
         """Apply one message's valid events, received at wall time `recv_ms`.
 
         Returns each event's `result` label. The events take effect at one device instant:
-        the device's clock at receipt, after every timer due strictly before it.
+        the device's clock at receipt, after every timer due strictly before it
+        (`Device.receive`).
         """
         device = self._devices.get(device_id) or self._device_for(device_id)
         if device is None:
             return ["device_limit"] * len(events)
         device.last_message_wall_ms = recv_ms
-        clock = device.clock
-        if not all(clock.admits(recv_ms, event.t_ms) for event in events):
-            return self._apply_admitted(device, events, recv_ms, out)
-        at = clock.floor_ms
-        latest = device.event_time
-        for event in events:
-            clock.observe(recv_ms, event.t_ms)
-            if event.t_ms > latest:
-                latest = event.t_ms
-        if latest > at:
-            at = latest  # a device's clock is never behind what it reported
-        now = clock.now(recv_ms)
-        if now > at:
-            at = now
-        if device.timers and device.timers[0][0] < at:
-            device.catch_up(at, out)
-        clock.reach(at, recv_ms)
-        if len(events) == 1:
-            results = [device.apply(events[0], at, out)]
-        else:
-            results = [device.apply(event, at, out) for event in events]
-        if latest > device.event_time:
-            device.event_time = latest
-            if device.provisional:
-                device.pass_event_time(at, out)
-        device.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
+        results = device.receive(events, recv_ms, out)
         if device.dirty and not device.decision_pending:
             device.decision_pending = True
             self._pending.append(device)
         self._schedule(device)
         return results
-
-    def _apply_admitted(
-        self, device: Device, events: Sequence[Event], recv_ms: float, out: list[Output]
-    ) -> list[str]:
-        """The rare path: some events claim a time far ahead of the device's clock."""
-        admitted = [e for e in events if device.clock.admits(recv_ms, e.t_ms)]
-        results = iter(self.apply(device.id, admitted, recv_ms, out) if admitted else [])
-        kept = {id(e) for e in admitted}
-        return [next(results) if id(e) in kept else "clock_jump" for e in events]
 
     def apply_engine_info(
         self, device_id: str, info: TtsEngineInfo, recv_ms: float, out: list[Output]
