@@ -65,7 +65,6 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
         self._risk_count = 0
         self._unsafe_count = 0
         self.dirty = False
-        self.decision_pending = False
         self.throttle_on = False
         self.throttle_since = 0.0
         self.gap_ewma = None
@@ -74,8 +73,6 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
         self.stats = DeviceStats()
         self.sample_every_ms = sample_every_ms
         self._sample_due = INF
-        self.wall_due = INF
-        self.forget_due = INF
         self.last_message_wall_ms = 0.0
 
     # ------------------------------------------------------------------ queries

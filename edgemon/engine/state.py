@@ -33,11 +33,9 @@ class DeviceState:
         "clock",
         "config",
         "confirm_held",
-        "decision_pending",
         "dirty",
         "engine_info",
         "event_time",
-        "forget_due",
         "gap_ewma",
         "horizon",
         "id",
@@ -55,7 +53,6 @@ class DeviceState:
         "throttle_since",
         "timers",
         "tombstones",
-        "wall_due",
     )
 
     id: str
@@ -76,7 +73,6 @@ class DeviceState:
     _unsafe_count: int
     #: Something changed that the throttle decision of the current instant must see.
     dirty: bool
-    decision_pending: bool
     throttle_on: bool
     throttle_since: float
     gap_ewma: float | None
@@ -85,9 +81,7 @@ class DeviceState:
     stats: DeviceStats
     sample_every_ms: float | None
     _sample_due: float
-    #: This device's entries in the engine's queue of timers and of idle devices (wall ms).
-    wall_due: float
-    forget_due: float
+    #: When the last message of the device was received (wall ms).
     last_message_wall_ms: float
     # Late delivery (`edgemon.engine.lateness`, which documents them).
     event_time: float
