@@ -8,8 +8,9 @@ decided from the two counts once per instant, after every change at that instant
 
 This module applies events and brings streams to an instant; the other concerns are base
 classes of `Device`, each in its module: the timer heap (`timers`), the throttle
-(`throttle`), streams coming and going (`lifecycle`, `tombstones`), late delivery
-(`lateness`), samples (`sampling`) and restoring from a snapshot (`restore`).
+(`throttle`), streams coming and going (`lifecycle`), late delivery (`lateness`), samples
+(`sampling`) and restoring from a snapshot (`restore`). The removed stream ids are a part the
+device holds, with its own state (`tombstones`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling, Restore):
+class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Sampling, Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = ()
@@ -56,7 +57,7 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
             trust=config.slack.clock == "trust", window_ms=config.slack.clock_window_ms
         )
         self.streams = {}
-        self.tombstones = {}
+        self.tombstones = Tombstones()
         self.timers = []
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
         self._compact_above = 64

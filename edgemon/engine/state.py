@@ -1,7 +1,7 @@
 """The fields of one device, declared once for every part of `edgemon.engine.device.Device`.
 
 `Device` is put together from base classes, one per concern (timers, throttle, lifecycle,
-tombstones, late delivery, samples, restore), which all read and write the same state. They
+late delivery, samples, restore), which all read and write the same state. They
 derive from `DeviceState`, which holds every slot, so the device stays one slotted object
 (only one base may add slots) and each part is type-checked against the same fields.
 """
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
     from edgemon.engine.timers import Timer
+    from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
     from edgemon.engine.views import LiveIndex
 
@@ -61,7 +62,7 @@ class DeviceState:
     clock: DeviceClock
     streams: dict[str, Stream]
     #: Recently removed stream ids and when: late redeliveries must not resurrect them.
-    tombstones: dict[str, float]
+    tombstones: Tombstones
     timers: list[Timer]
     #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
     live_index: LiveIndex
