@@ -8,9 +8,9 @@ decided from the two counts once per instant, after every change at that instant
 
 This module applies events and brings streams to an instant; the other concerns are base
 classes of `Device`, each in its module: the timer heap (`timers`), the throttle
-(`throttle`), streams coming and going (`lifecycle`), late delivery (`lateness`), samples
-(`sampling`) and restoring from a snapshot (`restore`). The removed stream ids are a part the
-device holds, with its own state (`tombstones`).
+(`throttle`), streams coming and going (`lifecycle`), late delivery (`lateness`) and
+restoring from a snapshot (`restore`). The removed stream ids (`tombstones`) and the sampling
+period (`sampling`) are parts the device holds, each with its own state.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from edgemon.engine.headroom import INF
 from edgemon.engine.lateness import LateDelivery
 from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.restore import Restore
-from edgemon.engine.sampling import Sampling
+from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
 from edgemon.engine.stream import EWMA_ALPHA, Phase
 from edgemon.engine.throttle import Throttle
-from edgemon.engine.timers import TimerHeap
+from edgemon.engine.timers import SAMPLE, TimerHeap
 from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.views import LiveIndex
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Sampling, Restore):
+class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = ()
@@ -72,8 +72,7 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Sampling, Restore):
         self.engine_info = None
         self.base_margin = config.slack.default_margin_ms
         self.stats = DeviceStats()
-        self.sample_every_ms = sample_every_ms
-        self._sample_due = INF
+        self.sampler = Sampler(sample_every_ms)
         self.last_message_wall_ms = 0.0
 
     # ------------------------------------------------------------------ queries
@@ -85,6 +84,17 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Sampling, Restore):
     def live_streams(self) -> list[Stream]:
         """Streams that have audio and await a next chunk."""
         return [s for s in self.streams.values() if s.phase is Phase.LIVE]
+
+    # ------------------------------------------------------------------ samples
+    def _ensure_sampling(self, at: float) -> None:
+        due = self.sampler.start(at)
+        if due is not None:
+            self._push(due, 1, SAMPLE)
+
+    def _sample(self, now: float, out: list[Output]) -> None:
+        due = self.sampler.sample(self.id, self.live_streams(), now, out)
+        if due is not None:
+            self._push(due, 1, SAMPLE)
 
     # ------------------------------------------------------------------ events
     def receive(self, events: Sequence[Event], recv_ms: float, out: list[Output]) -> list[str]:

@@ -1,7 +1,7 @@
 """The fields of one device, declared once for every part of `edgemon.engine.device.Device`.
 
 `Device` is put together from base classes, one per concern (timers, throttle, lifecycle,
-late delivery, samples, restore), which all read and write the same state. They
+late delivery, restore), which all read and write the same state. They
 derive from `DeviceState`, which holds every slot, so the device stays one slotted object
 (only one base may add slots) and each part is type-checked against the same fields.
 """
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from edgemon.engine.clock import DeviceClock
     from edgemon.engine.config import DeviceOverride, EngineConfig
+    from edgemon.engine.sampling import Sampler
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
     from edgemon.engine.timers import Timer
@@ -28,7 +29,6 @@ class DeviceState:
         "_compact_above",
         "_next_timer_id",
         "_risk_count",
-        "_sample_due",
         "_unsafe_count",
         "base_margin",
         "clock",
@@ -47,7 +47,7 @@ class DeviceState:
         "override",
         "patient_wall",
         "provisional",
-        "sample_every_ms",
+        "sampler",
         "stats",
         "streams",
         "throttle_on",
@@ -80,8 +80,7 @@ class DeviceState:
     engine_info: TtsEngineInfo | None
     base_margin: float
     stats: DeviceStats
-    sample_every_ms: float | None
-    _sample_due: float
+    sampler: Sampler
     #: When the last message of the device was received (wall ms).
     last_message_wall_ms: float
     # Late delivery (`edgemon.engine.lateness`, which documents them).
