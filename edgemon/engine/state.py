@@ -1,9 +1,10 @@
 """The fields of one device, declared once for every part of `edgemon.engine.device.Device`.
 
 `Device` is put together from base classes, one per concern (timers, throttle, lifecycle,
-late delivery, restore), which all read and write the same state. They
-derive from `DeviceState`, which holds every slot, so the device stays one slotted object
-(only one base may add slots) and each part is type-checked against the same fields.
+late delivery, restore), which all read and write the same state. They derive from
+`DeviceState`, which holds every slot, so the device stays one slotted object (only one base
+may add slots) and each part is type-checked against the same fields. The tombstones and the
+sampler are parts the device holds instead, each owning its own fields.
 """
 
 from __future__ import annotations
