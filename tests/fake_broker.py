@@ -1,7 +1,8 @@
 """A broker for one client connection, on a free loopback port, that records the bytes on the
 wire: every block it reads from the client (`reads`), split into MQTT packets by its own small
 parser (not edgemon's codec). It answers CONNECT, SUBSCRIBE, PUBLISH (QoS 1) and PINGREQ as
-MQTT 3.1.1 says, and sends the client what a test asks (`publish`, `flood`).
+MQTT 3.1.1 (or 5, as the client's CONNECT asks) says, and sends the client what a test asks
+(`publish`, `flood`, `disconnect`).
 
 It exists for what a real broker cannot show: whether a PUBACK left before the message was
 durable, how many reads the PUBACKs of a batch took, whether the client stopped reading (the
@@ -81,6 +82,8 @@ class FakeBroker:
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()  # one writer at a time
         self.reads: list[bytes] = []
+        #: The client's protocol level, from its CONNECT.
+        self.version = 4
         self.packets: list[Packet] = []
         self.subscribed = threading.Event()
         #: A send to the client found its buffers full: the client is not reading.
@@ -92,6 +95,10 @@ class FakeBroker:
     def pubacks(self) -> list[Packet]:
         """The PUBACKs the client sent so far."""
         return [p for p in list(self.packets) if p.kind == PUBACK]
+
+    def disconnect(self, reason: int) -> None:
+        """Send an MQTT 5 DISCONNECT with `reason` (142: session taken over)."""
+        self._send(bytes((DISCONNECT, 2, reason, 0)))
 
     def publish(self, messages: list[tuple[str, bytes, int]]) -> None:
         """Send these QoS 1 PUBLISHes (topic, payload, packet id) in one write."""
@@ -145,14 +152,17 @@ class FakeBroker:
     def _answer(self, packet: Packet) -> None:
         self.packets.append(packet)
         if packet.kind == CONNECT:
-            self._send(b"\x20\x02\x00\x00")  # CONNACK, no session present, accepted
+            self.version = packet.body[6]  # the protocol level: 4 (3.1.1) or 5
+            # CONNACK, no session present, accepted (on 5: and no properties)
+            self._send(b"\x20\x03\x00\x00\x00" if self.version == 5 else b"\x20\x02\x00\x00")
         elif packet.kind == SUBSCRIBE:
-            filters, i, granted = packet.body, 2, bytearray()
+            filters, i, granted = packet.body, 2 + (self.version == 5), bytearray()
             while i < len(filters):
                 i += 2 + int.from_bytes(filters[i : i + 2], "big")
                 granted.append(filters[i])
                 i += 1
-            self._send(bytes((0x90, 2 + len(granted))) + packet.body[:2] + bytes(granted))
+            head = packet.body[:2] + (b"\x00" if self.version == 5 else b"")  # v5: no properties
+            self._send(bytes((0x90, len(head) + len(granted))) + head + bytes(granted))
             self.subscribed.set()
         elif packet.kind == PUBLISH and packet.first & 0x06:
             name_end = 2 + int.from_bytes(packet.body[:2], "big")

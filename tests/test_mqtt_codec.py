@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
@@ -14,7 +15,11 @@ from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.settings import MqttSettings
 from edgemon.wire.topics import Topics
 
+from daemons import logged
 from fake_broker import PINGREQ, FakeBroker
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
 
 
 def test_connect_3_1_1_with_will_and_credentials() -> None:
@@ -108,3 +113,45 @@ async def test_an_idle_session_pings_the_broker() -> None:
         async with asyncio.timeout(30):
             await task
         broker.close()
+
+
+@pytest.mark.asyncio
+async def test_a_v5_takeover_is_reported_from_the_brokers_reason_code(
+    captured_logs: list[MutableMapping[str, Any]],
+) -> None:
+    """On MQTT 5 a broker may say why it ends a session (DISCONNECT, reason 142 "session
+    taken over"): the link reports the takeover at once, naming that cause, without waiting
+    for a streak of short sessions. (Mosquitto 2.0.11 closes without saying it, so a broker
+    that records the wire says it here.)"""
+    broker = FakeBroker()
+    settings = MqttSettings(
+        url=f"mqtt://127.0.0.1:{broker.port}", client_id="v5-twin", protocol="5"
+    )
+    hooks = LinkHooks(on_message=lambda *_: None, status_payload=lambda state: state.encode())
+    link = MqttLink(
+        settings, topics=Topics(), connection=ConnectionState(), hooks=hooks,
+        log=structlog.get_logger("edgemon"),
+    )  # fmt: skip
+    stop = asyncio.Event()
+
+    async def farewell() -> None:
+        return None
+
+    task = asyncio.create_task(link.run(stop, farewell))
+    try:
+        async with asyncio.timeout(30):
+            while not link.connection.subscribed:  # noqa: ASYNC110 - state set by the link
+                await asyncio.sleep(0.01)
+            broker.disconnect(142)
+            while not logged(captured_logs, "mqtt_session_taken_over"):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await task
+        broker.close()
+    report = logged(captured_logs, "mqtt_session_taken_over")[0]
+    assert report["cause"] == "the broker reported the session taken over"
+    assert report["sessions_lost"] == 1
+    (lost,) = logged(captured_logs, "mqtt_disconnected")
+    assert "session taken over (code 142)" in lost["error"]
