@@ -57,7 +57,7 @@ bench-fleet: $(STAMP)
 # (`import vllm` then fails with "operator torchvision::nms does not exist"): they go.
 # edgemon goes in with --no-deps so that pip never re-resolves torch.
 # edgemon's own runtime dependencies (the end-to-end test runs `edgemon run` from these venvs).
-VLLM_TEST_DEPS = paho-mqtt pytest pytest-asyncio 'aiohttp>=3.9,<4' 'aiomqtt>=2.5,<3' \
+VLLM_TEST_DEPS = 'paho-mqtt>=2.2,<2.3' pytest pytest-asyncio 'aiohttp>=3.9,<4' \
 	'prometheus-client>=0.20' 'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' \
 	'structlog>=24.1' 'msgspec>=0.18,<1'
 VLLM_UNMATCHED = torchvision torchaudio torchcodec

@@ -119,7 +119,7 @@ def test_audio_ms_totals_and_final() -> None:
     )  # fmt: skip
     assert partial is None
     assert streams.end("b", 2.0, "cancelled") is None
-    assert len(streams) == 0
+    assert streams._live == {}  # both ended: nothing live left
 
 
 @contextlib.contextmanager

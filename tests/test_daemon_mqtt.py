@@ -1,22 +1,21 @@
-"""The MQTT link's client: how it is built for the broker."""
+"""The MQTT link's connection: how it is set up, and how two instances sharing an id fare."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
-from test_daemon_app import settings_for
+from test_daemon_app import settings_for, throttle_on_then_off, watching
 
-from edgemon.adapters.state import ConnectionState
 from edgemon.daemon import Daemon
-from edgemon.daemon.mqtt import LinkHooks, MqttLink
-from edgemon.settings import MqttSettings
-from edgemon.wire.topics import Topics
+from edgemon.daemon.intake import Intake
+from edgemon.daemon.mqtt_codec import V311
+from edgemon.daemon.mqtt_session import Session
+from edgemon.settings import HttpSettings, MqttSettings, Settings
 
 from daemons import logged, running
 
@@ -24,23 +23,24 @@ if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
 
+@pytest.mark.integration
 @pytest.mark.asyncio
-async def test_the_link_disables_nagle_so_throttles_are_not_held_back() -> None:
-    """The client socket is built with TCP_NODELAY: a throttle object written right after the
-    PUBACK of the chunk that caused it must not wait ~40 ms for the broker's delayed ACK."""
-    hooks = LinkHooks(
-        on_message=lambda *_: None,
-        status_payload=lambda state: state.encode(),
-    )
-    link = MqttLink(
-        MqttSettings(),
-        topics=Topics(),
-        connection=ConnectionState(),
-        hooks=hooks,
-        log=logging.getLogger("test"),
-    )
-    client = link._new_client()
-    assert (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) in client._socket_options
+async def test_the_link_disables_nagle_so_throttles_are_not_held_back(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """The session's socket, connected to the broker, has TCP_NODELAY set: a throttle object
+    written right after the PUBACK of the chunk that caused it must not wait ~40 ms for the
+    broker's delayed ACK."""
+    _, port = mosquitto_broker
+    intake = Intake(lambda *_: None)
+    session = Session(intake, version=V311, keepalive_s=30, on_accepted=lambda *_: None)
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_connection(lambda: session, "127.0.0.1", port)
+    try:
+        sock = transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        await session.close()
 
 
 @pytest.mark.integration
@@ -78,3 +78,34 @@ async def test_two_instances_sharing_a_client_id_are_reported_and_back_off(
     delays = [fields["delay_s"] for fields in logged(log, "mqtt_reconnect_scheduled")]
     assert len(delays) >= 3
     assert delays[2] >= 0.5 * 2**2 * 0.5 - 1e-3  # the third delay: no reset in between
+
+
+def owning(port: int, client_id: str, devices: tuple[str, ...]) -> Daemon:
+    """A daemon on `port` that owns `devices` only (`[mqtt] devices`)."""
+    mqtt = MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id=client_id, devices=devices)
+    settings = Settings(mqtt=mqtt, http=HttpSettings(listen="127.0.0.1:0"))
+    return Daemon(settings, environ={}, install_signal_handlers=False)
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_each_instance_owns_the_devices_it_lists(mosquitto_broker: tuple[str, int]) -> None:
+    """Two daemons on one broker, `[mqtt] devices` ["a"] and ["b"]; the first ran before
+    under the same client id with no list, so its persistent session held the wildcard
+    subscriptions. Each instance sees only its own devices' messages (the old wildcard is
+    dropped on connect: nothing foreign arrives) and publishes only their throttles: device
+    a's ON and OFF come once each, from the first; b's from the second."""
+    _, port = mosquitto_broker
+    async with running(Daemon(settings_for(port, "edgemon-a"), environ={},
+                              install_signal_handlers=False)):  # fmt: skip
+        pass  # the session keeps `edgemon/v1/+/events` and `+/engine`
+    first, second = owning(port, "edgemon-a", ("a",)), owning(port, "edgemon-b", ("b",))
+    async with watching(port) as watcher, running(first), running(second):
+        await throttle_on_then_off(port, watcher, "a")
+        await throttle_on_then_off(port, watcher, "b")
+    assert [device.id for device in first.monitor.engine.devices()] == ["a"]
+    assert [device.id for device in second.monitor.engine.devices()] == ["b"]
+    assert (first.link.intake.foreign, second.link.intake.foreign) == (0, 0)
+    assert [t["throttle"] for t in watcher.throttles("a")] == [True, False]
+    assert [t["throttle"] for t in watcher.throttles("b")] == [True, False]
+    assert (first.publisher.published, second.publisher.published) == (2, 2)

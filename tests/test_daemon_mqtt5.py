@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import TYPE_CHECKING
 
 import aiomqtt
 import pytest
 from test_daemon_app import throttle_on_then_off, watching
 
+from edgemon.daemon import mqtt_codec as codec
 from edgemon.daemon.app import Daemon
-from edgemon.daemon.mqtt import RECEIVE_MAXIMUM, session_options
+from edgemon.daemon.mqtt import RECEIVE_MAXIMUM, connect_request
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
 from daemons import running
+
+if TYPE_CHECKING:
+    from edgemon.daemon.mqtt_codec import ConnectRequest
 
 pytestmark = pytest.mark.integration
 
@@ -26,22 +31,35 @@ def v5_settings(port: int) -> Settings:
     )
 
 
-def test_session_options_by_protocol() -> None:
-    """3.1.1 keeps the session with clean session off; v5 with no clean start and an expiry."""
-    v311 = session_options(MqttSettings())
-    assert (v311["protocol"], v311["clean_session"]) == (aiomqtt.ProtocolVersion.V311, False)
-    v5 = session_options(MqttSettings(protocol="5", session_expiry_s=600))
-    assert (v5["protocol"], v5["clean_start"]) == (aiomqtt.ProtocolVersion.V5, False)
-    assert v5["properties"].SessionExpiryInterval == 600
-    fleeting = session_options(MqttSettings(protocol="5", persistent_session=False))
-    assert (fleeting["clean_start"], fleeting["properties"].SessionExpiryInterval) == (True, 0)
+def _request(settings: MqttSettings) -> ConnectRequest:
+    return connect_request(settings, b"offline", "edgemon/v1/_edgemon/x/status")
+
+
+def test_connect_by_protocol() -> None:
+    """3.1.1 keeps the session with clean session off; v5 with no clean start and an expiry
+    (0 when the session is not meant to persist)."""
+    v311 = _request(MqttSettings())
+    assert (v311.version, v311.clean) == (codec.V311, False)
+    v5 = _request(MqttSettings(protocol="5", session_expiry_s=600))
+    assert (v5.version, v5.clean, v5.session_expiry_s) == (codec.V5, False, 600)
+    fleeting = _request(MqttSettings(protocol="5", persistent_session=False))
+    assert (fleeting.clean, fleeting.session_expiry_s) == (True, 0)
 
 
 def test_v5_declares_a_receive_maximum() -> None:
     """Flow control on MQTT 5 (reliability.md): CONNECT carries a Receive Maximum, so the broker
-    keeps at most that many unacknowledged QoS 1 messages out to edgemon and holds the rest."""
-    v5 = session_options(MqttSettings(protocol="5"))
-    assert v5["properties"].ReceiveMaximum == RECEIVE_MAXIMUM
+    keeps at most that many unacknowledged QoS 1 messages out to edgemon and holds the rest.
+    Read from the CONNECT packet's bytes: its properties follow the keep-alive."""
+    packet = codec.connect(_request(MqttSettings(protocol="5", session_expiry_s=600)))
+    start, _ = codec.split(packet, 0) or (0, 0)
+    variable = packet[start + 6 :]  # after "\x00\x04MQTT"
+    assert variable[0] == codec.V5
+    length = variable[4]
+    properties = variable[5 : 5 + length]
+    assert properties == (
+        bytes((codec.SESSION_EXPIRY_INTERVAL,)) + (600).to_bytes(4, "big")
+        + bytes((codec.RECEIVE_MAXIMUM,)) + RECEIVE_MAXIMUM.to_bytes(2, "big")
+    )  # fmt: skip
 
 
 @pytest.mark.asyncio

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pydantic import ValidationError
 from structlog.testing import capture_logs
 
 from edgemon.daemon.clock import MonotonicWallClock
@@ -23,6 +24,7 @@ from edgemon.daemon.systemd import Notifier
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import Rejected, ThrottleChanged, UnderrunBegan
 from edgemon.monitor import Monitor
+from edgemon.settings import MqttSettings
 from edgemon.wire.topics import Topics
 
 if TYPE_CHECKING:
@@ -103,14 +105,25 @@ def test_backoff_is_jittered_exponential_capped_at_30_s() -> None:
     assert backoff.next_delay() <= 0.5
 
 
-def test_shared_group_subscriptions() -> None:
-    """With a shared-subscription group the filters are `$share/<group>/P/+/...`."""
+def test_subscriptions_all_devices_or_the_listed_ones() -> None:
+    """No device list: the two wildcard filters. With `[mqtt] devices`: each listed device's
+    two topics, exactly (no wildcard, no shared subscription)."""
     topics = Topics("p/v1")
-    assert subscriptions(topics, shared_group=None) == ["p/v1/+/events", "p/v1/+/engine"]
-    assert subscriptions(topics, shared_group="g") == [
-        "$share/g/p/v1/+/events",
-        "$share/g/p/v1/+/engine",
+    assert subscriptions(topics, devices=None) == ["p/v1/+/events", "p/v1/+/engine"]
+    assert subscriptions(topics, devices=("a", "b")) == [
+        "p/v1/a/events",
+        "p/v1/a/engine",
+        "p/v1/b/events",
+        "p/v1/b/engine",
     ]
+
+
+def test_listed_devices_must_be_distinct_device_ids() -> None:
+    """`[mqtt] devices` takes device ids (SPEC's pattern), at least one, none twice."""
+    assert MqttSettings(devices=("a", "b")).devices == ("a", "b")
+    for bad in [(), ("a", "a"), ("a/b",), ("+",)]:
+        with pytest.raises(ValidationError):
+            MqttSettings(devices=bad)
 
 
 @pytest.mark.parametrize("abstract", [False, True])

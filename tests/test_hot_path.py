@@ -1,31 +1,31 @@
-"""The per-message costs of the daemon's hot path: the deadline poke, the loggers, reading."""
+"""The daemon's hot path: the deadline poke, the loggers, and on the wire, reading and
+acknowledging (a broker that records the bytes)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import io
 import json
 import math
-import socket
 from typing import TYPE_CHECKING
 
-import paho.mqtt.client as mqtt
 import pytest
 import structlog
 from hypothesis import HealthCheck, given, settings
-from paho.mqtt.enums import CallbackAPIVersion
 
+from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.clock import MonotonicWallClock
-from edgemon.daemon.intake import ReadBuffer
 from edgemon.daemon.logs import configure_logging
+from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.daemon.scheduler import Scheduler
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import UnderrunBegan
 from edgemon.monitor import Monitor
-from edgemon.settings import LogSettings
+from edgemon.settings import LogSettings, MqttSettings
+from edgemon.wire.topics import Topics
 
+from fake_broker import FakeBroker
 from strategies import Scenario, scenarios
 
 if TYPE_CHECKING:
@@ -177,36 +177,117 @@ def test_daemon_loggers_resolve_their_configuration_once() -> None:
     assert later.getvalue() == ""
 
 
-def test_read_buffer_serves_paho_from_one_read_of_the_socket() -> None:
-    """Three PUBLISH-sized packets written at once: paho's first 1-byte `recv` reads them
-    all from the socket, the later `recv`s are served from the buffer (`pending()` counts
-    what is left), sizes are respected, and an empty socket raises BlockingIOError as the
-    socket itself would; b"" at the end of the stream."""
-    left, right = socket.socketpair()
-    with left, right:
-        right.setblocking(False)
-        reader = ReadBuffer(right)
-        data = b"".join(bytes((0x32, 5)) + bytes([n]) * 5 for n in range(3))
-        left.sendall(data)
-        got = bytearray(reader.recv(1))
-        assert reader.pending() == len(data) - 1  # one read took the whole block
-        while reader.pending():
-            got += reader.recv(1)
-            got += reader.recv(1 + len(got) % 6)
-        assert bytes(got) == data
-        with pytest.raises(BlockingIOError):
-            reader.recv(1)
-        left.close()
-        assert reader.recv(1) == b""
-        assert reader.fileno() == right.fileno()
+class Durability:
+    """A write-ahead log whose commits the test makes: `when_durable` callbacks wait in
+    `held` until `release()`; after `open = True` they run at once."""
+
+    def __init__(self) -> None:
+        self.held: list[Callable[[], None]] = []
+        self.open = False
+
+    def __call__(self, callback: Callable[[], None]) -> None:
+        if self.open:
+            callback()
+        else:
+            self.held.append(callback)
+
+    def release(self) -> None:
+        """Every batch held so far is durable now."""
+        held, self.held = self.held, []
+        for callback in held:
+            callback()
 
 
-def test_the_private_paho_parts_the_intake_relies_on_are_there() -> None:
-    """The intake swaps paho's socket for a `ReadBuffer` (`Client._sock`) and queues its
-    batched PUBACKs as one packet (`Client._packet_queue(command, packet, mid, qos)`): a paho
-    release that renames either must fail here, not quietly read past the buffer."""
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="pinned")
-    assert "_sock" in vars(client)
-    assert client._sock is None  # not connected: paho's own slot, as the intake finds it
-    queue = inspect.signature(client._packet_queue)
-    assert list(queue.parameters)[:4] == ["command", "packet", "mid", "qos"]
+async def until(condition: Callable[[], bool], what: str, within_s: float = 30.0) -> None:
+    """Wait for `condition` (a generous deadline: the machine may be loaded)."""
+    try:
+        async with asyncio.timeout(within_s):
+            while not condition():  # noqa: ASYNC110 - polling state another thread sets
+                await asyncio.sleep(0.005)
+    except TimeoutError:
+        raise AssertionError(f"not within {within_s} s: {what}") from None
+
+
+@contextlib.asynccontextmanager
+async def linked(
+    broker: FakeBroker, durability: Durability, applied: list[bytes], *, pending: int
+) -> AsyncIterator[MqttLink]:
+    """The daemon's real MQTT link to `broker`, subscribed; messages applied go to `applied`,
+    durability is `durability`'s, reading pauses at `pending` messages not yet durable."""
+    settings = MqttSettings(url=f"mqtt://127.0.0.1:{broker.port}", client_id="wire")
+    hooks = LinkHooks(
+        on_message=lambda _topic, payload: applied.append(payload),
+        status_payload=lambda state: state.encode(),
+        when_durable=durability,
+    )
+    link = MqttLink(
+        settings, topics=Topics(), connection=ConnectionState(), hooks=hooks,
+        log=structlog.get_logger("wire"), pending_limits=(pending, 1 << 40),
+    )  # fmt: skip
+    stop = asyncio.Event()
+
+    async def farewell() -> None:
+        return None
+
+    task = asyncio.create_task(link.run(stop, farewell))
+    try:
+        await until(lambda: link.connection.subscribed, "subscribed")
+        yield link
+    finally:
+        durability.open = True
+        durability.release()
+        stop.set()
+        async with asyncio.timeout(30):
+            await task
+
+
+@pytest.mark.asyncio
+async def test_pubacks_leave_only_once_durable_and_together() -> None:
+    """On the wire: 100 QoS 1 messages in, applied; the link then publishes a marker, which
+    the broker reads after anything the link wrote before it: no PUBACK among those bytes
+    while the batches wait for the log. Once the log says they are durable, the 100 PUBACKs
+    come, each message's id once, all in one read of the broker's socket (one write)."""
+    broker = FakeBroker()
+    durability, applied = Durability(), list[bytes]()
+    try:
+        async with linked(broker, durability, applied, pending=4096) as link:
+            topic = "edgemon/v1/d/events"
+            broker.publish([(topic, b"%d" % n, n) for n in range(1, 101)])
+            await until(lambda: len(applied) == 100, "all 100 applied")
+            await link.publish("edgemon/v1/marker", b"m", qos=1, retain=False)  # acked: read
+            assert broker.pubacks() == []
+            assert durability.held
+            durability.release()
+            await until(lambda: len(broker.pubacks()) == 100, "100 PUBACKs")
+            acks = broker.pubacks()
+            assert sorted(ack.mid for ack in acks) == list(range(1, 101))
+            assert len({ack.read for ack in acks}) == 1
+            assert len(broker.reads[acks[0].read]) == 4 * 100  # that read: the PUBACKs only
+    finally:
+        broker.close()
+
+
+@pytest.mark.asyncio
+async def test_a_paused_intake_stops_reading_the_socket() -> None:
+    """A flood of 400 QoS 1 messages of 60 kB (24 MB, far more than the sockets buffer) while
+    the log holds every batch: the intake applies 8 (its limit here) and stops reading, so
+    the broker's sends block (TCP backpressure) with exactly 8 applied. Once the log catches
+    up, reading resumes and every message is applied and acknowledged, none shed."""
+    broker = FakeBroker()
+    durability, applied = Durability(), list[bytes]()
+    count = 400
+    try:
+        async with linked(broker, durability, applied, pending=8) as link:
+            broker.flood("edgemon/v1/d/events", [b"%05d" % n + b"x" * 60_000 for n in range(count)])
+            await until(lambda: broker.blocked.is_set() and len(applied) >= 8, "broker blocked")
+            assert len(applied) == 8
+            assert link.intake.paused
+            assert broker.pubacks() == []
+            durability.open = True
+            durability.release()
+            await until(lambda: len(broker.pubacks()) == count, "every message acknowledged")
+            assert len(applied) == count
+            assert [payload[:5] for payload in applied] == [b"%05d" % n for n in range(count)]
+            assert sorted(ack.mid for ack in broker.pubacks()) == list(range(1, count + 1))
+    finally:
+        broker.close()

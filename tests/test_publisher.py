@@ -78,3 +78,28 @@ async def test_no_slice_starts_while_a_throttle_object_is_on_its_way_out() -> No
     stuck = Slicer(0.0, busy=lambda: True, max_wait_s=0.01)
     async with asyncio.timeout(5):
         await stuck()
+
+
+@pytest.mark.asyncio
+async def test_a_device_not_owned_gets_no_throttle_object() -> None:
+    """With `[mqtt] devices` ("own"), a change of another device (state restored from an
+    earlier configuration) is not sent: its owner publishes that device's throttle. The
+    owned device's change is."""
+    sink = Sink()
+    sink.up.set()
+    sink.ack.set()
+    publisher = ThrottlePublisher(
+        sink, seq=SeqSource(MonotonicWallClock()), topic=lambda d: f"p/{d}/throttle",
+        devices=frozenset({"own"}),
+    )  # fmt: skip
+    task = asyncio.create_task(publisher.run())
+    try:
+        publisher.submit(CHANGE)  # device "dev": not owned
+        publisher.submit(ThrottleChanged("own", 1.0, active=True, streams=("s",),
+                                         min_headroom_ms=5.0, margin_ms=80.0))  # fmt: skip
+        async with asyncio.timeout(10):
+            await publisher.drain()
+    finally:
+        task.cancel()
+    assert sink.sent == ["p/own/throttle"]
+    assert publisher.published == 1

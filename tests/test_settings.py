@@ -33,7 +33,7 @@ password_file = "mqtt-password"
 topic_prefix = "site/a/edgemon"
 qos = 0
 persistent_session = false
-shared_group = "edgemons"
+devices = ["kitchen", "hall"]
 keepalive_s = 15
 
 [http]
@@ -136,7 +136,7 @@ def test_every_key_of_the_file_is_read(tmp_path: Path) -> None:
     assert password is not None
     assert password.get_secret_value() == "s3cret-mqtt"
     assert (settings.mqtt.qos, settings.mqtt.persistent_session) == (0, False)
-    assert settings.mqtt.shared_group == "edgemons"
+    assert settings.mqtt.devices == ("kitchen", "hall")
     assert settings.http.address == ("::1", 9999)
     secret = settings.http.resolve_basic_auth_password()
     assert secret is not None

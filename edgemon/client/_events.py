@@ -104,7 +104,7 @@ class _Stream:
         return float(self.base + Fraction(self.frames * 1000, fmt.rate))
 
 
-def _number(name: str, value: object, low: float, high: float, *, open_low: bool) -> float:
+def _checked_number(name: str, value: object, low: float, high: float, *, open_low: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         # ValueError, not TypeError: one error type for every bad argument (the contract's).
         raise ValueError(f"{name} must be a number, not {value!r}")  # noqa: TRY004
@@ -131,7 +131,7 @@ def check_format(value: AudioFormat | str | None) -> AudioFormat | None:
 
 def check_t_ms(t_ms: float) -> float:
     """The clock's reading as a wire time (finite, 0 ≤ t ≤ 2**53)."""
-    return _number("t_ms (from the clock)", t_ms, 0.0, MAX_TIME_MS, open_low=False)
+    return _checked_number("t_ms (from the clock)", t_ms, 0.0, MAX_TIME_MS, open_low=False)
 
 
 def _pcm(
@@ -192,9 +192,6 @@ class Streams:
         #: The format of `pcm_bytes` when neither `start()` nor the chunk names one.
         self.audio_format = audio_format
 
-    def __len__(self) -> int:
-        return len(self._live)
-
     def start(
         self,
         stream: str,
@@ -210,11 +207,13 @@ class Streams:
         fmt = check_format(audio_format)
         event: Event = {"type": "start", "stream": stream, "t_ms": t_ms}
         if play_start_ms is not None:
-            event["play_start_ms"] = _number(
+            event["play_start_ms"] = _checked_number(
                 "play_start_ms", play_start_ms, 0.0, MAX_TIME_MS, open_low=False
             )
         if margin_ms is not None:
-            event["margin_ms"] = _number("margin_ms", margin_ms, 0.0, MAX_MARGIN_MS, open_low=False)
+            event["margin_ms"] = _checked_number(
+                "margin_ms", margin_ms, 0.0, MAX_MARGIN_MS, open_low=False
+            )
         if player is not None:
             if player not in PLAYERS:
                 raise ValueError(f"player must be 'conceal' or 'rebuffer', not {player!r}")
@@ -247,11 +246,15 @@ class Streams:
         check_stream_id(stream)
         if type(final) is not bool:
             raise ValueError(f"final must be True or False, not {final!r}")
-        eta = None if eta_ms is None else _number("eta_ms", eta_ms, 0, MAX_ETA_MS, open_low=False)
+        eta = (
+            None
+            if eta_ms is None
+            else _checked_number("eta_ms", eta_ms, 0, MAX_ETA_MS, open_low=False)
+        )
         play_start = (
             None
             if play_start_ms is None
-            else _number("play_start_ms", play_start_ms, 0.0, MAX_TIME_MS, open_low=False)
+            else _checked_number("play_start_ms", play_start_ms, 0.0, MAX_TIME_MS, open_low=False)
         )
         override = check_format(audio_format)
         if (audio_ms is None) == (pcm_bytes is None):
@@ -259,7 +262,7 @@ class Streams:
         ms_given = (
             None
             if audio_ms is None
-            else _number("audio_ms", audio_ms, 0.0, MAX_AUDIO_MS, open_low=True)
+            else _checked_number("audio_ms", audio_ms, 0.0, MAX_AUDIO_MS, open_low=True)
         )
         state = self._live.get(stream)
         if state is None:

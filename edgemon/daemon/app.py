@@ -128,9 +128,11 @@ class Daemon:
             ),
             log=self.log,
         )
+        owned = settings.mqtt.devices
         self.publisher = ThrottlePublisher(
-            self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle
-        )
+            self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle,
+            devices=None if owned is None else frozenset(owned),
+        )  # fmt: skip
         #: Notices that the process stood still (SIGSTOP, a VM pause): `_on_stall`.
         self.stalls = StallGuard(self.clock, self._on_stall)
         self.scheduler = Scheduler(

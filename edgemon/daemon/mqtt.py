@@ -1,9 +1,13 @@
-"""The MQTT link (aiomqtt 2.x): one broker session at a time, re-established forever.
+"""The MQTT link: one broker session at a time, re-established forever.
+
+Built on asyncio's public transport API (`loop.create_connection`, an `asyncio.Protocol`, TLS
+by the `ssl` module) and a small codec of the packets edgemon uses (`mqtt_codec`), not on an
+MQTT client library: see the README's "The MQTT link" for why.
 
 - Client id fixed, persistent session (clean session off, MQTT 3.1.1) so the broker queues
   what devices send while edgemon is away; the last will is the retained `offline` status.
 - On every connect: retained `online` status, then subscribe `P/+/events` and `P/+/engine`
-  (as `$share/<group>/...` when a shared group is configured), then messages flow.
+  (with `[mqtt] devices`, each listed device's two topics only), then messages flow.
 - A lost session is re-established with jittered exponential backoff capped at 30 s; nothing
   of the engine's state is touched.
 - Incoming messages are applied as they are read and acknowledged once durable (`intake`):
@@ -15,20 +19,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import aiomqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-
+from edgemon.daemon import mqtt_codec as codec
 from edgemon.daemon.intake import PENDING_BYTES, PENDING_MESSAGES, Intake
+from edgemon.daemon.mqtt_codec import Connack, ConnectRequest, Will
+from edgemon.daemon.mqtt_session import Session, SessionLostError
 from edgemon.daemon.publisher import PublishError
 from edgemon.settings import ConfigError
+
+#: A device's two topics edgemon reads.
+KINDS = ("events", "engine")
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -37,7 +43,11 @@ if TYPE_CHECKING:
     from edgemon.settings import MqttSettings
     from edgemon.wire.topics import Topics
 
+T = TypeVar("T")
+
 PUBLISH_TIMEOUT_S = 5.0
+#: TCP connect, TLS handshake and CONNACK, at most.
+CONNECT_TIMEOUT_S = 10.0
 #: MQTT 5: QoS 1 messages the broker may have out to edgemon unacknowledged at once.
 RECEIVE_MAXIMUM = 256
 #: A session that lasted less than this is not proof that the broker is reachable for good:
@@ -84,10 +94,12 @@ def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
     return context
 
 
-def subscriptions(topics: Topics, *, shared_group: str | None) -> list[str]:
-    """The topic filters to subscribe to."""
-    share = "" if shared_group is None else f"$share/{shared_group}/"
-    return [share + topic for topic in topics.subscriptions]
+def subscriptions(topics: Topics, *, devices: tuple[str, ...] | None) -> list[str]:
+    """The topic filters to subscribe to: every device's (`P/+/events`, `P/+/engine`), or
+    with `devices` only theirs (`P/<device>/events`, `P/<device>/engine`)."""
+    if devices is None:
+        return list(topics.subscriptions)
+    return [topics.prefix + f"/{device}/{kind}" for device in devices for kind in KINDS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +136,10 @@ class MqttLink:
     ) -> None:
         self._settings = settings
         self._status_topic = topics.status(settings.client_id)
-        self._filters = subscriptions(topics, shared_group=settings.shared_group)
+        self._filters = subscriptions(topics, devices=settings.devices)
+        #: With a device list: the wildcard filters an earlier configuration of this persistent
+        #: session may have left on the broker, dropped on every connect.
+        self._stale = [] if settings.devices is None else list(topics.subscriptions)
         self.connection = connection
         self._on_subscribed = hooks.on_subscribed
         self._on_connected = hooks.on_connected
@@ -133,54 +148,55 @@ class MqttLink:
         self._log = log
         self._backoff = backoff or Backoff()
         self._connected = asyncio.Event()
-        #: Set when the current session ends: publishes waiting for an ack give up at once.
-        self._lost = asyncio.Event()
-        self._client: aiomqtt.Client | None = None
+        self._session: Session | None = None
         self.intake = Intake(
-            hooks.on_message, when_durable=hooks.when_durable, pending_limits=pending_limits
-        )
+            hooks.on_message, when_durable=hooks.when_durable, pending_limits=pending_limits,
+            topics=None if settings.devices is None else frozenset(self._filters),
+        )  # fmt: skip
         self._sessions = 0
         #: Sessions in a row that the broker ended soon after they began.
         self._short_sessions = 0
 
-    def _new_client(self) -> aiomqtt.Client:
+    async def _connect(self) -> Session:
+        """A new connection, CONNECT sent and CONNACK accepted; SessionLostError (or OSError, for
+        TCP and TLS) if not."""
         settings = self._settings
         broker = settings.broker
-        password = settings.resolve_password()
-        client = aiomqtt.Client(
-            broker.host,
-            broker.port,
-            identifier=settings.client_id,
-            username=settings.username,
-            password=None if password is None else password.get_secret_value(),
-            keepalive=settings.keepalive_s,
-            # A throttle object must not wait behind the PUBACK just written for the chunk
-            # that caused it: Nagle's algorithm would hold it for the broker's delayed ACK,
-            # about 40 ms (measured by benchmarks/ingest.py).
-            socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),),
-            **session_options(settings),
-            will=aiomqtt.Will(
-                self._status_topic, self._status_payload("offline"), qos=1, retain=True
-            ),
-            tls_context=tls_context(settings),
-            timeout=10,
-        )
-        paho_client = client._client  # noqa: SLF001 - aiomqtt 2 exposes no message callback
-        # Every message goes straight to the intake, which acknowledges it once applied and
-        # durable; a crash before that leaves it unacknowledged, and the broker delivers it
-        # again. Set before connecting: a persistent session's queue comes right after CONNACK.
-        self.intake.attach(paho_client)
-        connected = paho_client.on_connect
-        assert connected is not None  # aiomqtt's
+        request = connect_request(settings, self._status_payload("offline"), self._status_topic)
+        persistent = settings.persistent_session
 
-        def on_connect(*args: Any) -> None:
-            # args: client, userdata, flags, reason code, properties (paho's VERSION2)
-            if not args[3].is_failure:
-                self._on_connected()  # before the first message of the session is read
-            connected(*args)
+        def accepted(session: Session, _connack: Connack) -> None:
+            # Before the first message of the session is handled: a persistent session's
+            # queue comes right after CONNACK.
+            self._on_connected()
+            self.intake.begin(session, persistent=persistent)
 
-        paho_client.on_connect = on_connect
-        return client
+        session = Session(
+            self.intake, version=request.version, keepalive_s=request.keepalive_s,
+            on_accepted=accepted,
+        )  # fmt: skip
+        context = tls_context(settings)
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await loop.create_connection(
+                    lambda: session, broker.host, broker.port, ssl=context,
+                    server_hostname=broker.host if context is not None else None,
+                )  # fmt: skip
+                session.write(codec.connect(request))
+                connack = await session.connack
+        except TimeoutError:
+            session.fail(SessionLostError("no CONNACK in time"))
+            waited = f"{CONNECT_TIMEOUT_S:g} s"
+            raise SessionLostError(f"no answer from the broker within {waited}") from None
+        except BaseException:
+            session.fail(SessionLostError("connection abandoned"))
+            raise
+        if connack.refused:
+            session.fail(SessionLostError("refused"))
+            text = codec.reason_text(connack.code, version=request.version)
+            raise SessionLostError(f"connection refused: {text}", reason=connack.code)
+        return session
 
     # ------------------------------------------------------------------ out
     async def wait_connected(self) -> None:
@@ -190,48 +206,45 @@ class MqttLink:
     async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool) -> None:
         """Publish now; PublishError when there is no session, it is lost meanwhile, or the
         broker does not acknowledge in time (the caller sends again on the next session)."""
-        client = self._client
-        if client is None or not self._connected.is_set():
+        session = self._session
+        if session is None or not self._connected.is_set():
             raise PublishError("not connected")
-        sending = asyncio.ensure_future(
-            client.publish(topic, payload, qos=qos, retain=retain, timeout=PUBLISH_TIMEOUT_S)
-        )
-        lost = asyncio.ensure_future(self._lost.wait())
         try:
-            await asyncio.wait((sending, lost), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            lost.cancel()
-            if not sending.done():
-                sending.cancel()
-        if not sending.done() or sending.cancelled():  # cancelled just now, or before
-            raise PublishError("session lost before the broker acknowledged")
-        error = sending.exception()
-        if error is not None:
-            raise PublishError(str(error)) from error
+            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
+                code = await session.publish(topic, payload, qos=qos, retain=retain)
+        except TimeoutError:
+            raise PublishError("the broker did not acknowledge in time") from None
+        except SessionLostError as exc:
+            raise PublishError(f"session lost before the broker acknowledged ({exc})") from exc
+        if code >= 0x80:
+            raise PublishError(f"refused: {codec.reason_text(code, version=codec.V5)}")
 
     # ------------------------------------------------------------------ in
     async def run(self, stop: asyncio.Event, farewell: Callable[[], Awaitable[None]]) -> None:
         """Keep a session up until `stop`; then await `farewell()` while still connected.
 
         This is the `mqtt-ingest` task: it returns after a clean disconnect once `stop` is
-        set (the farewell is skipped when no session is up at that moment).
+        set (the farewell is skipped when no session is up at that moment). A connection
+        attempt under way when `stop` comes is abandoned at once.
         """
         persistent = self._settings.persistent_session
         while not stop.is_set():
-            # A fresh client per session: aiomqtt 2.5 does not reset its connection future
-            # after an unexpected disconnect, so a reused client can report "connected"
-            # before the broker's CONNACK. The password file is read again on each attempt.
             began: float | None = None
             try:
-                self._client = client = self._new_client()
-                async with client:
-                    began = time.monotonic()
-                    await self._session(client, stop, farewell)
+                session = await _unless_stopped(self._connect(), stop)
+                if session is None:
+                    return
+                self._session = session
+                began = time.monotonic()
+                try:
+                    await self._session_up(session, stop, farewell)
+                finally:
+                    await session.close()
             except ConfigError as exc:
                 # A password file missing or empty right now (being rotated, say): a failed
                 # attempt like any other, tried again after the backoff.
                 self._log.warning("mqtt_credentials_unreadable", problems=list(exc.problems))
-            except aiomqtt.MqttError as exc:
+            except (SessionLostError, OSError) as exc:
                 self._log.warning(
                     "mqtt_disconnected" if self._sessions else "mqtt_connect_failed",
                     broker=self._settings.url,
@@ -240,6 +253,7 @@ class MqttLink:
                 if began is not None:
                     self._session_lost(time.monotonic() - began, exc)
             finally:
+                self._session = None
                 self.intake.end(persistent=persistent)
                 self._down()
             if stop.is_set():
@@ -252,7 +266,7 @@ class MqttLink:
             except TimeoutError:
                 pass
 
-    def _session_lost(self, lasted_s: float, error: aiomqtt.MqttError) -> None:
+    def _session_lost(self, lasted_s: float, error: Exception) -> None:
         """A session the broker ended: a stable one resets the backoff; a run of short ones
         is what two instances sharing a client id do to each other, and is reported."""
         if lasted_s >= STABLE_SESSION_S:
@@ -260,7 +274,7 @@ class MqttLink:
             self._backoff.reset()
             return
         self._short_sessions += 1
-        taken_over = getattr(error, "rc", None) == SESSION_TAKEN_OVER
+        taken_over = getattr(error, "reason", None) == SESSION_TAKEN_OVER
         if taken_over or self._short_sessions >= TAKEOVER_STREAK:
             self._log.error(
                 "mqtt_session_taken_over",
@@ -274,28 +288,26 @@ class MqttLink:
                 fix="give every edgemon instance its own [mqtt] client_id",
             )
 
-    async def _session(
-        self,
-        client: aiomqtt.Client,
-        stop: asyncio.Event,
-        farewell: Callable[[], Awaitable[None]],
+    async def _session_up(
+        self, session: Session, stop: asyncio.Event, farewell: Callable[[], Awaitable[None]]
     ) -> None:
         self._sessions += 1
         if self._sessions > 1:
             self.connection.reconnects += 1
         self.connection.connected = True
-        self._lost.clear()
         self._connected.set()
-        disconnected = client._disconnected  # noqa: SLF001 - aiomqtt's end-of-session future
-
-        def fail(exc: BaseException) -> None:
-            if not disconnected.done():
-                disconnected.set_exception(exc)
-
-        self.intake.begin(fail, persistent=self._settings.persistent_session)
-        await client.publish(self._status_topic, self._status_payload("online"), qos=1, retain=True)
+        await _or_ended(
+            session.publish(self._status_topic, self._status_payload("online"), qos=1, retain=True),
+            session,
+        )
+        if self._stale:
+            await _or_ended(session.unsubscribe(self._stale), session)
         qos = self._settings.qos
-        await client.subscribe([(topic, qos) for topic in self._filters])
+        granted = await _or_ended(session.subscribe([(t, qos) for t in self._filters]), session)
+        refused = [f for f, code in zip(self._filters, granted, strict=False) if code >= 0x80]
+        if refused or len(granted) != len(self._filters):
+            what = refused or self._filters
+            raise SessionLostError(f"subscription refused by the broker: {what}")
         self.connection.subscribed = True
         if self._sessions == 1:
             self._backoff.reset()
@@ -303,46 +315,73 @@ class MqttLink:
         self._on_subscribed()
         stopped = asyncio.ensure_future(stop.wait())
         try:
-            await asyncio.wait((disconnected, stopped), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((session.ended, stopped), return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
-        if disconnected.done():
-            error = disconnected.exception()
-            raise aiomqtt.MqttError("disconnected") if error is None else _as_mqtt_error(error)
+        if session.ended.done():
+            raise _lost(session.ended.result())
         self.connection.subscribed = False  # intake stops here: no more messages are taken
-        await self.intake.settle()  # what was applied is durable and acknowledged
+        await self.intake.drain()  # what was applied is durable and acknowledged
         await farewell()
 
     def _down(self) -> None:
         self._connected.clear()
-        self._lost.set()
         self.connection.connected = False
         self.connection.subscribed = False
         self._on_disconnected()
 
 
-def _as_mqtt_error(error: BaseException) -> aiomqtt.MqttError:
-    if isinstance(error, aiomqtt.MqttError):
+async def _unless_stopped(connecting: Awaitable[Session], stop: asyncio.Event) -> Session | None:
+    """The session `connecting` brings up, or None if `stop` comes first (then abandoned)."""
+    attempt = asyncio.ensure_future(connecting)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((attempt, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if attempt.done():
+        return attempt.result()
+    attempt.cancel()
+    with contextlib.suppress(asyncio.CancelledError, SessionLostError, OSError):
+        await attempt
+    return None
+
+
+async def _or_ended(step: Awaitable[T], session: Session) -> T:
+    """`step`'s result, or the session's end as an exception if that comes first."""
+    doing = asyncio.ensure_future(step)
+    try:
+        await asyncio.wait((doing, session.ended), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not doing.done():
+            doing.cancel()
+    if doing.done() and not doing.cancelled():
+        return doing.result()
+    raise _lost(session.ended.result())
+
+
+def _lost(error: BaseException | None) -> SessionLostError:
+    if isinstance(error, SessionLostError):
         return error
-    return aiomqtt.MqttError(f"connection lost ({error!r})")
+    return SessionLostError("disconnected" if error is None else f"connection lost ({error!r})")
 
 
-def session_options(settings: MqttSettings) -> dict[str, Any]:
-    """How the broker keeps our session: clean session off on 3.1.1; on MQTT 5, no clean
-    start and a session expiry (0 when the session is not meant to persist)."""
-    if settings.protocol == "5":
-        properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-        properties.SessionExpiryInterval = (
-            settings.session_expiry_s if settings.persistent_session else 0
-        )
+def connect_request(settings: MqttSettings, offline: bytes, status_topic: str) -> ConnectRequest:
+    """CONNECT for `settings`: the retained `offline` status as the will; how the broker keeps
+    our session: clean session off on 3.1.1; on MQTT 5, no clean start and a session expiry
+    (0 when the session is not meant to persist) and a Receive Maximum."""
+    password = settings.resolve_password()
+    v5 = settings.protocol == "5"
+    persistent = settings.persistent_session
+    return ConnectRequest(
+        client_id=settings.client_id,
+        keepalive_s=settings.keepalive_s,
+        clean=not persistent,
+        version=codec.V5 if v5 else codec.V311,
+        username=settings.username,
+        password=None if password is None else password.get_secret_value().encode(),
+        will=Will(status_topic, offline, qos=1, retain=True),
+        session_expiry_s=settings.session_expiry_s if persistent else 0,
         # Flow control: at most this many unacknowledged QoS 1 messages out to us at once.
-        properties.ReceiveMaximum = RECEIVE_MAXIMUM
-        return {
-            "protocol": aiomqtt.ProtocolVersion.V5,
-            "clean_start": not settings.persistent_session,
-            "properties": properties,
-        }
-    return {
-        "protocol": aiomqtt.ProtocolVersion.V311,
-        "clean_session": not settings.persistent_session,
-    }
+        receive_maximum=RECEIVE_MAXIMUM if v5 else None,
+    )

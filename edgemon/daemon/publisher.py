@@ -84,6 +84,7 @@ class ThrottlePublisher:
     """Turns throttle changes into retained messages and sends them in order per device."""
 
     __slots__ = (
+        "_devices",
         "_idle",
         "_outbox",
         "_retry_s",
@@ -103,8 +104,11 @@ class ThrottlePublisher:
         seq: SeqSource,
         topic: TopicFor,
         retry_s: float = 0.2,
+        devices: frozenset[str] | None = None,
     ) -> None:
         self._sink = sink
+        #: The devices this instance owns (`[mqtt] devices`); None: every device.
+        self._devices = devices
         self._seq = seq
         self._topic = topic
         self._outbox: dict[str, bytes] = {}
@@ -117,7 +121,11 @@ class ThrottlePublisher:
         self.published = 0
 
     def submit(self, change: ThrottleChanged) -> None:
-        """Queue one change (never blocks); a pending older object of the device is replaced."""
+        """Queue one change (never blocks); a pending older object of the device is replaced.
+        A device this instance does not own (state restored from an earlier configuration)
+        gets nothing: its owner publishes its throttle."""
+        if self._devices is not None and change.device not in self._devices:
+            return
         topic = self._topic(change.device)
         self._outbox.pop(topic, None)
         self._outbox[topic] = throttle_payload(change, self._seq.next(change.device))

@@ -8,8 +8,9 @@ decided from the two counts once per instant, after every change at that instant
 
 This module applies events and brings streams to an instant; the other concerns are base
 classes of `Device`, each in its module: the timer heap (`timers`), the throttle
-(`throttle`), streams coming and going (`lifecycle`, `tombstones`), late delivery
-(`lateness`), samples (`sampling`) and restoring from a snapshot (`restore`).
+(`throttle`), streams coming and going (`lifecycle`), late delivery (`lateness`) and
+restoring from a snapshot (`restore`). The removed stream ids (`tombstones`) and the sampling
+period (`sampling`) are parts the device holds, each with its own state.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from edgemon.engine.headroom import INF
 from edgemon.engine.lateness import LateDelivery
 from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.restore import Restore
-from edgemon.engine.sampling import Sampling
+from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
 from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase
 from edgemon.engine.throttle import Throttle
-from edgemon.engine.timers import TimerHeap
+from edgemon.engine.timers import SAMPLE, TimerHeap
 from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.views import LiveIndex
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling, Restore):
+class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = ()
@@ -54,7 +57,7 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
             trust=config.slack.clock == "trust", window_ms=config.slack.clock_window_ms
         )
         self.streams = {}
-        self.tombstones = {}
+        self.tombstones = Tombstones()
         self.timers = []
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
         self._compact_above = 64
@@ -63,33 +66,79 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Tombstones, Sampling,
         self._risk_count = 0
         self._unsafe_count = 0
         self.dirty = False
-        self.decision_pending = False
         self.throttle_on = False
         self.throttle_since = 0.0
         self.gap_ewma = None
         self.engine_info = None
         self.base_margin = config.slack.default_margin_ms
         self.stats = DeviceStats()
-        self.sample_every_ms = sample_every_ms
-        self._sample_due = INF
-        self.wall_due = INF
-        self.forget_due = INF
+        self.sampler = Sampler(sample_every_ms)
         self.last_message_wall_ms = 0.0
 
     # ------------------------------------------------------------------ queries
     @property
     def margin(self) -> float:
         """The margin of this device's streams that did not ask for their own."""
-        override = self.override
-        if override is not None and override.margin_ms is not None:
-            return override.margin_ms
-        return self.base_margin
+        return self._margin_for(None)
 
     def live_streams(self) -> list[Stream]:
         """Streams that have audio and await a next chunk."""
         return [s for s in self.streams.values() if s.phase is Phase.LIVE]
 
+    # ------------------------------------------------------------------ samples
+    def _ensure_sampling(self, at: float) -> None:
+        due = self.sampler.start(at)
+        if due is not None:
+            self._push(due, 1, SAMPLE)
+
+    def _sample(self, now: float, out: list[Output]) -> None:
+        due = self.sampler.sample(self.id, self.live_streams(), now, out)
+        if due is not None:
+            self._push(due, 1, SAMPLE)
+
     # ------------------------------------------------------------------ events
+    def receive(self, events: Sequence[Event], recv_ms: float, out: list[Output]) -> list[str]:
+        """One message's valid events, received at wall time `recv_ms`: each event's
+        `result` label. They take effect at one device instant: the device's clock at
+        receipt (never behind what the device reported), after every timer due strictly
+        before it."""
+        clock = self.clock
+        if not all(clock.admits(recv_ms, event.t_ms) for event in events):
+            return self._receive_admitted(events, recv_ms, out)
+        at = clock.floor_ms
+        latest = self.event_time
+        for event in events:
+            clock.observe(recv_ms, event.t_ms)
+            if event.t_ms > latest:
+                latest = event.t_ms
+        if latest > at:
+            at = latest  # a device's clock is never behind what it reported
+        now = clock.now(recv_ms)
+        if now > at:
+            at = now
+        if self.timers and self.timers[0][0] < at:
+            self.catch_up(at, out)
+        clock.reach(at, recv_ms)
+        if len(events) == 1:
+            results = [self.apply(events[0], at, out)]
+        else:
+            results = [self.apply(event, at, out) for event in events]
+        if latest > self.event_time:
+            self.event_time = latest
+            if self.provisional:
+                self.pass_event_time(at, out)
+        self.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
+        return results
+
+    def _receive_admitted(
+        self, events: Sequence[Event], recv_ms: float, out: list[Output]
+    ) -> list[str]:
+        """The rare path: some events claim a time far ahead of the device's clock."""
+        admitted = [e for e in events if self.clock.admits(recv_ms, e.t_ms)]
+        results = iter(self.receive(admitted, recv_ms, out) if admitted else [])
+        kept = {id(e) for e in admitted}
+        return [next(results) if id(e) in kept else "clock_jump" for e in events]
+
     def apply(self, event: Event, at: float, out: list[Output]) -> str:
         """Apply one validated event at device instant `at`; return its `result` label."""
         if type(event) is ChunkEvent:

@@ -27,6 +27,21 @@ if TYPE_CHECKING:
     from edgemon.engine.tts import TtsEngineInfo
 
 
+class _Booking:
+    """The engine's own bookkeeping of one device: its entries in the engine's queues."""
+
+    __slots__ = ("decision_pending", "device", "forget_due", "wall_due")
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        #: When its next timer falls due (wall ms): the live entry of the timer queue.
+        self.wall_due = INF
+        #: When it is forgotten if it stays idle (wall ms): the live entry of the idle queue.
+        self.forget_due = INF
+        #: Changed by messages: its throttle decision waits for `advance`.
+        self.decision_pending = False
+
+
 class Engine:
     """Devices by id, and a queue of when each device's next timer falls due on the wall clock.
 
@@ -49,15 +64,15 @@ class Engine:
 
     def __init__(self, config: EngineConfig, *, sample_every_ms: float | None = None) -> None:
         self._config = config
-        self._devices: dict[str, Device] = {}
-        self._queue: list[tuple[float, int, Device]] = []
+        self._devices: dict[str, _Booking] = {}
+        self._queue: list[tuple[float, int, _Booking]] = []
         #: When idle devices are forgotten (reliability.md device lifecycle), on the wall clock.
-        self._idle: list[tuple[float, int, Device]] = []
+        self._idle: list[tuple[float, int, _Booking]] = []
         #: Input interrupted now; and until when (wall) late chunks may still come after it.
         self._input_down = False
         self._patient_wall = -INF
         #: Devices changed by messages whose throttle decision waits for `advance`.
-        self._pending: list[Device] = []
+        self._pending: list[_Booking] = []
         self._tiebreak = count()
         self._sample_every_ms = sample_every_ms
 
@@ -68,109 +83,80 @@ class Engine:
 
     def devices(self) -> Iterator[Device]:
         """Every device known now (read-only use: views and metrics)."""
-        return iter(self._devices.values())
+        return (book.device for book in self._devices.values())
 
     def device(self, device_id: str) -> Device | None:
         """One device, if known now."""
-        return self._devices.get(device_id)
+        book = self._devices.get(device_id)
+        return None if book is None else book.device
 
-    def _device_for(self, device_id: str) -> Device | None:
-        device = self._devices.get(device_id)
-        if device is None:
+    def _device_for(self, device_id: str) -> _Booking | None:
+        book = self._devices.get(device_id)
+        if book is None:
             if len(self._devices) >= self._config.limits.max_devices:
                 return None
             device = Device(device_id, self._config, sample_every_ms=self._sample_every_ms)
             device.confirm_held = self._input_down
             device.patient_wall = self._patient_wall
-            self._devices[device_id] = device
-        return device
+            book = self._devices[device_id] = _Booking(device)
+        return book
 
     # ------------------------------------------------------------------ input
-    def apply(  # noqa: C901 - the hot path, inlined on purpose
+    def apply(
         self, device_id: str, events: Sequence[Event], recv_ms: float, out: list[Output]
     ) -> list[str]:
         """Apply one message's valid events, received at wall time `recv_ms`.
 
         Returns each event's `result` label. The events take effect at one device instant:
-        the device's clock at receipt, after every timer due strictly before it.
+        the device's clock at receipt, after every timer due strictly before it
+        (`Device.receive`).
         """
-        device = self._devices.get(device_id) or self._device_for(device_id)
-        if device is None:
+        book = self._devices.get(device_id) or self._device_for(device_id)
+        if book is None:
             return ["device_limit"] * len(events)
+        device = book.device
         device.last_message_wall_ms = recv_ms
-        clock = device.clock
-        if not all(clock.admits(recv_ms, event.t_ms) for event in events):
-            return self._apply_admitted(device, events, recv_ms, out)
-        at = clock.floor_ms
-        latest = device.event_time
-        for event in events:
-            clock.observe(recv_ms, event.t_ms)
-            if event.t_ms > latest:
-                latest = event.t_ms
-        if latest > at:
-            at = latest  # a device's clock is never behind what it reported
-        now = clock.now(recv_ms)
-        if now > at:
-            at = now
-        if device.timers and device.timers[0][0] < at:
-            device.catch_up(at, out)
-        clock.reach(at, recv_ms)
-        if len(events) == 1:
-            results = [device.apply(events[0], at, out)]
-        else:
-            results = [device.apply(event, at, out) for event in events]
-        if latest > device.event_time:
-            device.event_time = latest
-            if device.provisional:
-                device.pass_event_time(at, out)
-        device.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
-        if device.dirty and not device.decision_pending:
-            device.decision_pending = True
-            self._pending.append(device)
-        self._schedule(device)
+        results = device.receive(events, recv_ms, out)
+        if device.dirty and not book.decision_pending:
+            book.decision_pending = True
+            self._pending.append(book)
+        self._schedule(book)
         return results
-
-    def _apply_admitted(
-        self, device: Device, events: Sequence[Event], recv_ms: float, out: list[Output]
-    ) -> list[str]:
-        """The rare path: some events claim a time far ahead of the device's clock."""
-        admitted = [e for e in events if device.clock.admits(recv_ms, e.t_ms)]
-        results = iter(self.apply(device.id, admitted, recv_ms, out) if admitted else [])
-        kept = {id(e) for e in admitted}
-        return [next(results) if id(e) in kept else "clock_jump" for e in events]
 
     def apply_engine_info(
         self, device_id: str, info: TtsEngineInfo, recv_ms: float, out: list[Output]
     ) -> str:
         """Take a device's engine object; its margin applies from the device's current instant."""
-        device = self._device_for(device_id)
-        if device is None:
+        book = self._device_for(device_id)
+        if book is None:
             return "device_limit"
+        device = book.device
         device.last_message_wall_ms = recv_ms
         at = device.clock.now(recv_ms)
         device.catch_up(at, out)
         device.clock.reach(at, recv_ms)
         device.set_engine_info(info, at)
-        self._settle_later(device)
-        self._schedule(device)
+        self._decide_later(book)
+        self._schedule(book)
         return "accepted"
 
     def reconfigure(self, config: EngineConfig, wall_ms: float, out: list[Output]) -> None:
         """Adopt a reloaded configuration (margins, overrides, policy) keeping all streams."""
         self._config = config
-        for device in self._devices.values():
+        for book in self._devices.values():
+            device = book.device
             at = device.clock.now(wall_ms)
             device.catch_up(at, out)
             device.clock.reach(at, wall_ms)
             device.reconfigure(config, at)
-            self._settle_later(device)
-            self._schedule(device)
+            self._decide_later(book)
+            self._schedule(book)
 
     def input_lost(self) -> None:
         """edgemon's input is interrupted (broker unreachable): no late chunk can arrive, so
         no provisional underrun is confirmed for want of one until `input_restored`."""
         self._input_down = True
-        for device in self._devices.values():
+        for device in self.devices():
             device.hold_confirmations()
 
     def input_restored(self, wall_ms: float) -> None:
@@ -178,13 +164,14 @@ class Engine:
         for devices known and for devices first heard of in the backlog."""
         self._input_down = False
         self._patient_wall = wall_ms + self._config.slack.allowed_lateness_ms
-        for device in self._devices.values():
+        for book in self._devices.values():
+            device = book.device
             device.resume_confirmations(device.clock.now(wall_ms), wall_ms)
-            self._schedule(device)
+            self._schedule(book)
 
     def release_all(self, wall_ms: float, out: list[Output]) -> None:
         """Turn every device's throttle off now (a clean stop must leave no engine held back)."""
-        for device in self._devices.values():
+        for device in self.devices():
             device.release(device.clock.now(wall_ms), out)
 
     # ------------------------------------------------------------------ snapshots
@@ -197,9 +184,9 @@ class Engine:
         """An engine continuing from a snapshot, at wall time `wall_ms` (SnapshotError if bad)."""
         engine = cls(config)
         for device in snapshot.restore_devices(data, config, wall_ms):
-            engine._devices[device.id] = device
-            engine._settle_later(device)
-            engine._schedule(device)
+            book = engine._devices[device.id] = _Booking(device)
+            engine._decide_later(book)
+            engine._schedule(book)
         return engine
 
     # ------------------------------------------------------------------ time
@@ -210,57 +197,58 @@ class Engine:
         still has messages received at `wall_ms` to apply first.
         """
         if self._pending:
-            self._settle(wall_ms, out, inclusive=inclusive)
+            self._decide_pending(wall_ms, out, inclusive=inclusive)
         queue = self._queue
         while queue and (queue[0][0] <= wall_ms if inclusive else queue[0][0] < wall_ms):
-            due, _, device = heappop(queue)
-            if due != device.wall_due:
+            due, _, book = heappop(queue)
+            if due != book.wall_due:
                 continue  # superseded by an earlier entry
-            device.wall_due = INF
+            book.wall_due = INF
+            device = book.device
             instant = device.next_timer()
             if instant != INF:
                 top = device.clock.to_wall(instant)
                 if top <= wall_ms if inclusive else top < wall_ms:
                     device.fire(out)
-            self._schedule(device)
+            self._schedule(book)
         idle = self._idle
         while idle and (idle[0][0] <= wall_ms if inclusive else idle[0][0] < wall_ms):
-            due, _, device = heappop(idle)
-            if due == device.forget_due:
-                device.forget_due = INF  # `_schedule` arms it again if it stays known
-                if self._idle_device(device):
-                    self._forget(device, wall_ms, out)
+            due, _, book = heappop(idle)
+            if due == book.forget_due:
+                book.forget_due = INF  # `_schedule` arms it again if it stays known
+                if self._idle_device(book):
+                    self._forget(book, wall_ms, out)
 
-    def _settle_later(self, device: Device) -> None:
-        if device.dirty and not device.decision_pending:
-            device.decision_pending = True
-            self._pending.append(device)
+    def _decide_later(self, book: _Booking) -> None:
+        if book.device.dirty and not book.decision_pending:
+            book.decision_pending = True
+            self._pending.append(book)
 
-    def _settle(self, wall_ms: float, out: list[Output], *, inclusive: bool) -> None:
+    def _decide_pending(self, wall_ms: float, out: list[Output], *, inclusive: bool) -> None:
         """Throttle decisions for the instants of messages applied by now."""
-        waiting: list[Device] = []
-        for device in self._pending:
-            when = device.clock.floor_wall_ms
+        waiting: list[_Booking] = []
+        for book in self._pending:
+            when = book.device.clock.floor_wall_ms
             if when <= wall_ms if inclusive else when < wall_ms:
-                device.decision_pending = False
-                device.settle(out)
-                self._schedule(device)
+                book.decision_pending = False
+                book.device.decide_now(out)
+                self._schedule(book)
             else:
-                waiting.append(device)
+                waiting.append(book)
         self._pending = waiting
 
     def next_deadline(self) -> float | None:
         """Wall time of the earliest pending timer (−inf: due now), or None if there is none."""
         if self._pending:
-            return min(device.clock.floor_wall_ms for device in self._pending)
+            return min(book.device.clock.floor_wall_ms for book in self._pending)
         queue = self._queue
         while queue and queue[0][0] != queue[0][2].wall_due:
             heappop(queue)
         idle = self._idle
         while idle and not (idle[0][0] == idle[0][2].forget_due and self._idle_device(idle[0][2])):
-            due, _, device = heappop(idle)
-            if device.forget_due == due:
-                device.forget_due = INF  # busy again: `_schedule` arms it when idle
+            due, _, book = heappop(idle)
+            if book.forget_due == due:
+                book.forget_due = INF  # busy again: `_schedule` arms it when idle
         if queue and idle:
             return min(queue[0][0], idle[0][0])
         if queue or idle:
@@ -279,31 +267,34 @@ class Engine:
             return idle[0][0]
         return due
 
-    def _schedule(self, device: Device) -> None:
+    def _schedule(self, book: _Booking) -> None:
+        device = book.device
         instant = device.next_timer()
         if instant != INF:
             due = device.clock.to_wall(instant)
-            if due < device.wall_due:
-                device.wall_due = due
-                heappush(self._queue, (due, next(self._tiebreak), device))
+            if due < book.wall_due:
+                book.wall_due = due
+                heappush(self._queue, (due, next(self._tiebreak), book))
         if not device.streams and not device.throttle_on:
             forget = device.last_message_wall_ms + self._config.limits.device_idle_ms
-            if forget != device.forget_due:
-                device.forget_due = forget
-                heappush(self._idle, (forget, next(self._tiebreak), device))
+            if forget != book.forget_due:
+                book.forget_due = forget
+                heappush(self._idle, (forget, next(self._tiebreak), book))
 
-    def _idle_device(self, device: Device) -> bool:
+    def _idle_device(self, book: _Booking) -> bool:
         """Known, and with no stream, no throttle, no decision pending: forgettable once idle."""
+        device = book.device
         return (
-            self._devices.get(device.id) is device
+            self._devices.get(device.id) is book
             and not device.streams
             and not device.throttle_on
-            and not device.decision_pending
+            and not book.decision_pending
         )
 
-    def _forget(self, device: Device, wall_ms: float, out: list[Output]) -> None:
+    def _forget(self, book: _Booking, wall_ms: float, out: list[Output]) -> None:
         """Drop an idle device: its state, hence its series and its snapshot entry
         (docs/reliability.md)."""
+        device = book.device
         del self._devices[device.id]
-        device.wall_due = math.nan  # its entries in the timer queue are stale from now on
+        book.wall_due = math.nan  # its entries in the timer queue are stale from now on
         out.append(DeviceForgotten(device.id, device.clock.now(wall_ms), wall_ms, device.stats))

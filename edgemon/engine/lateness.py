@@ -36,8 +36,9 @@ if TYPE_CHECKING:
     from edgemon.engine.stream import Stream
 
 
-class Lateness:
-    """When a stream's provisional underrun at `u` is confirmed for want of late chunks."""
+class ConfirmDeadline:
+    """The confirmation deadline of a stream's provisional underrun at `u`: when it is
+    confirmed for want of late chunks."""
 
     __slots__ = ("stream", "u")
 
@@ -67,7 +68,7 @@ class LateDelivery(DeviceState):
         ) -> None: ...
 
         def _push(
-            self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd
+            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
         ) -> None: ...
 
         def _chunk(
@@ -136,7 +137,10 @@ class LateDelivery(DeviceState):
 
     def _hold_due(self, held: Held) -> float:
         """When the hole before the lowest held chunk is declared a gap."""
-        due = held.first_arrival() + self.config.slack.allowed_lateness_ms
+        return self._patient(held.first_arrival() + self.config.slack.allowed_lateness_ms)
+
+    def _patient(self, due: float) -> float:
+        """`due`, but not before the wait restarted after an interruption has run out."""
         patient = self.patient_wall - self.clock.offset_ms
         return due if due > patient else patient
 
@@ -149,11 +153,7 @@ class LateDelivery(DeviceState):
                 held.drain()
                 break
             self._chunk(pair[0], at, out, in_order=True, floor=pair[1])
-        if not len(held):
-            stream.held = None
-            self._recheck(stream, at, out)
-        else:
-            self._push(self._hold_due(held), -1, HoldEnd(stream))
+        self._held_left(stream, held, at, out)
 
     def _expire_held(self, stream: Stream, now: float, out: list[Output]) -> None:
         """Holes whose next chunk has waited `allowed_lateness_ms` are gaps: apply on."""
@@ -168,6 +168,11 @@ class LateDelivery(DeviceState):
                 break
             while (follows := held.take(stream.last_seq + 1)) is not None:
                 self._chunk(follows[0], now, out, in_order=True, floor=follows[1])
+        self._held_left(stream, held, now, out)
+
+    def _held_left(self, stream: Stream, held: Held, now: float, out: list[Output]) -> None:
+        """After applying held chunks: none left, the stream's underrun may be confirmed now;
+        else the wait for the lowest one left is armed."""
         if not len(held):
             stream.held = None
             self._recheck(stream, now, out)
@@ -197,13 +202,11 @@ class LateDelivery(DeviceState):
             out.append(UnderrunBegan(self.id, stream.id, u))
         self.provisional[stream.id] = stream
         if not self._recheck(stream, now, out):
-            self._push(self._lateness_due(u), 0, Lateness(stream, u))
+            self._push(self._lateness_due(u), 0, ConfirmDeadline(stream, u))
 
     def _lateness_due(self, u: float) -> float:
         """When a provisional underrun at `u` stops waiting for late chunks."""
-        due = u + self.config.slack.allowed_lateness_ms
-        patient = self.patient_wall - self.clock.offset_ms
-        return due if due > patient else patient
+        return self._patient(u + self.config.slack.allowed_lateness_ms)
 
     def _recheck(self, stream: Stream, now: float, out: list[Output]) -> bool:
         """Confirm a provisional underrun whose instant the device's time has passed."""
@@ -254,12 +257,12 @@ class LateDelivery(DeviceState):
         self.patient_wall = wall_ms + lateness
         for stream in self.provisional.values():
             assert stream.underrun_since is not None
-            self._push(now + lateness, 0, Lateness(stream, stream.underrun_since))
+            self._push(now + lateness, 0, ConfirmDeadline(stream, stream.underrun_since))
         for stream in self.streams.values():
             if stream.held is not None:
                 self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
 
-    def _timer(self, what: Lateness | HoldEnd, now: float, out: list[Output]) -> None:
+    def _timer(self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]) -> None:
         stream = what.stream
         if self.streams.get(stream.id) is not stream:
             return
@@ -276,6 +279,6 @@ class LateDelivery(DeviceState):
         elif stream.underrun_provisional and stream.underrun_since == what.u:
             due = self._lateness_due(what.u)
             if due > now:  # the wait moved (a clock offset or a reload changed it)
-                self._push(due, 0, Lateness(stream, what.u))
+                self._push(due, 0, ConfirmDeadline(stream, what.u))
             elif stream.held is None:  # else confirmed once its held chunks are applied
                 self._confirm(stream, now, out)

@@ -31,14 +31,13 @@ class Lifecycle(DeviceState):
         def _margin_for(self, from_start: float | None) -> float: ...
         def _confirm(self, stream: Stream, now: float, out: list[Output]) -> None: ...
         def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None: ...
-        def _bury(self, stream_id: str, now: float) -> None: ...
 
     def _new_stream(
         self, stream_id: str, t_ms: float, *, start: StartEvent | None
     ) -> Stream | None:
         if len(self.streams) >= self.config.limits.max_streams_per_device:
             return None
-        self.tombstones.pop(stream_id, None)
+        self.tombstones.unbury(stream_id)
         override = self.override
         player = (override.player if override else None) or (start.player if start else None)
         from_start = start.margin_ms if start else None
@@ -78,7 +77,11 @@ class Lifecycle(DeviceState):
         stream.due = math.nan  # its timer entries are stale from now on
         del self.streams[stream.id]
         self.live_index.note(stream)
-        self._bury(stream.id, now)
+        config = self.config
+        self.tombstones.bury(
+            stream.id, now, keep_ms=config.slack.stream_idle_timeout_ms,
+            cap=4 * config.limits.max_streams_per_device,
+        )  # fmt: skip
         self.stats.finished[fold_reason(reason)] += 1
         out.append(
             StreamEnded(

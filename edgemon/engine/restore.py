@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgemon.engine.lateness import HoldEnd, Lateness
+from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
 from edgemon.engine.state import DeviceState
 from edgemon.engine.stream import Phase
 from edgemon.engine.timers import MIN_ON
@@ -30,7 +30,7 @@ class Restore(DeviceState):
         def _lateness_due(self, u: float) -> float: ...
         def _hold_due(self, held: Held) -> float: ...
         def _push(
-            self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd
+            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
         ) -> None: ...
         def _refresh(
             self, stream: Stream, now: float, out: list[Output], *, timer: bool = False
@@ -47,7 +47,7 @@ class Restore(DeviceState):
         if stream.underrun_provisional and stream.underrun_since is not None:
             self.provisional[stream.id] = stream
             u = stream.underrun_since
-            self._push(self._lateness_due(u), 0, Lateness(stream, u))
+            self._push(self._lateness_due(u), 0, ConfirmDeadline(stream, u))
         if stream.held is not None:
             self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
 

@@ -12,41 +12,48 @@ from typing import TYPE_CHECKING
 
 from edgemon.engine.headroom import INF
 from edgemon.engine.outputs import StreamSample
-from edgemon.engine.state import DeviceState
-from edgemon.engine.timers import SAMPLE
 
 if TYPE_CHECKING:
-    from edgemon.engine.lateness import HoldEnd, Lateness
+    from collections.abc import Iterable
+
     from edgemon.engine.outputs import Output
     from edgemon.engine.stream import Stream
 
 
-class Sampling(DeviceState):
-    """The part of a `Device` that samples its live streams (a base class of `Device`)."""
+class Sampler:
+    """When a device samples its live streams next: a part a `Device` holds, owning its
+    period and its next instant. The device puts the instants it returns in its timer heap."""
 
-    __slots__ = ()
+    __slots__ = ("due", "every_ms")
 
-    if TYPE_CHECKING:
+    def __init__(self, every_ms: float | None) -> None:
+        #: The period (None: no samples).
+        self.every_ms = every_ms
+        #: The next sampling instant (device clock), INF while none is armed.
+        self.due = INF
 
-        def live_streams(self) -> list[Stream]: ...
-        def _push(
-            self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd
-        ) -> None: ...
+    def start(self, at: float) -> float | None:
+        """A stream went live at `at`: the first sampling instant to arm (on the period's
+        grid), or None if sampling is off or already armed."""
+        every = self.every_ms
+        if every is None or self.due != INF:
+            return None
+        self.due = math.ceil(at / every) * every
+        return self.due
 
-    def _ensure_sampling(self, at: float) -> None:
-        every = self.sample_every_ms
-        if every is None or self._sample_due != INF:
-            return
-        self._sample_due = math.ceil(at / every) * every
-        self._push(self._sample_due, 1, SAMPLE)
-
-    def _sample(self, now: float, out: list[Output]) -> None:
-        self._sample_due = INF
-        for stream in self.live_streams():
+    def sample(
+        self, device_id: str, live: Iterable[Stream], now: float, out: list[Output]
+    ) -> float | None:
+        """Sample the `live` streams at `now`; the next instant to arm, or None when there
+        are none left to sample (sampling starts again with the next live stream)."""
+        self.due = INF
+        sampled = False
+        for stream in live:
+            sampled = True
             head = stream.headroom_at(now)
             out.append(
                 StreamSample(
-                    device=self.id,
+                    device=device_id,
                     stream=stream.id,
                     t_ms=now,
                     slack_ms=stream.slack_at(now),
@@ -55,8 +62,9 @@ class Sampling(DeviceState):
                     at_risk=head < stream.margin,
                 )
             )
-        if self.live and self.sample_every_ms is not None:
-            due = now + self.sample_every_ms
-            # A period below the float resolution at `now` must still move time on.
-            self._sample_due = due if due > now else math.nextafter(now, INF)
-            self._push(self._sample_due, 1, SAMPLE)
+        if not sampled or self.every_ms is None:
+            return None
+        due = now + self.every_ms
+        # A period below the float resolution at `now` must still move time on.
+        self.due = due if due > now else math.nextafter(now, INF)
+        return self.due

@@ -22,6 +22,7 @@ from edgemon.engine.headroom import INF
 from edgemon.engine.kv import KVVerdict
 from edgemon.engine.reorder import Held
 from edgemon.engine.stream import Phase, Stream
+from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.tts import TtsEngineInfo
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
             "finished": dict(stats.finished),
             **{name: _histogram(getattr(stats, name)) for name in _HISTOGRAMS},
         },
-        "tombstones": dict(device.tombstones),  # a copy: serialised off the event loop
+        "tombstones": device.tombstones.as_dict(),  # a copy: serialised off the event loop
         "streams": [_stream(stream) for stream in device.streams.values()],
     }
 
@@ -179,7 +180,7 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
             resumed,
         )
     _restore_stats(device, item["stats"])
-    device.tombstones = {str(k): float(v) for k, v in item["tombstones"].items()}
+    device.tombstones = Tombstones({str(k): float(v) for k, v in item["tombstones"].items()})
     for fields in item["streams"]:
         _restore_stream(device, fields, resumed)
     device.restore_timers(resumed)

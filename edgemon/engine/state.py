@@ -1,9 +1,10 @@
 """The fields of one device, declared once for every part of `edgemon.engine.device.Device`.
 
 `Device` is put together from base classes, one per concern (timers, throttle, lifecycle,
-tombstones, late delivery, samples, restore), which all read and write the same state. They
-derive from `DeviceState`, which holds every slot, so the device stays one slotted object
-(only one base may add slots) and each part is type-checked against the same fields.
+late delivery, restore), which all read and write the same state. They derive from
+`DeviceState`, which holds every slot, so the device stays one slotted object (only one base
+may add slots) and each part is type-checked against the same fields. The tombstones and the
+sampler are parts the device holds instead, each owning its own fields.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from edgemon.engine.clock import DeviceClock
     from edgemon.engine.config import DeviceOverride, EngineConfig
+    from edgemon.engine.sampling import Sampler
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
     from edgemon.engine.timers import Timer
+    from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
     from edgemon.engine.views import LiveIndex
 
@@ -27,17 +30,14 @@ class DeviceState:
         "_compact_above",
         "_next_timer_id",
         "_risk_count",
-        "_sample_due",
         "_unsafe_count",
         "base_margin",
         "clock",
         "config",
         "confirm_held",
-        "decision_pending",
         "dirty",
         "engine_info",
         "event_time",
-        "forget_due",
         "gap_ewma",
         "horizon",
         "id",
@@ -48,14 +48,13 @@ class DeviceState:
         "override",
         "patient_wall",
         "provisional",
-        "sample_every_ms",
+        "sampler",
         "stats",
         "streams",
         "throttle_on",
         "throttle_since",
         "timers",
         "tombstones",
-        "wall_due",
     )
 
     id: str
@@ -64,7 +63,7 @@ class DeviceState:
     clock: DeviceClock
     streams: dict[str, Stream]
     #: Recently removed stream ids and when: late redeliveries must not resurrect them.
-    tombstones: dict[str, float]
+    tombstones: Tombstones
     timers: list[Timer]
     #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
     live_index: LiveIndex
@@ -76,18 +75,14 @@ class DeviceState:
     _unsafe_count: int
     #: Something changed that the throttle decision of the current instant must see.
     dirty: bool
-    decision_pending: bool
     throttle_on: bool
     throttle_since: float
     gap_ewma: float | None
     engine_info: TtsEngineInfo | None
     base_margin: float
     stats: DeviceStats
-    sample_every_ms: float | None
-    _sample_due: float
-    #: This device's entries in the engine's queue of timers and of idle devices (wall ms).
-    wall_due: float
-    forget_due: float
+    sampler: Sampler
+    #: When the last message of the device was received (wall ms).
     last_message_wall_ms: float
     # Late delivery (`edgemon.engine.lateness`, which documents them).
     event_time: float

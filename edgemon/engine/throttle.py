@@ -15,7 +15,7 @@ from edgemon.engine.state import DeviceState
 from edgemon.engine.timers import MIN_ON
 
 if TYPE_CHECKING:
-    from edgemon.engine.lateness import HoldEnd, Lateness
+    from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
     from edgemon.engine.outputs import Output
     from edgemon.engine.stream import Stream
 
@@ -34,13 +34,8 @@ class Throttle(DeviceState):
         def margin(self) -> float: ...
         def live_streams(self) -> list[Stream]: ...
         def _push(
-            self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd
+            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
         ) -> None: ...
-
-    @property
-    def at_risk_count(self) -> int:
-        """Live streams at risk just after the device's current instant."""
-        return self._risk_count
 
     def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None:
         if risk != stream.risk:

@@ -1,7 +1,7 @@
 """A device's timers: one heap on the device's clock, and firing it in time order.
 
 Each entry is `(instant, priority, id, what)`: a stream (its next crossing, expiry or
-completion), a late-delivery wait (`Lateness`, `HoldEnd`), the end of the throttle's minimum
+completion), a late-delivery wait (`ConfirmDeadline`, `HoldEnd`), the end of the throttle's minimum
 on-time or a sample. At equal instants priority -1 (held chunks: messages) comes first, then 0
 (timers), then 1 (samples); the throttle is decided once, after every change at the instant.
 A stream's superseded entries stay in the heap, stale, until they surface or a compaction.
@@ -17,14 +17,14 @@ from edgemon.engine.state import DeviceState
 from edgemon.engine.stream import Stream
 
 if TYPE_CHECKING:
-    from edgemon.engine.lateness import HoldEnd, Lateness
+    from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
     from edgemon.engine.outputs import Output
 
 #: Timer kinds besides streams and late-delivery waits.
 MIN_ON: Final = "min_on"
 SAMPLE: Final = "sample"
 
-Timer = tuple[float, int, int, "Stream | str | Lateness | HoldEnd"]
+Timer = tuple[float, int, int, "Stream | str | ConfirmDeadline | HoldEnd"]
 
 
 class TimerHeap(DeviceState):
@@ -36,7 +36,9 @@ class TimerHeap(DeviceState):
 
         def advance_horizon(self, reached: float, wall_ms: float) -> None: ...
         def _wake(self, stream: Stream, now: float, out: list[Output]) -> None: ...
-        def _timer(self, what: Lateness | HoldEnd, now: float, out: list[Output]) -> None: ...
+        def _timer(
+            self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]
+        ) -> None: ...
         def _decide_throttle(self, now: float, out: list[Output]) -> None: ...
         def _sample(self, now: float, out: list[Output]) -> None: ...
 
@@ -84,7 +86,7 @@ class TimerHeap(DeviceState):
             self._sample(instant, out)
         return instant
 
-    def settle(self, out: list[Output]) -> None:
+    def decide_now(self, out: list[Output]) -> None:
         """Decide the throttle at the current instant, once its messages have all been applied."""
         instant = self.clock.floor_ms
         if self.timers and self.timers[0][0] <= instant:
@@ -92,7 +94,9 @@ class TimerHeap(DeviceState):
         elif self.dirty:
             self._decide_throttle(instant, out)
 
-    def _push(self, due: float, priority: int, what: Stream | str | Lateness | HoldEnd) -> None:
+    def _push(
+        self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
+    ) -> None:
         self._next_timer_id += 1
         timers = self.timers
         heappush(timers, (due, priority, self._next_timer_id, what))

@@ -7,22 +7,37 @@ few ids per allowed stream, the oldest dropped first.
 
 from __future__ import annotations
 
-from edgemon.engine.state import DeviceState
 
+class Tombstones:
+    """A device's removed stream ids and when each was removed (device-clock ms), oldest
+    first. A part a `Device` holds; it owns its one field."""
 
-class Tombstones(DeviceState):
-    """The part of a `Device` that remembers removed stream ids (a base class of `Device`)."""
+    __slots__ = ("_removed",)
 
-    __slots__ = ()
+    def __init__(self, removed: dict[str, float] | None = None) -> None:
+        self._removed: dict[str, float] = {} if removed is None else dict(removed)
 
-    def _bury(self, stream_id: str, now: float) -> None:
-        """Remember a removed id for one idle timeout, at most a few per allowed stream."""
-        tombstones = self.tombstones
-        tombstones[stream_id] = now
-        horizon = now - self.config.slack.stream_idle_timeout_ms
-        cap = 4 * self.config.limits.max_streams_per_device
-        while tombstones:
-            oldest, when = next(iter(tombstones.items()))
-            if when >= horizon and len(tombstones) <= cap:
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._removed
+
+    def __len__(self) -> int:
+        return len(self._removed)
+
+    def bury(self, stream_id: str, now: float, *, keep_ms: float, cap: int) -> None:
+        """Remember a removed id for `keep_ms`, at most `cap` ids (the oldest go first)."""
+        removed = self._removed
+        removed[stream_id] = now
+        horizon = now - keep_ms
+        while removed:
+            oldest, when = next(iter(removed.items()))
+            if when >= horizon and len(removed) <= cap:
                 break
-            del tombstones[oldest]
+            del removed[oldest]
+
+    def unbury(self, stream_id: str) -> None:
+        """The id is a live stream again (a new `start`, or a chunk with `seq` 0)."""
+        self._removed.pop(stream_id, None)
+
+    def as_dict(self) -> dict[str, float]:
+        """A copy, id → removal instant, oldest first (for snapshots)."""
+        return dict(self._removed)

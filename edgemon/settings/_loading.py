@@ -247,7 +247,7 @@ def _describe(
     elif kind == "value_error" and cause is not None:
         message = str(cause)
     elif kind in _MESSAGES:
-        message = _MESSAGES[kind].format(**{key: _number(val) for key, val in ctx.items()})
+        message = _MESSAGES[kind].format(**{key: _whole_as_int(val) for key, val in ctx.items()})
     else:
         message = error["msg"]
     value = error.get("input")
@@ -290,5 +290,6 @@ def _contains(data: Mapping[str, Any], loc: Sequence[str | int]) -> bool:
     return True
 
 
-def _number(value: object) -> object:
+def _whole_as_int(value: object) -> object:
+    """A whole float as an int (a limit of 5.0 reads "5"), anything else as it is."""
     return int(value) if isinstance(value, float) and value.is_integer() else value

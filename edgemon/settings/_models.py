@@ -132,8 +132,9 @@ class MqttSettings(_Section):
     topic_prefix: str = "edgemon/v1"
     qos: int = 1
     persistent_session: bool = True
-    #: Subscribe as `$share/<group>/...` so several instances split the devices.
-    shared_group: Annotated[str, Field(pattern=DEVICE_ID_PATTERN)] | None = None
+    #: The devices this instance owns (static partitioning): it subscribes to their topics
+    #: only and never publishes a throttle for another. None: every device under the prefix.
+    devices: Annotated[tuple[DeviceId, ...], Field(min_length=1)] | None = None
     keepalive_s: Annotated[int, Field(ge=1, le=65535)] = 30
     #: How often the retained `online` status is republished (a gate counts an instance not
     #: heard from for 3 heartbeats as offline).
@@ -176,6 +177,8 @@ class MqttSettings(_Section):
         has_password = self.password is not None or self.password_file is not None
         if has_password and self.username is None:
             problems.append(("username", "must be set when a password is"))
+        if self.devices is not None and len(set(self.devices)) != len(self.devices):
+            problems.append(("devices", "a device is listed twice"))
         if self.protocol == "5" and self.broker.embedded:
             problems.append(("protocol", "the embedded broker speaks MQTT 3.1.1 only"))
         if problems:

@@ -63,7 +63,7 @@ class _Device(NamedTuple):
 
 
 # ---------------------------------------------------------------------- reading
-def _number(obj: Mapping[str, Any], key: str) -> float | None:
+def _optional_number(obj: Mapping[str, Any], key: str) -> float | None:
     value = obj.get(key)
     if value is None:
         return None
@@ -79,14 +79,14 @@ def _read_stream(device: str, obj: Any) -> _Stream:
         device=device,
         stream=str(obj.get("stream", "?")),
         phase=str(obj.get("phase", "live")),
-        slack_ms=_number(obj, "slack_ms"),
-        eta_ms=_number(obj, "eta_ms"),
-        headroom_ms=_number(obj, "headroom_ms"),
-        margin_ms=_number(obj, "margin_ms") or 0.0,
+        slack_ms=_optional_number(obj, "slack_ms"),
+        eta_ms=_optional_number(obj, "eta_ms"),
+        headroom_ms=_optional_number(obj, "headroom_ms"),
+        margin_ms=_optional_number(obj, "margin_ms") or 0.0,
         at_risk=obj.get("at_risk") is True,
         in_underrun=obj.get("in_underrun") is True,
-        chunks=int(_number(obj, "chunks") or 0),
-        underruns=int(_number(obj, "underruns") or 0),
+        chunks=int(_optional_number(obj, "chunks") or 0),
+        underruns=int(_optional_number(obj, "underruns") or 0),
     )
 
 
@@ -98,14 +98,14 @@ def _read_device(obj: Any) -> _Device:
     if not isinstance(streams, list):
         raise ViewError(f"`streams` of {name} is not a list")
     throttle = obj.get("throttle") is True
-    since, now = _number(obj, "throttle_since_ms"), _number(obj, "t_ms")
+    since, now = _optional_number(obj, "throttle_since_ms"), _optional_number(obj, "t_ms")
     return _Device(
         device=name,
         throttle=throttle,
         throttle_for_ms=None if not throttle or since is None or now is None else now - since,
-        margin_ms=_number(obj, "margin_ms") or 0.0,
-        at_risk=int(_number(obj, "streams_at_risk") or 0),
-        min_headroom_ms=_number(obj, "min_headroom_ms"),
+        margin_ms=_optional_number(obj, "margin_ms") or 0.0,
+        at_risk=int(_optional_number(obj, "streams_at_risk") or 0),
+        min_headroom_ms=_optional_number(obj, "min_headroom_ms"),
         streams=[_read_stream(name, stream) for stream in streams],
     )
 

@@ -120,7 +120,7 @@ class _DriftingScheduler(Scheduler):  # type: ignore[misc]  # vLLM is untyped fo
         return super().schedule(*args, **kwargs)
 
 
-class _DriftingEdgemon(EdgemonScheduler, _DriftingScheduler):  # type: ignore[misc]
+class _DriftingEdgemon(EdgemonScheduler, _DriftingScheduler):
     """edgemon's scheduler on that vLLM."""
 
 

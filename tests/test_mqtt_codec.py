@@ -1,0 +1,157 @@
+"""The MQTT codec of the daemon's link, against byte strings written out from the standards
+(MQTT 3.1.1 and 5), and the session's keep-alive against a broker that records the wire."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import structlog
+
+from edgemon.adapters.state import ConnectionState
+from edgemon.daemon import mqtt_codec as codec
+from edgemon.daemon.mqtt import LinkHooks, MqttLink
+from edgemon.settings import MqttSettings
+from edgemon.wire.topics import Topics
+
+from daemons import logged
+from fake_broker import PINGREQ, FakeBroker
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+
+def test_connect_3_1_1_with_will_and_credentials() -> None:
+    """CONNECT, 3.1.1: protocol name and level 4, flags (user name, password, will retain,
+    will QoS 1, will, clean session off), keep-alive, then the payload fields in order."""
+    request = codec.ConnectRequest(
+        client_id="id", keepalive_s=30, clean=False, username="u", password=b"p",
+        will=codec.Will("w", b"off", qos=1, retain=True),
+    )  # fmt: skip
+    body = (
+        b"\x00\x04MQTT\x04" + bytes((0x80 | 0x40 | 0x20 | 0x08 | 0x04,)) + b"\x00\x1e"
+        + b"\x00\x02id" + b"\x00\x01w" + b"\x00\x03off" + b"\x00\x01u" + b"\x00\x01p"
+    )  # fmt: skip
+    assert codec.connect(request) == bytes((0x10, len(body))) + body
+
+
+def test_subscribe_publish_puback_bytes() -> None:
+    """SUBSCRIBE carries flags 0b0010 and each filter's QoS; PUBLISH QoS 1 retained carries
+    its packet id; v5 adds an empty property length; PUBACK is 0x40 0x02 and the id."""
+    assert (
+        codec.subscribe(7, [("a/+", 1)], version=codec.V311) == b"\x82\x08\x00\x07\x00\x03a/+\x01"
+    )
+    assert codec.subscribe(7, [("a", 0)], version=codec.V5) == b"\x82\x07\x00\x07\x00\x00\x01a\x00"
+    assert (
+        codec.publish("t", b"xy", qos=1, retain=True, mid=258, version=codec.V311)
+        == b"\x33\x07\x00\x01t\x01\x02xy"
+    )
+    assert (
+        codec.publish("t", b"", qos=0, retain=False, mid=0, version=codec.V5)
+        == b"\x30\x04\x00\x01t\x00"
+    )
+    assert codec.puback(0x1234) == b"\x40\x02\x12\x34"
+
+
+def test_split_waits_for_the_whole_packet() -> None:
+    """A packet is split only once all of it is there; a remaining length over several bytes
+    (321 = 0xC1 0x02) is read; five length bytes are a protocol error."""
+    packet = codec.publish("t", b"x" * 318, qos=0, retain=False, mid=0, version=codec.V311)
+    assert packet[1:3] == b"\xc1\x02"
+    for cut in range(len(packet)):
+        assert codec.split(packet[:cut], 0) is None
+    assert codec.split(b"??" + packet, 2) == (5, 5 + 321)
+    with pytest.raises(codec.ProtocolError):
+        codec.split(b"\x30\xff\xff\xff\xff\x01", 0)
+
+
+def test_decode_publish_and_acks() -> None:
+    """PUBLISH: QoS, DUP, id and payload; v5 properties are skipped; QoS 2 is refused. CONNACK
+    v5 properties are read (Server Keep Alive); a SUBACK's codes; a v5 DISCONNECT's reason."""
+    body = b"\x00\x03a/b\x00\x09" + b"\x03\x01\x01\x00" + b"pay"  # v5: a 3-byte property block
+    assert codec.decode_publish(0x3A, body, version=codec.V5) == ("a/b", b"pay", 1, True, 9)
+    assert codec.decode_publish(0x30, b"\x00\x01tp", version=codec.V311) == ("t", b"p", 0, False, 0)
+    with pytest.raises(codec.ProtocolError):
+        codec.decode_publish(0x34, b"\x00\x01t\x00\x01", version=codec.V311)
+    connack = codec.decode_connack(b"\x01\x00\x03\x13\x00\x05", version=codec.V5)
+    assert (connack.session_present, connack.refused) == (True, False)
+    assert connack.properties == {codec.SERVER_KEEP_ALIVE: 5}
+    assert codec.decode_connack(b"\x00\x05", version=codec.V311).refused
+    assert codec.decode_suback(b"\x00\x02\x01\x80", version=codec.V311) == (2, b"\x01\x80")
+    assert codec.decode_puback(b"\x00\x02") == (2, 0)
+    assert codec.decode_disconnect(b"\x8e\x00") == (142, {})
+    assert "session taken over" in codec.reason_text(142, version=codec.V5)
+    assert "not authorised" in codec.reason_text(5, version=codec.V311)
+
+
+@pytest.mark.asyncio
+async def test_an_idle_session_pings_the_broker() -> None:
+    """With a keep-alive of 1 s and nothing else to send, the link sends PINGREQ (the broker
+    would otherwise drop it after 1.5 keep-alives) and stays connected on the PINGRESPs."""
+    broker = FakeBroker()
+    settings = MqttSettings(url=f"mqtt://127.0.0.1:{broker.port}", client_id="idle", keepalive_s=1)
+    hooks = LinkHooks(on_message=lambda *_: None, status_payload=lambda state: state.encode())
+    link = MqttLink(
+        settings, topics=Topics(), connection=ConnectionState(), hooks=hooks,
+        log=structlog.get_logger("idle"),
+    )  # fmt: skip
+    stop = asyncio.Event()
+
+    async def farewell() -> None:
+        return None
+
+    task = asyncio.create_task(link.run(stop, farewell))
+    try:
+        async with asyncio.timeout(30):
+            while sum(p.kind == PINGREQ for p in list(broker.packets)) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert link.connection.subscribed
+        assert link.connection.reconnects == 0
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await task
+        broker.close()
+
+
+@pytest.mark.asyncio
+async def test_a_v5_takeover_is_reported_from_the_brokers_reason_code(
+    captured_logs: list[MutableMapping[str, Any]],
+) -> None:
+    """On MQTT 5 a broker may say why it ends a session (DISCONNECT, reason 142 "session
+    taken over"): the link reports the takeover at once, naming that cause, without waiting
+    for a streak of short sessions. (Mosquitto 2.0.11 closes without saying it, so a broker
+    that records the wire says it here.)"""
+    broker = FakeBroker()
+    settings = MqttSettings(
+        url=f"mqtt://127.0.0.1:{broker.port}", client_id="v5-twin", protocol="5"
+    )
+    hooks = LinkHooks(on_message=lambda *_: None, status_payload=lambda state: state.encode())
+    link = MqttLink(
+        settings, topics=Topics(), connection=ConnectionState(), hooks=hooks,
+        log=structlog.get_logger("edgemon"),
+    )  # fmt: skip
+    stop = asyncio.Event()
+
+    async def farewell() -> None:
+        return None
+
+    task = asyncio.create_task(link.run(stop, farewell))
+    try:
+        async with asyncio.timeout(30):
+            while not link.connection.subscribed:  # noqa: ASYNC110 - state set by the link
+                await asyncio.sleep(0.01)
+            broker.disconnect(142)
+            while not logged(captured_logs, "mqtt_session_taken_over"):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await task
+        broker.close()
+    report = logged(captured_logs, "mqtt_session_taken_over")[0]
+    assert report["cause"] == "the broker reported the session taken over"
+    assert report["sessions_lost"] == 1
+    (lost,) = logged(captured_logs, "mqtt_disconnected")
+    assert "session taken over (code 142)" in lost["error"]
