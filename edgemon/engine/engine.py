@@ -218,10 +218,11 @@ class Engine:
                 continue  # superseded by an earlier entry
             device.wall_due = INF
             instant = device.next_timer()
-            if instant != INF:
-                top = device.clock.to_wall(instant)
-                if top <= wall_ms if inclusive else top < wall_ms:
-                    device.fire(out)
+            # Fired only if the device's earliest timer is still due when its entry said: a
+            # message at the entry's instant may have moved it later, and then another
+            # device's earlier timer must fire first (outputs come in wall-time order).
+            if instant != INF and device.clock.to_wall(instant) <= due:
+                device.fire(out)
             self._schedule(device)
         idle = self._idle
         while idle and (idle[0][0] <= wall_ms if inclusive else idle[0][0] < wall_ms):
