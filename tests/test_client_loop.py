@@ -3,90 +3,27 @@ and a ThrottleGate following what that edgemon publishes."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-import sys
 import time
-import urllib.request
 from typing import TYPE_CHECKING
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.client import AudioFormat, GateState, Reporter, ThrottleGate
 
-from ports import end_process, free_port
+from processes import T, edgemon_run, get, poll
+from scrapes import samples as parsed_samples
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 pytestmark = pytest.mark.integration
-
-T = 30.0  # generous: a loaded machine
-
-
-@contextlib.contextmanager
-def edgemon_run(broker_port: int, tmp_path: Path) -> Iterator[int]:
-    """`edgemon run --broker ... --listen ...` as a process, ready; yields its HTTP port."""
-    http_port = free_port()
-    config = tmp_path / "edgemon.toml"
-    config.write_text(
-        '[mqtt]\nclient_id = "edgemon-loop"\n[log]\nformat = "json"\n'
-        f'[state]\ndir = "{tmp_path}"\n',
-        encoding="utf-8",
-    )
-    log = tmp_path / "edgemon.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "edgemon", "run", "--config", str(config),
-                "--broker", f"mqtt://127.0.0.1:{broker_port}",
-                "--listen", f"127.0.0.1:{http_port}",
-            ],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-    try:
-        if not poll(lambda: get(http_port, "/readyz") == 200 or process.poll() is not None):
-            pytest.fail(f"edgemon did not get ready; its log:\n{log.read_text()[-3000:]}")
-        assert process.poll() is None, log.read_text()[-3000:]
-        yield http_port
-    finally:
-        end_process(process)
-
-
-def get(port: int, path: str) -> int | str:
-    """The body of a 200 response (the status code of any other), or -1 when unreachable."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.read().decode() if path == "/metrics" else int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return -1
-
-
-def poll(check: Callable[[], bool], timeout: float = T) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def samples(port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     """Every sample called `name` on edgemon's /metrics, keyed by its sorted labels."""
     text = get(port, "/metrics")
     assert isinstance(text, str)
-    return {
-        tuple(sorted(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    }
+    return parsed_samples(text, name)
 
 
 def test_edgemon_counts_exactly_what_the_reporter_sent(
@@ -138,15 +75,23 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
 ) -> None:
     """A stream gets one 1.5 s chunk and nothing more: edgemon's deadline task throttles the
     device when its headroom falls below the margin (1.42 s later), and the gate says hold;
-    the stream's end releases it. Three rounds; the latency from the throttle object's `t_ms`
-    (the instant of the change, on this host's clock) to the gate seeing it is printed, with
-    edgemon's clock offset for the device, which is part of it."""
+    the stream's end releases it. Three rounds; the throttle object's `t_ms` is the crossing
+    instant edgemon computed on the device's clock, exactly the chunk's `t_ms` + 1,420 ms. The
+    latency from it to the gate seeing it is printed (with edgemon's clock offset for the
+    device, which is part of it), not judged: it is the load of this machine as much as
+    edgemon's."""
     host, port = mosquitto_broker
     url = f"mqtt://{host}:{port}"
     latencies, offsets = [], []
+    stamped: list[float] = []
+
+    def stamp() -> float:
+        stamped.append(time.time() * 1000.0)
+        return stamped[-1]
+
     with (
         edgemon_run(port, tmp_path) as http,
-        Reporter(url, "loop2", client_id="loop2-reporter") as reporter,
+        Reporter(url, "loop2", client_id="loop2-reporter", clock=stamp) as reporter,
         ThrottleGate(url, "loop2") as gate,
     ):
         assert gate.wait_until(lambda s: s.connected and s.edgemon_online, T)
@@ -155,13 +100,14 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
             stream = f"dry-{round_}"
             reporter.start(stream)
             reporter.chunk(stream, audio_ms=1_500, eta_ms=0)
-            sent = time.time() * 1000
+            chunk_t_ms = stamped[-1]  # the chunk's t_ms, as the Reporter stamped it
             assert gate.wait_until(held, T)
             state = gate.state
             seen_ms = (state.changed_at + time.time() - time.monotonic()) * 1000
             assert state.t_ms is not None
             assert state.streams == (stream,)
-            assert state.t_ms - sent == pytest.approx(1_420, abs=200)
+            # The crossing instant on the device's clock: 1,500 ms of audio, margin 80.
+            assert state.t_ms == pytest.approx(chunk_t_ms + 1_420, abs=1e-6)
             latencies.append(seen_ms - state.t_ms)
             offset = samples(http, "edgemon_device_clock_offset_seconds")[(("device", "loop2"),)]
             offsets.append(offset * 1000)
@@ -178,6 +124,5 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
         "| of which edgemon's device-clock offset, ms:",
         ", ".join(f"{ms:.1f}" for ms in offsets),
     )
-    assert max(latencies) < 2_000
     assert stats.holds == 3
     assert stats.max_hold_releases == 0

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
-from test_daemon_app import settings_for
 
 from edgemon.adapters.state import ConnectionState
 from edgemon.daemon import Daemon
@@ -18,6 +17,7 @@ from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.settings import MqttSettings
 from edgemon.wire.topics import Topics
 
+from clients import settings_for
 from daemons import logged, running
 
 if TYPE_CHECKING:

@@ -8,12 +8,12 @@ import json
 
 import aiomqtt
 import pytest
-from test_daemon_app import throttle_on_then_off, watching
 
 from edgemon.daemon.app import Daemon
 from edgemon.daemon.mqtt import RECEIVE_MAXIMUM, session_options
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
+from clients import throttle_on_then_off, watching
 from daemons import running
 
 pytestmark = pytest.mark.integration

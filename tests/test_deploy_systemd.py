@@ -19,6 +19,8 @@ from edgemon.daemon.app import SHUTDOWN_TIMEOUT_S, STATUS_EVERY_S
 from edgemon.daemon.systemd import Notifier
 from edgemon.settings import DEFAULT_CONFIG_PATH, StateSettings
 
+from tools import require_tool
+
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 UNIT = DEPLOY / "systemd" / "edgemon.service"
 INSTALL = DEPLOY / "install.sh"
@@ -153,9 +155,7 @@ def test_unit_runs_the_daemon_the_way_it_expects() -> None:
 # ------------------------------------------------------------------ install.sh
 def test_install_script_passes_shellcheck() -> None:
     """shellcheck finds nothing in install.sh."""
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (Debian package shellcheck)")
+    shellcheck = require_tool("shellcheck")
     result = subprocess.run(
         [shellcheck, str(INSTALL)], capture_output=True, text=True, timeout=60, check=False
     )

@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import time
 import urllib.parse
@@ -43,6 +42,7 @@ import aiomqtt
 import pytest
 
 from ports import MosquittoServer, Servers, TcpProxy, free_port, get_json, reachable
+from tools import require_tool, tool_path
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FLEET = ROOT / "deploy" / "fleet"
 BOXES_DASHBOARD = ROOT / "dashboards" / "edgemon-boxes.json"
 PROGRAMS = {
-    name: shutil.which(name) or f"/usr/bin/{name}"
+    name: tool_path(name)
     for name in ("prometheus", "victoria-metrics", "vmalert", "prometheus-alertmanager")
 }
 
@@ -215,9 +215,7 @@ def start_box(
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """The three boxes and the central store, running; everything ended afterwards."""
-    missing = [name for name, path in PROGRAMS.items() if not os.access(path, os.X_OK)]
-    if missing:
-        pytest.skip(f"not installed: {missing} (Debian victoria-metrics, prometheus-alertmanager)")
+    require_tool(*PROGRAMS, "mosquitto")
     root = tmp_path_factory.mktemp("fleet")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
     servers = Servers(root, env)

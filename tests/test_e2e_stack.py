@@ -18,9 +18,7 @@ the overloaded device and not for the healthy one.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,13 +26,14 @@ from pathlib import Path
 import pytest
 
 from ports import Servers, free_port, get_json, reachable
+from tools import require_tool, tool_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "edgemon.rules.yml"
 DASHBOARDS = [ROOT / "dashboards" / name for name in ("edgemon-fleet.json", "edgemon-device.json")]
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMETHEUS = tool_path("prometheus")
 
 HEALTHY, OVERLOADED = "sim-0", "sim-1"
 FOR_IN_TEST = "5s"
@@ -118,8 +117,7 @@ def test_stack_dashboards_rules_and_underrun_alert(
     """With real Mosquitto, edgemon, simulator and Prometheus: every dashboard expression
     returns data, every rule has health `ok`, EdgemonUnderruns fires for the overloaded
     device and not for the healthy one (which has had no underrun)."""
-    if not os.access(PROMETHEUS, os.X_OK):
-        pytest.skip("prometheus is not installed (Debian package prometheus)")
+    require_tool("prometheus")
     _, broker_port = mosquitto_broker
     edgemon_port, prometheus_port = free_port(), free_port()
     config = tmp_path / "edgemon.toml"

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_daemon_app import device, now_ms, sample, scrape, settings_for, watching
 
 from edgemon.adapters.metrics import KNOWN_RESULTS
 from edgemon.daemon import Daemon
@@ -28,15 +27,17 @@ from edgemon.engine.outputs import StreamEnded, ThrottleChanged, UnderrunBegan
 from edgemon.engine.stream import Phase
 from edgemon.monitor import Monitor
 
-from daemons import logged, running
+from clients import device, now_ms, scrape, settings_for, watching
+from daemons import logged, rejections, running
+from scrapes import sample
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Mapping, MutableMapping
-
-    from test_daemon_app import Watcher
+    from collections.abc import AsyncIterator, MutableMapping
 
     from edgemon.engine.device import Device
     from edgemon.engine.outputs import Output
+
+    from clients import Watcher
 
 P = "edgemon/v1"
 YEAR_MS = 365 * 86_400_000.0
@@ -56,20 +57,6 @@ REJECTIONS = (
 
 
 # ------------------------------------------------------------------ helpers
-def rejections(
-    logs: Iterable[Mapping[str, Any]], device_id: str | None = None, reason: str | None = None
-) -> list[tuple[float, Mapping[str, Any]]]:
-    """`(monotonic s, line)` of each captured `message_rejected` line, optionally of one
-    device and reason."""
-    return [
-        (line["monotonic_s"], line)
-        for line in logs
-        if line["event"] == "message_rejected"
-        and (device_id is None or line["device"] == device_id)
-        and (reason is None or line["reason"] == reason)
-    ]
-
-
 def ev(kind: str, stream: str, t: float | None = None, **extra: Any) -> dict[str, Any]:
     """An event at wall time now (or `t`)."""
     return {"type": kind, "stream": stream, "t_ms": now_ms() if t is None else t} | extra
