@@ -47,3 +47,12 @@ def samples_by_label_text(text: str, name: str) -> dict[str, float]:
         for s in family.samples
         if s.name == name
     }
+
+
+def series_names(text: str) -> list[tuple[str, dict[str, str]]]:
+    """(name, labels) of every sample on the page, in order."""
+    return [
+        (s.name, dict(s.labels))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]

@@ -29,7 +29,7 @@ from edgemon.monitor import Monitor
 
 from clients import device, now_ms, scrape, settings_for, watching
 from daemons import logged, rejections, running
-from scrapes import sample
+from scrapes import sample, series_names
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, MutableMapping
@@ -434,20 +434,27 @@ async def test_a_burst_of_bad_messages_is_logged_once_per_second(
             await client.publish(f"{P}/noisy/events", b"{not json", qos=0)
         await client.publish(f"{P}/noisy/events", b"[]", qos=0)  # another reason
         await client.publish(f"{P}/other/events", b"{not json", qos=0)  # another device
-        await until_counted(daemon, Counter(invalid_json=51, invalid_event=1))
+        await until_counted(daemon, Counter(invalid_json=51, invalid_event=1), within_s=30)
         burst_s = time.monotonic() - started
-        assert burst_s < 1.0, f"the burst took {burst_s:.2f} s: cannot judge the rate limit"
+        if burst_s >= 1.0:  # the window may have ended within the burst: nothing to judge
+            pytest.skip(f"the machine did not keep up: the burst took {burst_s:.2f} s, not < 1 s")
         lines = rejections(captured_logs, "noisy", "invalid_json")
         assert len(lines) == 1
         assert lines[0][1]["suppressed"] == 0
         assert len(rejections(captured_logs, "noisy", "invalid_event")) == 1
         assert len(rejections(captured_logs, "other", "invalid_json")) == 1
-        await asyncio.sleep(max(0.0, lines[0][0] + 1.02 - time.monotonic()))
-        await client.publish(f"{P}/noisy/events", b"{not json", qos=1)
-        await until_counted(daemon, Counter(invalid_json=52))
+        # One more bad message every 50 ms until the key's next line comes (its second).
+        sent = 50
+        async with asyncio.timeout(30):
+            while len(rejections(captured_logs, "noisy", "invalid_json")) < 2:
+                await client.publish(f"{P}/noisy/events", b"{not json", qos=1)
+                sent += 1
+                await until_counted(daemon, Counter(invalid_json=sent + 1), within_s=30)
+                await asyncio.sleep(0.05)
         lines = rejections(captured_logs, "noisy", "invalid_json")
         assert len(lines) == 2
-        assert lines[1][1]["suppressed"] == 49
+        assert lines[1][1]["suppressed"] == sent - 2  # all but the two logged
+        assert sent - 2 >= 49
         assert lines[1][0] - lines[0][0] >= 1.0
 
 
@@ -457,7 +464,9 @@ async def test_absurd_engine_geometry_does_not_break_metrics(
     mosquitto_broker: tuple[str, int],
 ) -> None:
     """An engine object with a geometry far beyond any real model (integers of hundreds of
-    digits) is counted, and `/metrics` still answers 200 for everyone afterwards."""
+    digits) is counted (accepted: a device may send one; its KV figures are refused, with
+    the reason kept), and `/metrics` still answers 200 with a page Prometheus can parse,
+    twice: no KV series is made of it."""
     _, port = mosquitto_broker
     daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
     bomb = {
@@ -473,6 +482,20 @@ async def test_absurd_engine_geometry_does_not_break_metrics(
         assert daemon.http_port is not None
         status, text = await scrape(daemon.http_port, "/metrics")
         assert status == 200, text[:200]
+        again, _ = await scrape(daemon.http_port, "/metrics")
+        dev = daemon.monitor.engine.device("kvbomb")
+    assert again == 200
+    assert sample(text, "edgemon_messages_total", {"result": "accepted"}) == 1.0
+    assert dev is not None
+    assert dev.engine_info is not None
+    assert dev.engine_info.kv is None
+    assert "absurdly large" in (dev.engine_info.kv_error or "")
+    kv_series = [
+        name
+        for name, labels in series_names(text)
+        if name.startswith("edgemon_kv") and labels.get("device") == "kvbomb"
+    ]
+    assert kv_series == []
 
 
 # ------------------------------------------------------------------ in-process

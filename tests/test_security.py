@@ -249,12 +249,15 @@ async def expect_throttle(devices_port: int, device_id: str) -> dict[str, Any]:
 
 
 async def assert_refused_and_retrying(
-    daemon: Daemon, logs: Sequence[Mapping[str, Any]], error: str
+    daemon: Daemon,
+    logs: Sequence[Mapping[str, Any]],
+    error: str,
+    within_s: float = REFUSED_WATCH_S,
 ) -> None:
-    """Once two attempts have failed (within REFUSED_WATCH_S): never subscribed, `/readyz`
-    503, `edgemon_mqtt_connected 0`, the daemon alive, each failure naming `error`, the
-    attempts spaced by backoff."""
-    async with asyncio.timeout(REFUSED_WATCH_S):
+    """Once two attempts have failed (within `within_s`): never subscribed, `/readyz` 503,
+    `edgemon_mqtt_connected 0`, the daemon alive, each failure naming `error`, the attempts
+    spaced by backoff."""
+    async with asyncio.timeout(within_s):
         while len(logged(logs, "mqtt_connect_failed")) < 2:  # noqa: ASYNC110 - captured logs
             await asyncio.sleep(0.02)
     assert not daemon.ready.is_set()
@@ -362,14 +365,15 @@ async def test_refused_client_certificate_is_retried_with_backoff(
     pki: Pki, tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """Without the required client certificate the attempt fails at once and is retried
-    with backoff (as with a wrong CA): two failed attempts within REFUSED_WATCH_S, and a
-    stop is clean (no `shutdown_cancelled`)."""
+    with backoff (as with a wrong CA): two failed attempts within 5 s (backoff needs at
+    most 1.5 s; the bug's connect timeout is 10 s), and a stop is clean (no
+    `shutdown_cancelled`)."""
     with mosquitto(tmp_path, client_certificate_listener(pki)) as ports:
         url = f"mqtts://127.0.0.1:{ports.edgemon}"
         refused = mqtt_settings(url, ca_file=pki.ca)
         async with started(refused, ready=False, logs=captured_logs) as daemon:
             try:
-                await assert_refused_and_retrying(daemon, captured_logs, "")
+                await assert_refused_and_retrying(daemon, captured_logs, "", within_s=5.0)
             finally:
                 stopped = time.monotonic()
         assert time.monotonic() - stopped < 2.0
