@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,45 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("edgemon")
+
+
+# ------------------------------------------------------------------ markers that are right
+#: Set by `make test-fast`: no test there may start a process.
+FAST_ENV = "EDGEMON_TEST_FAST"
+#: Fixtures that start external programs: a test using one is an integration test.
+_PROGRAM_FIXTURES = frozenset({"mosquitto_broker", "mosquitto_server", "servers"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses a fixture starting a program must be marked `integration` (so that
+    `make test-fast`, `-m "not integration"`, never needs a broker): else the run stops."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if _PROGRAM_FIXTURES & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("integration") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests that start programs must be marked integration: " + ", ".join(unmarked)
+        )
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outside_integration_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the fast tier (`make test-fast` sets `EDGEMON_TEST_FAST=1`), a test not marked
+    `integration` may start no process (`subprocess`, and asyncio's subprocesses, which use
+    it): it fails saying so, and the marker is added where it belongs."""
+    if not os.environ.get(FAST_ENV) or request.node.get_closest_marker("integration"):
+        return
+    nodeid = request.node.nodeid
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        pytest.fail(f"{nodeid} starts a process: mark it `integration`", pytrace=False)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 # ------------------------------------------------------------------ logs and environment

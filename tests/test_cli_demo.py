@@ -162,6 +162,7 @@ def test_bad_flags_are_one_line_and_exit_2(
     assert message in err
 
 
+@pytest.mark.integration  # starts a process
 def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
     """Not on a terminal, a 4 s demo prints status lines and a summary, then exits 0: the
     overloaded device (RTF 1.1) underran, the healthy one did not (judged only when this

@@ -89,6 +89,7 @@ def _complaints(result: subprocess.CompletedProcess[str], unit: Path) -> list[st
 
 
 # ------------------------------------------------------------------ the real tool
+@pytest.mark.integration  # starts a process
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     """`systemd-analyze verify` loads the unit without a single complaint about it."""
     unit = _runnable_unit(tmp_path)
@@ -97,6 +98,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.integration  # starts a process
 def test_verify_check_catches_a_broken_unit(tmp_path: Path) -> None:
     """The verify check is not vacuous: a typo in the unit is reported and caught."""
     unit = _runnable_unit(tmp_path)
@@ -104,6 +106,7 @@ def test_verify_check_catches_a_broken_unit(tmp_path: Path) -> None:
     assert _complaints(_analyze("verify", "--man=no", str(unit)), unit)
 
 
+@pytest.mark.integration  # starts a process
 def test_security_exposure_is_at_most_2(tmp_path: Path) -> None:
     """`systemd-analyze security --offline=yes` rates the unit's exposure 2.0 or lower."""
     unit = _runnable_unit(tmp_path)
@@ -153,6 +156,7 @@ def test_unit_runs_the_daemon_the_way_it_expects() -> None:
 
 
 # ------------------------------------------------------------------ install.sh
+@pytest.mark.integration  # starts a process
 def test_install_script_passes_shellcheck() -> None:
     """shellcheck finds nothing in install.sh."""
     shellcheck = require_tool("shellcheck")
@@ -181,6 +185,7 @@ def _recording_shims(directory: Path, log: Path, python: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}"}
 
 
+@pytest.mark.integration  # starts a process
 def test_install_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
     """--dry-run prints the venv, pip, config, unit and systemctl steps and runs none of them."""
     python = "/usr/bin/python3"
@@ -214,6 +219,7 @@ def test_install_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> 
         assert any(step in line for line in plan), (step, plan)
 
 
+@pytest.mark.integration  # starts a process
 def test_install_refuses_a_bad_source(tmp_path: Path) -> None:
     """A source that is neither a wheel nor a project directory is a usage error (exit 2)."""
     result = subprocess.run(

@@ -14,6 +14,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +70,7 @@ def assert_same_order(jumped: list[dict[str, Any]], stepped: list[dict[str, Any]
     assert sorted(map(json.dumps, jumped)) == sorted(map(json.dumps, stepped))
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=150)
 @given(sc=scenarios())
 def test_jumping_over_deadlines_gives_the_lines_of_visiting_each(sc: Scenario) -> None:
@@ -81,6 +83,7 @@ def test_jumping_over_deadlines_gives_the_lines_of_visiting_each(sc: Scenario) -
     )
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=100)
 @given(sc=late_scenarios(), lateness=st.sampled_from((0, 1, 50)))
 def test_late_delivery_jumping_gives_the_lines_of_visiting_each(

@@ -657,6 +657,7 @@ def check_invariants(monitor: Monitor, before: dict[str, tuple[float, ...]]) -> 
         before[dev.id] = totals
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_arbitrary_input_never_raises_and_keeps_invariants(data: st.DataObject) -> None:

@@ -286,6 +286,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.asyncio
 async def test_tls(daemon: Daemon, certificate: tuple[Path, Path]) -> None:
     """With a certificate the endpoint speaks HTTPS; a client trusting it gets the metrics."""

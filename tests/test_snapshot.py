@@ -143,6 +143,7 @@ FOUND = Scenario(
 )
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=150, deadline=None)
 @given(sc=scenarios(), cut=st.integers(min_value=0))
 @example(sc=FOUND, cut=2)
@@ -164,6 +165,7 @@ def test_random_traces_continue_identically_after_a_restart(sc: Scenario, cut: i
     assert totals(second) == totals(whole)
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=100, deadline=None)
 @given(sc=late_scenarios(), data=st.data())
 def test_late_delivery_continues_identically_after_a_restart(

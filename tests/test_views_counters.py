@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,7 @@ def feed(
     return reader
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(
     scenarios(),
@@ -114,6 +116,7 @@ def test_counters_never_decrease_with_jitter_gaps_and_chunks_beyond_the_lateness
         assert final(reader) == final(feed(Monitor(config), sc.messages, [0]))
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(
     late_scenarios(outage=True) | late_scenarios(),
