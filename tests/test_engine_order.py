@@ -15,14 +15,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from edgemon.engine.config import EngineConfig, SlackPolicy
 from edgemon.monitor import Monitor
 
 from monitor_runs import drive, drive_stepping, per_stream
-from strategies import late_scenarios, scenarios
+from strategies import FOUND_RESTART_TRACE, late_scenarios, scenarios
 
 if TYPE_CHECKING:
     from strategies import LateScenario, Scenario
@@ -73,6 +73,7 @@ def assert_same_order(jumped: list[dict[str, Any]], stepped: list[dict[str, Any]
 @pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=150)
 @given(sc=scenarios())
+@example(sc=FOUND_RESTART_TRACE)
 def test_jumping_over_deadlines_gives_the_lines_of_visiting_each(sc: Scenario) -> None:
     """Any trace (duplicates, a repeated seq 0 in one batch, re-sent first chunks with
     `play_start_ms`, gaps, finals, both players, both clocks): advancing only to each

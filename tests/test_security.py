@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import aiomqtt
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
@@ -29,6 +28,7 @@ from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 from brokers import RUN_AS_ROOT, MosquittoStartError, launch_mosquitto
 from daemons import logged, running
 from ports import end_process
+from scrapes import sample
 from tools import require_tool
 
 if TYPE_CHECKING:
@@ -219,14 +219,6 @@ async def get(
         session.get(url, headers=headers, ssl=ssl_context or True) as response,
     ):
         return response.status, await response.text(), dict(response.headers)
-
-
-def sample(text: str, name: str, labels: dict[str, str] | None = None) -> float | None:
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
-                return float(s.value)
-    return None
 
 
 def now_ms() -> float:

@@ -17,7 +17,7 @@ from edgemon.monitor import Monitor
 from edgemon.simulate import Simulation
 
 from monitor_runs import drive, per_stream
-from strategies import LateScenario, Message, Scenario, late_scenarios, scenarios
+from strategies import FOUND_RESTART_TRACE, LateScenario, Scenario, late_scenarios, scenarios
 
 if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
@@ -90,63 +90,10 @@ def test_a_restart_without_downtime_changes_nothing(split: int) -> None:
     )
 
 
-def _chunk(stream: str, seq: int, t_ms: int = 0, **fields: Any) -> dict[str, Any]:
-    return {"type": "chunk", "stream": stream, "t_ms": t_ms, "seq": seq, "audio_ms": 50, **fields}
-
-
-#: The trace Hypothesis found (issue 19, `../shared/evidence/snapshot-restart-example.txt`):
-#: a repeated seq 0 in one batch, a re-sent first chunk with `play_start_ms`, allowed lateness
-#: 0. Cut after the third message, the restored monitor's lines came in wall-time order and
-#: the uninterrupted run's did not: edge-1.a's timer, moved later by a message at the instant
-#: its engine queue entry was due, fired at 99 ahead of d0's at 50 (`test_engine_order.py`).
-FOUND = Scenario(
-    config=EngineConfig(
-        slack=SlackPolicy(
-            default_margin_ms=101,
-            hysteresis_ms=0,
-            min_on_ms=0,
-            stream_idle_timeout_ms=700,
-            clock="trust",
-            allowed_lateness_ms=0,
-        ),
-    ),
-    messages=(
-        Message(0, "d0", (_chunk("req:1.x-0", 0, play_start_ms=0),) * 2, batch=True),
-        Message(
-            0,
-            "edge-1.a",
-            (
-                *(_chunk("req:0.x-1", 0, play_start_ms=0),) * 2,
-                _chunk("req:0.x-1", 2, audio_ms=100),
-            ),
-            batch=True,
-        ),
-        Message(0, "edge-1.a", (_chunk("req:0.x-1", 3),), batch=False),
-        Message(1, "d0", (_chunk("req:2.x-0", 0, final=True),), batch=False),
-        Message(1, "edge-1.a", (_chunk("req:0.x-1", 0, play_start_ms=0),), batch=False),
-        Message(
-            100,
-            "d0",
-            ({"type": "start", "stream": "req:0.x-0", "t_ms": 100, "margin_ms": 0},),
-            batch=False,
-        ),
-        Message(
-            150,
-            "d0",
-            (_chunk("req:0.x-0", 0, 150, play_start_ms=150), _chunk("req:0.x-0", 1, 150)),
-            batch=True,
-        ),
-        Message(151, "d0", (_chunk("req:0.x-0", 2, 150),), batch=False),
-    ),
-    sample_ms=50,
-    in_order=False,
-)
-
-
 @pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=150, deadline=None)
 @given(sc=scenarios(), cut=st.integers(min_value=0))
-@example(sc=FOUND, cut=2)
+@example(sc=FOUND_RESTART_TRACE, cut=2)  # issue 19: cut after the third message
 def test_random_traces_continue_identically_after_a_restart(sc: Scenario, cut: int) -> None:
     """Any trace — duplicates, gaps, no eta (EWMA fallbacks), finals, both players — split at
     any message and restored at once continues exactly like the uninterrupted run: the same
