@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test test-fleet test-vllm lint typecheck unit demo bench bench-fleet bench-loop clean
+.PHONY: test test-fast test-fleet test-vllm lint typecheck unit demo bench bench-fleet bench-loop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test-fleet: $(STAMP)
 	$(BIN)/pytest $(FLEET_TEST) -p no:cacheprovider
 
 test: lint typecheck unit
+
+# The quick tier a newcomer runs first: no broker, no process (a test starting one fails here:
+# it belongs under the `integration` marker), nothing marked `slow`. Under a minute.
+test-fast: $(STAMP)
+	EDGEMON_TEST_FAST=1 $(BIN)/pytest -p no:cacheprovider -q -m "not integration and not slow"
 
 # The showcase: broker, simulated devices, the daemon and a live view in one process
 # (the dev extra includes the embedded broker). `make demo DEMO_ARGS="--duration 60"`.

@@ -10,8 +10,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,27 +23,18 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+# The tests' helper modules (starting Mosquitto, parsing /metrics) serve the benchmarks too.
+sys.path.insert(0, str(ROOT / "tests"))
+
+from brokers import (  # noqa: E402 - after the path that finds it
+    end_process,
+    free_port,
+    launch_mosquitto,
+    plain_listener,
+)
+from scrapes import samples_by_label_text  # noqa: E402
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-_START_S = 5.0
-_TRIES = 3
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def accepts(port: int) -> bool:
-    """Whether something accepts TCP connections on 127.0.0.1:`port`."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -54,48 +43,16 @@ def mosquitto(directory: Path, *, options: str = "") -> Iterator[int]:
 
     `options` are added to its config (e.g. queue limits); its log is `directory/mosquitto.log`.
     """
-    log = directory / "mosquitto.log"
-    for _ in range(_TRIES):
-        port = free_port()
-        conf = directory / "mosquitto.conf"
-        conf.write_text(
-            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-            f"log_dest stderr\n{options}",
-            encoding="utf-8",
-        )
-        with log.open("ab") as log_file:
-            process = subprocess.Popen(
-                [MOSQUITTO, "-c", str(conf)],
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-            )
-        deadline = time.monotonic() + _START_S
-        while process.poll() is None and time.monotonic() < deadline:
-            if accepts(port):
-                break
-            time.sleep(0.02)
-        else:
-            stop(process)
-            continue  # exited (port taken meanwhile?) or never listened: try another port
-        try:
-            yield port
-        finally:
-            stop(process)
-        return
-    raise RuntimeError(f"mosquitto did not start; see {log}")
+    process, (port,) = launch_mosquitto(directory, lambda ports: plain_listener(ports[0]) + options)
+    try:
+        yield port
+    finally:
+        stop(process)
 
 
 def stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
     """Terminate `process` (SIGTERM, then SIGKILL after `timeout`); its exit code."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    return process.returncode
+    return end_process(process, timeout)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -128,19 +85,7 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
 
 def samples(text: str, name: str) -> dict[str, float]:
     """The samples of metric `name` in a Prometheus text page, by label set (`""` if none)."""
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith(name):
-            continue
-        rest = line[len(name) :]
-        if rest.startswith("{"):
-            labels, _, value = rest[1:].partition("} ")
-        elif rest.startswith(" "):
-            labels, value = "", rest[1:]
-        else:
-            continue  # another metric whose name starts with `name`
-        found[labels] = float(value.split()[0])
-    return found
+    return samples_by_label_text(text, name)
 
 
 class Edgemon:

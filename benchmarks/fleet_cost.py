@@ -47,7 +47,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _support import ROOT, Edgemon, free_port, http_get, mosquitto, rss_bytes, samples, stop
+from _support import ROOT, Edgemon, http_get, mosquitto, rss_bytes, samples, stop
+
+from brokers import free_port
 
 FLEET = ROOT / "deploy" / "fleet"
 STREAMS = (1, 16, 64)

@@ -22,34 +22,7 @@ from pathlib import Path
 
 from _support import Edgemon, http_get, mosquitto, samples
 
-PUBLISHER = """
-import json, sys, time
-import paho.mqtt.client as mqtt
-port, messages, streams, devices = (int(a) for a in sys.argv[1:5])
-client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="flood-publisher")
-client.max_inflight_messages_set(1000)
-client.max_queued_messages_set(0)
-acked = 0
-def on_publish(*_):
-    global acked
-    acked += 1
-client.on_publish = on_publish
-client.connect("127.0.0.1", port)
-client.loop_start()
-began = time.monotonic()
-for n in range(messages):
-    stream = n % streams
-    seq = n // streams
-    event = {"type": "chunk", "stream": f"s{stream}", "t_ms": time.time() * 1000.0,
-             "seq": seq, "audio_ms": 40, "audio_total_ms": 40 * (seq + 1), "eta_ms": 40}
-    client.publish(f"edgemon/v1/d{stream % devices}/events", json.dumps(event), qos=1)
-deadline = time.monotonic() + 300
-while acked < messages and time.monotonic() < deadline:
-    time.sleep(0.01)
-print(json.dumps({"acked": acked, "seconds": time.monotonic() - began}))
-client.loop_stop()
-client.disconnect()
-"""
+from flood_publisher import SCRIPT as FLOOD
 
 
 def main() -> None:
@@ -68,8 +41,8 @@ def main() -> None:
             edgemon.ready()
             cpu0 = edgemon.cpu()
             publisher = subprocess.run(
-                [sys.executable, "-c", PUBLISHER, str(port), str(args.messages),
-                 str(args.streams), str(args.devices)],
+                [sys.executable, FLOOD, str(port), "count", str(args.messages),
+                 str(args.streams), str(args.devices), "flood-publisher"],
                 capture_output=True, text=True, check=True, timeout=600,
             )  # fmt: skip
             sent = json.loads(publisher.stdout)

@@ -9,17 +9,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 import structlog
+from hypothesis import HealthCheck, settings
 from structlog.testing import capture_logs
 
-from ports import (
-    MOSQUITTO,
-    MOSQUITTO_START_S,
-    MosquittoServer,
-    Servers,
-    accepts,
-    end_process,
-    free_port,
-)
+from brokers import MosquittoStartError, end_process, launch_mosquitto, plain_listener
+from ports import MosquittoServer, Servers
+from tools import require_tool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, MutableMapping
@@ -27,6 +22,58 @@ if TYPE_CHECKING:
     from typing import Any
 
     from structlog.typing import EventDict, WrappedLogger
+
+
+# ------------------------------------------------------------------ Hypothesis
+# No deadline: on a loaded 2-core machine one example may take seconds, which says nothing
+# about the property. Examples stay random (not derandomized); a failure prints the blob
+# that reproduces it (`@reproduce_failure`), whatever the example database holds.
+settings.register_profile(
+    "edgemon",
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("edgemon")
+
+
+# ------------------------------------------------------------------ markers that are right
+#: Set by `make test-fast`: no test there may start a process.
+FAST_ENV = "EDGEMON_TEST_FAST"
+#: Fixtures that start external programs: a test using one is an integration test.
+_PROGRAM_FIXTURES = frozenset({"mosquitto_broker", "mosquitto_server", "servers"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses a fixture starting a program must be marked `integration` (so that
+    `make test-fast`, `-m "not integration"`, never needs a broker): else the run stops."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if _PROGRAM_FIXTURES & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("integration") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests that start programs must be marked integration: " + ", ".join(unmarked)
+        )
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outside_integration_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the fast tier (`make test-fast` sets `EDGEMON_TEST_FAST=1`), a test not marked
+    `integration` may start no process (`subprocess`, and asyncio's subprocesses, which use
+    it): it fails saying so, and the marker is added where it belongs."""
+    if not os.environ.get(FAST_ENV) or request.node.get_closest_marker("integration"):
+        return
+    nodeid = request.node.nodeid
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        pytest.fail(f"{nodeid} starts a process: mark it `integration`", pytrace=False)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 # ------------------------------------------------------------------ logs and environment
@@ -58,58 +105,29 @@ def own_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ------------------------------------------------------------------ mosquitto_broker
-_MOSQUITTO_TRIES = 3
-
-
 @pytest.fixture
 def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """A fresh Mosquitto on 127.0.0.1 and a free port: `(host, port)`.
 
     Anonymous, no persistence, so no retained message survives the test. Skips the test when
-    Mosquitto is not installed; its log is in `tmp_path / "mosquitto.log"`.
+    Mosquitto is not installed (fails it under `EDGEMON_REQUIRE_TOOLS=1`); its log is in
+    `tmp_path / "mosquitto.log"`.
     """
-    if not os.access(MOSQUITTO, os.X_OK):
-        pytest.skip("mosquitto is not installed")
-    log = tmp_path / "mosquitto.log"
-    for _ in range(_MOSQUITTO_TRIES):
-        port = free_port()
-        conf = tmp_path / "mosquitto.conf"
-        conf.write_text(
-            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-            "log_dest stderr\n",
-            encoding="utf-8",
-        )
-        with log.open("ab") as log_file:
-            process = subprocess.Popen(
-                [MOSQUITTO, "-c", str(conf)],
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-            )
-        deadline = time.monotonic() + MOSQUITTO_START_S
-        while process.poll() is None and time.monotonic() < deadline:
-            if accepts(port):
-                break
-            time.sleep(0.02)
-        else:
-            process.kill()
-            process.wait()
-            continue  # exited (port taken meanwhile?) or never listened: try another port
-        try:
-            yield "127.0.0.1", port
-        finally:
-            end_process(process)
-        return
-    text = log.read_text(encoding="utf-8") if log.exists() else "(no log)"
-    pytest.fail(f"mosquitto did not start; its log:\n{text}")
+    require_tool("mosquitto")
+    try:
+        process, (port,) = launch_mosquitto(tmp_path, lambda ports: plain_listener(ports[0]))
+    except MosquittoStartError as error:
+        pytest.fail(str(error))
+    try:
+        yield "127.0.0.1", port
+    finally:
+        end_process(process)
 
 
 # ------------------------------------------------------------------ mosquitto_server
 @pytest.fixture
 def mosquitto_server(tmp_path: Path) -> Iterator[MosquittoServer]:
     """A running Mosquitto (anonymous, no persistence) that the test may stop and restart."""
-    if not os.access(MOSQUITTO, os.X_OK):
-        pytest.skip("mosquitto is not installed")
     server = MosquittoServer(tmp_path)
     server.start()
     try:

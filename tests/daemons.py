@@ -2,7 +2,8 @@
 task, waits until it is up and, when the block ends, stops it as SIGTERM does
 (`request_stop()`, the signal handler's own call) and expects exit code 0; `start` and `stop`
 are its two halves, for a test that stops and starts daemons in the middle of something
-else. `logged()` picks one event's lines out of what the `captured_logs` fixture captured."""
+else. `logged()` picks one event's lines out of what the `captured_logs` fixture captured,
+`rejections()` the `message_rejected` lines with when they were logged."""
 
 from __future__ import annotations
 
@@ -101,4 +102,18 @@ def logged(logs: Iterable[Mapping[str, Any]], event: str) -> list[dict[str, Any]
         {key: value for key, value in line.items() if key not in CAPTURE_KEYS}
         for line in logs
         if line["event"] == event
+    ]
+
+
+def rejections(
+    logs: Iterable[Mapping[str, Any]], device_id: str | None = None, reason: str | None = None
+) -> list[tuple[float, Mapping[str, Any]]]:
+    """`(monotonic s, line)` of each captured `message_rejected` line, optionally of one
+    device and reason."""
+    return [
+        (line["monotonic_s"], line)
+        for line in logs
+        if line["event"] == "message_rejected"
+        and (device_id is None or line["device"] == device_id)
+        and (reason is None or line["reason"] == reason)
     ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -20,41 +19,35 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+# Where the servers are started, kept importable from here (their home is `brokers`).
+from brokers import (
+    MOSQUITTO,
+    MOSQUITTO_START_S,
+    RUN_AS_ROOT,
+    MosquittoStartError,
+    accepts,
+    end_process,
+    free_port,
+    launch_mosquitto,
+)
+from tools import require_tool
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-#: How long a Mosquitto may take to accept connections.
-MOSQUITTO_START_S = 5.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def accepts(port: int) -> bool:
-    """Whether something accepts TCP connections on 127.0.0.1:`port`."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def end_process(process: subprocess.Popen[bytes]) -> None:
-    """Terminate a server the test started; kill it if it does not exit within 5 s."""
-    process.terminate()
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+__all__ = [
+    "MOSQUITTO",
+    "MOSQUITTO_START_S",
+    "MosquittoServer",
+    "Servers",
+    "TcpProxy",
+    "accepts",
+    "end_process",
+    "free_port",
+    "get_json",
+    "reachable",
+]
 
 
 # ------------------------------------------------------------------ HTTP APIs of servers
@@ -90,20 +83,14 @@ class MosquittoServer:
     def __init__(self, directory: Path, *, persistence: bool = False, options: str = "") -> None:
         self.host = "127.0.0.1"
         self.port = free_port()
-        self._conf = directory / "mosquitto-restartable.conf"
-        stored = (
+        self._directory = directory
+        self._stored = (
             f"persistence true\npersistence_location {directory}/\n"
-            "persistence_file mosquitto.db\n" + ("user root\n" if os.geteuid() == 0 else "")
-            # As root Mosquitto would drop to user `mosquitto`, who cannot write tmp_path.
+            f"persistence_file mosquitto.db\n{RUN_AS_ROOT}"
             if persistence
             else "persistence false\n"
         )
-        self._conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n{stored}log_dest stderr\n"
-            + options,
-            encoding="utf-8",
-        )
-        self._log = directory / "mosquitto-restartable.log"
+        self._options = options
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -112,22 +99,21 @@ class MosquittoServer:
         return f"mqtt://{self.host}:{self.port}"
 
     def start(self) -> None:
-        """Start it and wait until it accepts connections."""
+        """Start it and wait until it accepts connections (on its one port, every time)."""
         assert self._process is None, "already running"
-        with self._log.open("ab") as log_file:
-            self._process = subprocess.Popen(
-                [MOSQUITTO, "-c", str(self._conf)],
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
+        require_tool("mosquitto")
+        try:
+            self._process, _ = launch_mosquitto(
+                self._directory,
+                lambda ports: (
+                    f"listener {ports[0]} 127.0.0.1\nallow_anonymous true\n{self._stored}"
+                    f"log_dest stderr\n{self._options}"
+                ),
+                name="mosquitto-restartable",
+                ports=[self.port],
             )
-        deadline = time.monotonic() + MOSQUITTO_START_S
-        while time.monotonic() < deadline and self._process.poll() is None:
-            if accepts(self.port):
-                return
-            time.sleep(0.02)
-        self.stop()
-        pytest.fail(f"mosquitto did not start; its log:\n{self._log.read_text()}")
+        except MosquittoStartError as error:
+            pytest.fail(str(error))
 
     def stop(self) -> None:
         """Terminate it (idempotent); with persistence it writes its database first."""

@@ -340,3 +340,62 @@ def late_scenarios(draw: st.DrawFn, *, outage: bool = False) -> LateScenario:
     received.sort(key=lambda x: (x[0], x[1]))
     messages = tuple(Message(t, device, (body,), batch=False) for t, _, device, body in received)
     return LateScenario(EngineConfig(slack=slack), tuple(sent), messages, window)
+
+
+def _found_chunk(stream: str, seq: int, t_ms: int = 0, **fields: Any) -> dict[str, Any]:
+    """A 50 ms chunk (or as `fields` say)."""
+    return {"type": "chunk", "stream": stream, "t_ms": t_ms, "seq": seq, "audio_ms": 50, **fields}
+
+
+# ---------------------------------------------------------------------- found examples
+#: The trace Hypothesis found through the restart property (issue 19): a repeated seq 0 in
+#: one batch, a re-sent first chunk with `play_start_ms`, allowed lateness 0. Cut after the
+#: third message, the restored monitor's lines came in wall-time order and the uninterrupted
+#: run's did not: edge-1.a's timer, moved later by a message at the instant its engine queue
+#: entry was due, fired at 99 ahead of d0's at 50. An `@example` of the properties in
+#: `test_snapshot.py` and `test_engine_order.py`.
+FOUND_RESTART_TRACE = Scenario(
+    config=EngineConfig(
+        slack=SlackPolicy(
+            default_margin_ms=101,
+            hysteresis_ms=0,
+            min_on_ms=0,
+            stream_idle_timeout_ms=700,
+            clock="trust",
+            allowed_lateness_ms=0,
+        ),
+    ),
+    messages=(
+        Message(0, "d0", (_found_chunk("req:1.x-0", 0, play_start_ms=0),) * 2, batch=True),
+        Message(
+            0,
+            "edge-1.a",
+            (
+                *(_found_chunk("req:0.x-1", 0, play_start_ms=0),) * 2,
+                _found_chunk("req:0.x-1", 2, audio_ms=100),
+            ),
+            batch=True,
+        ),
+        Message(0, "edge-1.a", (_found_chunk("req:0.x-1", 3),), batch=False),
+        Message(1, "d0", (_found_chunk("req:2.x-0", 0, final=True),), batch=False),
+        Message(1, "edge-1.a", (_found_chunk("req:0.x-1", 0, play_start_ms=0),), batch=False),
+        Message(
+            100,
+            "d0",
+            ({"type": "start", "stream": "req:0.x-0", "t_ms": 100, "margin_ms": 0},),
+            batch=False,
+        ),
+        Message(
+            150,
+            "d0",
+            (
+                _found_chunk("req:0.x-0", 0, 150, play_start_ms=150),
+                _found_chunk("req:0.x-0", 1, 150),
+            ),
+            batch=True,
+        ),
+        Message(151, "d0", (_found_chunk("req:0.x-0", 2, 150),), batch=False),
+    ),
+    sample_ms=50,
+    in_order=False,
+)

@@ -9,6 +9,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
+#: Every test here runs `python -m edgemon ...` or another program as a process.
+pytestmark = pytest.mark.integration
+
+
 EXAMPLE = Path(__file__).parent.parent / "deploy" / "edgemon.toml"
 SECRET = "pa55-word-from-file"
 

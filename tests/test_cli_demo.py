@@ -19,6 +19,8 @@ from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
 from edgemon.view import DeviceTotals, ViewError, render_view, status_line
 
+from load import CpuLag, skip_unless_kept_up
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -160,19 +162,22 @@ def test_bad_flags_are_one_line_and_exit_2(
     assert message in err
 
 
+@pytest.mark.integration  # starts a process
 def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
     """Not on a terminal, a 7 s demo prints status lines and a summary, then exits 0: the
     overloaded device (RTF 1.1) underran and throttled, the healthy one neither underran nor
-    throttled (its players prebuffer past the margin), nothing was rejected, and the last line
-    is JSON with the streams, underruns and the /metrics URL. (7 s: the overloaded device's
-    players prebuffer past the margin too, so its first underrun comes 4-5 s in.)"""
+    throttled (its players prebuffer past the margin; judged only when this machine kept up:
+    the demo runs in real time), nothing was rejected, and the last line is JSON with the
+    streams, underruns and the /metrics URL. (7 s: the overloaded device's players prebuffer
+    past the margin too, so its first underrun comes 4-5 s in.)"""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     command = [sys.executable, "-m", "edgemon", "demo", "--duration", "7", "--devices", "2"]
     command += ["--streams", "2", "--listen", "127.0.0.1:0", "--seed", SEED]
     began = time.monotonic()
-    done = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S, check=False
-    )
+    with CpuLag() as lag:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S, check=False
+        )
     took = time.monotonic() - began
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
@@ -181,8 +186,6 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
     assert summary["kind"] == "summary"
     assert summary["rtf"] == {"sim-0": 0.15, "sim-1": 1.1}
     assert summary["underruns"]["sim-1"] > 0
-    assert summary["underruns"]["sim-0"] == 0
-    assert summary["throttle_engagements"]["sim-0"] == 0
     assert summary["streams"] >= 2
     assert summary["rejected"] == 0
     assert summary["throttle_engagements"]["sim-1"] >= 1
@@ -194,7 +197,7 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
     assert any(f"served at {url}" in line for line in lines)
     assert any("underruns" in line for line in lines[:-1])
     assert str(tmp_path) in summary["log"]
-    assert 4.0 <= took < DEMO_TIMEOUT_S
+    assert took >= 7.0  # it ran its duration (a loaded machine only makes it longer)
     # The loop: two engines served the same seeded requests; players reported through real
     # Reporters (edgemon saw their streams), and the status lines say what each engine does
     # with prefills.
@@ -209,6 +212,11 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
         for line in lines[:-1]
     )
     assert any(line.startswith("  the loop, same requests") for line in lines)
+    # The healthy device (RTF 0.15, seconds of audio ahead) has no underrun in real time,
+    # unless this machine stalled the demo's process.
+    skip_unless_kept_up(lag.max_s, 0.25, "the healthy device's zero underruns and throttles")
+    assert summary["underruns"]["sim-0"] == 0
+    assert summary["throttle_engagements"]["sim-0"] == 0
 
 
 @pytest.mark.parametrize(

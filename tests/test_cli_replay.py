@@ -18,6 +18,7 @@ from edgemon.trace import TraceRecord
 if TYPE_CHECKING:
     from pathlib import Path
 
+
 TOPIC = "edgemon/v1/d1/events"
 #: One stream whose output depends on every flag: it goes at risk at 220 (180 with a 120 ms
 #: margin), recovers at 230 (OFF at once only without min-on), recovers at 430 to a headroom
@@ -101,6 +102,7 @@ def default_run(trace_file: Path) -> subprocess.CompletedProcess[bytes]:
     return edgemon_replay(str(trace_file))
 
 
+@pytest.mark.integration  # its fixture runs a process
 def test_prints_json_lines_summary_last(default_run: subprocess.CompletedProcess[bytes]) -> None:
     """Exit 0, nothing on stderr, one JSON object per stdout line, the summary last."""
     assert default_run.returncode == 0, default_run.stderr
@@ -115,6 +117,7 @@ def test_prints_json_lines_summary_last(default_run: subprocess.CompletedProcess
     }
 
 
+@pytest.mark.integration  # starts a process
 def test_dash_reads_stdin(
     trace_file: Path, default_run: subprocess.CompletedProcess[bytes]
 ) -> None:
@@ -138,6 +141,7 @@ def test_trace_is_sensitive_to_each_setting(change: dict[str, Any]) -> None:
     assert expected(SlackPolicy(**change), 100) != expected(SlackPolicy(), 100)
 
 
+@pytest.mark.integration  # starts a process
 def test_flags_take_effect(
     trace_file: Path, default_run: subprocess.CompletedProcess[bytes]
 ) -> None:
@@ -155,6 +159,7 @@ def test_flags_take_effect(
     assert throttle[:2] == [(180, True), (230, False)]  # margin 120, no min-on
 
 
+@pytest.mark.integration  # starts a process
 def test_config_file_applies_and_flags_override(trace_file: Path, tmp_path: Path) -> None:
     """`[slack]` of --config applies; a flag given too overrides the file's value."""
     config = tmp_path / "edgemon.toml"
@@ -173,6 +178,7 @@ def test_config_file_applies_and_flags_override(trace_file: Path, tmp_path: Path
     assert json_lines(overridden) == expected(policy, 100)
 
 
+@pytest.mark.integration  # starts a process
 def test_the_environment_applies_as_for_run(trace_file: Path) -> None:
     """The `EDGEMON_<SECTION>__<KEY>` variables that `run` reads apply to replay too (the
     same settings, so a replay judges as the daemon did); a flag overrides them."""
@@ -190,6 +196,7 @@ def test_the_environment_applies_as_for_run(trace_file: Path) -> None:
     assert json_lines(overridden) == expected(policy, 100)
 
 
+@pytest.mark.integration  # starts a process
 def test_bad_payloads_are_not_errors(tmp_path: Path) -> None:
     """A non-UTF-8 payload is a `rejected` line (invalid_json); unknown fields are ignored."""
     event = {"type": "chunk", "stream": "s", "t_ms": 10, "seq": 0, "audio_ms": 100, "x": [1]}
@@ -220,12 +227,14 @@ def test_bad_payloads_are_not_errors(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.integration  # starts a process
 def test_missing_trace_file(tmp_path: Path) -> None:
     """A trace path that does not exist: exit 2, one line naming it."""
     missing = tmp_path / "nope.jsonl"
     assert_usage_error(edgemon_replay(str(missing)), says=str(missing))
 
 
+@pytest.mark.integration  # starts a process
 def test_bad_json_line_names_file_and_line(tmp_path: Path) -> None:
     """A line that is not JSON: exit 2, the message names `file:line`."""
     path = tmp_path / "t.jsonl"
@@ -233,6 +242,7 @@ def test_bad_json_line_names_file_and_line(tmp_path: Path) -> None:
     assert_usage_error(edgemon_replay(str(path)), says=f"{path}:2: ")
 
 
+@pytest.mark.integration  # starts a process
 def test_line_without_topic(tmp_path: Path) -> None:
     """A record without `topic`: exit 2, the message names the line and the key."""
     path = tmp_path / "t.jsonl"
@@ -241,6 +251,7 @@ def test_line_without_topic(tmp_path: Path) -> None:
     assert "topic" in line
 
 
+@pytest.mark.integration  # starts a process
 def test_non_utf8_trace_file(tmp_path: Path) -> None:
     """A trace file that is not UTF-8 text: exit 2, one line."""
     path = tmp_path / "t.jsonl"
@@ -248,6 +259,7 @@ def test_non_utf8_trace_file(tmp_path: Path) -> None:
     assert_usage_error(edgemon_replay(str(path)), says=str(path))
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.parametrize(
     "text",
     ["[slack\nplayer = 1\n", '[slack]\nplayer = "pause"\nmin_on_ms = -1\n'],
@@ -260,23 +272,27 @@ def test_bad_config_file(trace_file: Path, tmp_path: Path, text: str) -> None:
     assert_usage_error(edgemon_replay(str(trace_file), "--config", str(config)))
 
 
+@pytest.mark.integration  # starts a process
 def test_missing_config_file(trace_file: Path, tmp_path: Path) -> None:
     """A --config path that does not exist is an error (README)."""
     missing = tmp_path / "none.toml"
     assert_usage_error(edgemon_replay(str(trace_file), "--config", str(missing)))
 
 
+@pytest.mark.integration  # starts a process
 def test_negative_sample_ms(trace_file: Path) -> None:
     """`--sample-ms -1`: exit 2, one line naming the flag."""
     assert_usage_error(edgemon_replay(str(trace_file), "--sample-ms", "-1"), says="--sample-ms")
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_non_finite_sample_ms(trace_file: Path, value: str) -> None:
     """`--sample-ms nan` / `inf`: exit 2, one line naming the flag."""
     assert_usage_error(edgemon_replay(str(trace_file), "--sample-ms", value), says="--sample-ms")
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.parametrize(
     "line",
     ["[" * 100_000, '{"recv_ms": 1' + "0" * 400 + ', "topic": "t", "payload": "x"}'],
@@ -289,6 +305,7 @@ def test_unreadable_line_is_a_usage_error(tmp_path: Path, line: str) -> None:
     assert_usage_error(edgemon_replay(str(path)), says=f"{path}:1: ")
 
 
+@pytest.mark.integration  # starts a process
 def test_non_utf8_stdin() -> None:
     """A trace on standard input that is not UTF-8 text: exit 2, as for a file."""
     result = edgemon_replay("-", stdin=b'{"recv_ms": 1, "topic": "t", "payload": "\xff"}\n')

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
+
 TIMEOUT_S = 20.0
 
 #: What `/api/v1/streams` answers (the shape of `edgemon.adapters.http.streams_view`).
@@ -126,6 +127,7 @@ async def top(*args: str) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.asyncio
 async def test_once_prints_one_frame_of_the_daemon() -> None:
     """`--once` prints the devices (throttle ON/off), the streams lowest headroom first, the
@@ -147,6 +149,7 @@ async def test_once_prints_one_frame_of_the_daemon() -> None:
     assert "AT RISK" in next(line for line in lines if "req-17" in line)
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.asyncio
 async def test_once_with_basic_auth(tmp_path: Path) -> None:
     """Behind basic auth, `--user` and `--password-file` get the frame; without them the
@@ -167,6 +170,7 @@ async def test_once_with_basic_auth(tmp_path: Path) -> None:
     assert "req-17" in out
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.asyncio
 async def test_once_unreachable_is_one_line_and_exit_1() -> None:
     """Nothing listening: `--once` prints one line on stderr naming the URL, exit 1 — the
@@ -178,6 +182,7 @@ async def test_once_unreachable_is_one_line_and_exit_1() -> None:
     assert err.startswith(f"edgemon top: {url}: connection refused")
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.asyncio
 async def test_watch_keeps_polling_an_unreachable_daemon_and_stops_on_sigterm() -> None:
     """Without `--once` (and not on a terminal) each poll prints a line, `unreachable` while

@@ -13,6 +13,10 @@ import pytest
 if TYPE_CHECKING:
     from pathlib import Path
 
+
+#: Every test here runs `python -m edgemon ...` or another program as a process.
+pytestmark = pytest.mark.integration
+
 TIMEOUT_S = 60.0
 
 

@@ -281,6 +281,7 @@ def test_bad_construction_and_clock() -> None:
         assert few.stats.events == 4
 
 
+@pytest.mark.integration  # starts a process
 def test_client_imports_nothing_heavy() -> None:
     """Importing `edgemon.client` (what a player or vLLM worker does) loads neither the
     daemon, nor pydantic, aiohttp, aiomqtt, structlog or prometheus_client."""

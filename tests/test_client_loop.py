@@ -7,9 +7,10 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from edgemon_process import T, edgemon_run, poll, samples
 
 from edgemon.client import AudioFormat, GateState, Reporter, ThrottleGate
+
+from processes import T, edgemon_run, poll, samples
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,15 +68,23 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
 ) -> None:
     """A stream gets one 1.5 s chunk and nothing more: edgemon's deadline task throttles the
     device when its headroom falls below the margin (1.42 s later), and the gate says hold;
-    the stream's end releases it. Three rounds; the latency from the throttle object's `t_ms`
-    (the instant of the change, on this host's clock) to the gate seeing it is printed, with
-    edgemon's clock offset for the device, which is part of it."""
+    the stream's end releases it. Three rounds; the throttle object's `t_ms` is the crossing
+    instant edgemon computed on the device's clock, exactly the chunk's `t_ms` + 1,420 ms. The
+    latency from it to the gate seeing it is printed (with edgemon's clock offset for the
+    device, which is part of it), not judged: it is the load of this machine as much as
+    edgemon's."""
     host, port = mosquitto_broker
     url = f"mqtt://{host}:{port}"
     latencies, offsets = [], []
+    stamped: list[float] = []
+
+    def stamp() -> float:
+        stamped.append(time.time() * 1000.0)
+        return stamped[-1]
+
     with (
         edgemon_run(port, tmp_path) as http,
-        Reporter(url, "loop2", client_id="loop2-reporter") as reporter,
+        Reporter(url, "loop2", client_id="loop2-reporter", clock=stamp) as reporter,
         ThrottleGate(url, "loop2") as gate,
     ):
         assert gate.wait_until(lambda s: s.connected and s.edgemon_online, T)
@@ -84,13 +93,14 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
             stream = f"dry-{round_}"
             reporter.start(stream)
             reporter.chunk(stream, audio_ms=1_500, eta_ms=0)
-            sent = time.time() * 1000
+            chunk_t_ms = stamped[-1]  # the chunk's t_ms, as the Reporter stamped it
             assert gate.wait_until(held, T)
             state = gate.state
             seen_ms = (state.changed_at + time.time() - time.monotonic()) * 1000
             assert state.t_ms is not None
             assert state.streams == (stream,)
-            assert state.t_ms - sent == pytest.approx(1_420, abs=200)
+            # The crossing instant on the device's clock: 1,500 ms of audio, margin 80.
+            assert state.t_ms == pytest.approx(chunk_t_ms + 1_420, abs=1e-6)
             latencies.append(seen_ms - state.t_ms)
             offset = samples(http, "edgemon_device_clock_offset_seconds")[(("device", "loop2"),)]
             offsets.append(offset * 1000)
@@ -107,6 +117,5 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
         "| of which edgemon's device-clock offset, ms:",
         ", ".join(f"{ms:.1f}" for ms in offsets),
     )
-    assert max(latencies) < 2_000
     assert stats.holds == 3
     assert stats.max_hold_releases == 0

@@ -5,152 +5,80 @@ record and replay. Each test runs `Daemon.run()` as a task and stops it like SIG
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import aiohttp
-import aiomqtt
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.daemon import Daemon
 from edgemon.replay import replay
-from edgemon.settings import HttpSettings, MqttSettings, Settings, load_settings
+from edgemon.settings import Settings, load_settings
 from edgemon.trace import read_records
 
+from clients import (
+    P,
+    Watcher,
+    chunk,
+    device,
+    now_ms,
+    scrape,
+    send,
+    settings_for,
+    throttle_on_then_off,
+    watching,
+)
 from daemons import running
+from scrapes import sample
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from ports import MosquittoServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
-P = "edgemon/v1"
-
-
-def settings_for(port: int, client_id: str = "edgemon-test", **sections: Any) -> Settings:
-    return Settings(
-        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id=client_id),
-        http=HttpSettings(listen="127.0.0.1:0"),
-        **sections,
-    )
-
-
-class Watcher:
-    """A subscriber to every throttle and status topic, collecting (topic, object, retained)."""
-
-    def __init__(self, client: aiomqtt.Client) -> None:
-        self.client = client
-        self.seen: list[tuple[str, dict[str, Any], bool]] = []
-        self._changed = asyncio.Event()
-
-    async def run(self) -> None:
-        async for message in self.client.messages:
-            assert isinstance(message.payload, bytes)
-            self.seen.append((message.topic.value, json.loads(message.payload), message.retain))
-            self._changed.set()
-
-    def throttles(self, device: str) -> list[dict[str, Any]]:
-        return [obj for topic, obj, _ in self.seen if topic == f"{P}/{device}/throttle"]
-
-    def statuses(self) -> list[str]:
-        return [obj["state"] for topic, obj, _ in self.seen if topic.endswith("/status")]
-
-    async def until(self, predicate: Any, within_s: float = 3.0) -> None:
-        async with asyncio.timeout(within_s):
-            while not predicate():
-                self._changed.clear()
-                await self._changed.wait()
-
-
-@contextlib.asynccontextmanager
-async def watching(port: int) -> AsyncIterator[Watcher]:
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"watch-{time.monotonic_ns()}") as c:
-        await c.subscribe([(f"{P}/+/throttle", 1), (f"{P}/_edgemon/+/status", 1)])
-        watcher = Watcher(c)
-        task = asyncio.create_task(watcher.run())
-        try:
-            yield watcher
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-
-@contextlib.asynccontextmanager
-async def device(port: int) -> AsyncIterator[aiomqtt.Client]:
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"dev-{time.monotonic_ns()}") as c:
-        yield c
-
-
-async def send(client: aiomqtt.Client, device_id: str, *events: dict[str, Any]) -> None:
-    payload = json.dumps(list(events) if len(events) > 1 else events[0])
-    await client.publish(f"{P}/{device_id}/events", payload, qos=1)
-
-
-def now_ms() -> float:
-    return time.time() * 1000.0
-
-
-def chunk(stream: str, seq: int, audio: float, eta: float, **extra: Any) -> dict[str, Any]:
-    event = {"type": "chunk", "stream": stream, "t_ms": now_ms(), "seq": seq, "audio_ms": audio}
-    return event | {"eta_ms": eta} | extra
-
-
-async def scrape(port: int, path: str) -> tuple[int, str]:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{port}{path}") as response,
-    ):
-        return response.status, await response.text()
-
-
-def sample(text: str, name: str, labels: dict[str, str]) -> float | None:
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return float(s.value)
-    return None
-
-
-async def throttle_on_then_off(port: int, watcher: Watcher, device_id: str) -> None:
-    """Chunk 0 (300 ms audio, next chunk in 50 ms): headroom reaches the 80 ms margin 220 ms
-    later with no message (timer → ON); chunk 1 brings 2 s of audio (→ OFF after min-on)."""
-    async with device(port) as client:
-        await send(client, device_id, {"type": "start", "stream": "s1", "t_ms": now_ms()})
-        await send(client, device_id, chunk("s1", 0, 300, 50))
-        await watcher.until(lambda: len(watcher.throttles(device_id)) >= 1)
-        await send(client, device_id, chunk("s1", 1, 2000, 50))
-        await watcher.until(lambda: len(watcher.throttles(device_id)) >= 2)
-        await send(client, device_id, {"type": "end", "stream": "s1", "t_ms": now_ms()})
+# The helpers once defined here live in `clients` and `scrapes`; they stay importable from
+# here for tests written against them (new tests import them from their modules).
+__all__ = [
+    "P",
+    "Watcher",
+    "chunk",
+    "device",
+    "now_ms",
+    "sample",
+    "scrape",
+    "send",
+    "settings_for",
+    "throttle_on_then_off",
+    "watching",
+]
 
 
 async def test_scenario_publishes_throttle_on_then_off(mosquitto_broker: tuple[str, int]) -> None:
     """A device's stream running low turns its throttle on at the timer's instant (no message
     needed) and a refill turns it off after min-on: the subscriber sees retained QoS 1 objects
-    `true` then `false` with increasing `seq`, and `online` status first."""
+    `true` then `false` with increasing `seq`, and `online` status first. The onset is
+    stamped with the crossing instant on the device's clock: chunk 0's `t_ms` + 220 ms (not
+    when the timer happened to fire on a loaded machine)."""
     _, port = mosquitto_broker
     daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
-    async with watching(port) as watcher, running(daemon):
-        await watcher.until(lambda: "online" in watcher.statuses())
-        t0 = now_ms()
-        await throttle_on_then_off(port, watcher, "dev1")
-        on, off = watcher.throttles("dev1")
+    async with watching(port) as watcher:
+        async with running(daemon):
+            await watcher.until(lambda: "online" in watcher.statuses())
+            t0 = await throttle_on_then_off(port, watcher, "dev1")
+            on, off = watcher.throttles("dev1")
+        # Stopped: the offline status is on its way through the broker to the watcher.
+        await watcher.until(lambda: watcher.statuses()[-1:] == ["offline"])
+    assert watcher.statuses()[0] == "online"
     assert (on["throttle"], off["throttle"]) == (True, False)
     assert on["seq"] < off["seq"]
     assert on["device"] == "dev1"
     assert on["streams"] == ["s1"]
     assert on["margin_ms"] == 80.0
     assert on["min_headroom_ms"] == pytest.approx(80.0, abs=1e-6)  # the crossing instant
-    assert on["t_ms"] == pytest.approx(t0 + 220, abs=30)
+    assert on["t_ms"] == pytest.approx(t0 + 220, abs=1e-6)
     assert off["t_ms"] == pytest.approx(on["t_ms"] + 250, abs=1e-6)  # released at min-on
     assert off["streams"] == []
-    assert watcher.statuses()[-1] == "offline"  # clean stop
 
 
 async def test_deadline_lateness_is_exported(mosquitto_broker: tuple[str, int]) -> None:
@@ -177,9 +105,9 @@ async def test_throttle_objects_are_retained(mosquitto_broker: tuple[str, int]) 
     """A subscriber arriving later gets the device's last throttle object (retained)."""
     _, port = mosquitto_broker
     daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
-    async with running(daemon), device(port) as client:
+    async with running(daemon), watching(port) as early, device(port) as client:
         await send(client, "dev9", chunk("s", 0, 30, 50))  # at risk at once
-        await asyncio.sleep(0.3)
+        await early.until(lambda: len(early.throttles("dev9")) >= 1)  # published
         async with watching(port) as late:
             await late.until(lambda: len(late.throttles("dev9")) >= 1)
             retained = [r for t, _, r in late.seen if t == f"{P}/dev9/throttle"]
@@ -242,7 +170,8 @@ async def test_stop_releases_throttles_then_goes_offline(
     mosquitto_broker: tuple[str, int],
 ) -> None:
     """On stop (SIGTERM's handler) every throttled device gets `throttle: false`, then the
-    status goes `offline`, and `run()` returns 0 well within 5 s."""
+    status goes `offline`, and `run()` returns 0 (within a generous 10 s: how fast is not
+    judged on a shared machine)."""
     _, port = mosquitto_broker
     daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
     async with watching(port) as watcher, running(daemon) as task:
@@ -250,13 +179,10 @@ async def test_stop_releases_throttles_then_goes_offline(
             await send(client, "dev4", chunk("a", 0, 30, 50))
             await send(client, "dev5", chunk("b", 0, 30, 50))
         await watcher.until(lambda: watcher.throttles("dev4") and watcher.throttles("dev5"))
-        started = time.monotonic()
         daemon.request_stop()
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(10):
             assert await task == 0
-        elapsed = time.monotonic() - started
         await watcher.until(lambda: watcher.statuses()[-1:] == ["offline"])
-    assert elapsed < 2.0
     for dev in ("dev4", "dev5"):
         on, off = watcher.throttles(dev)
         assert (on["throttle"], off["throttle"]) == (True, False)
@@ -284,7 +210,10 @@ async def test_reload_adopts_a_valid_file_and_keeps_the_running_one_otherwise(
     daemon = Daemon(load(), environ={}, reload=load, install_signal_handlers=False)
     async with watching(port) as watcher, running(daemon), device(port) as client:
         await send(client, "dev6", chunk("s", 0, 60_000, 50))
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(10):
+            while (dev6 := daemon.monitor.engine.device("dev6")) is None or not dev6.streams:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        assert not dev6.throttle_on  # 60 s of audio: far from the 80 ms margin
         assert watcher.throttles("dev6") == []
         config.write_text(config.read_text() + "[slack]\ndefault_margin_ms = -5\n")
         assert not daemon.reload()
@@ -314,7 +243,10 @@ async def test_recorded_trace_replays_to_the_same_throttle_transitions(
                 await send(client, "dev7", {"type": "hello"})  # rejected, recorded all the same
                 await send(client, "dev8", chunk("x", 0, 100, 30))  # at risk at once
                 await send(client, "dev8", chunk("x", 1, 300, 500, final=True))
-            await asyncio.sleep(0.7)
+            # dev8 at risk at once (on), then its final chunk plays out: off.
+            await watcher.until(
+                lambda: [o["throttle"] for o in watcher.throttles("dev8")][-1:] == [False]
+            )
         live = [
             (o["device"], o["throttle"], o["t_ms"])
             for topic, o, _ in watcher.seen
@@ -341,21 +273,39 @@ async def test_an_outage_confirms_no_underrun_that_late_chunks_retract(
     confirmed it during the outage)."""
     daemon = Daemon(settings_for(mosquitto_server.port), environ={}, install_signal_handlers=False)
     async with running(daemon):
-        t0 = time.time() * 1000.0
+        t0 = now_ms()
         async with device(mosquitto_server.port) as client:
             await send(
                 client, "late1", {"type": "chunk", "stream": "s", "t_ms": t0, "seq": 0,
                                   "audio_ms": 600, "eta_ms": 100},
             )  # fmt: skip
         dev = None
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(10):
             while dev is None or dev.stats.chunks < 1:
                 await asyncio.sleep(0.02)
                 dev = daemon.monitor.engine.device("late1")
         mosquitto_server.stop()
+        async with asyncio.timeout(30):
+            while daemon.connection.ready:  # noqa: ASYNC110 - a plain flag
+                await asyncio.sleep(0.02)
         # The buffer runs dry at t0 + 600 by what edgemon knows; the lateness (1 s) runs out
-        # at t0 + 1600 while the broker is still away.
-        await asyncio.sleep(max(0.0, (t0 + 2_000 - time.time() * 1000.0) / 1000.0))
+        # at t0 + 1600, on the device's clock. Judged only if edgemon knew its input was lost
+        # before then (on a machine that fell behind it may rightly have confirmed it).
+        lateness_ends = t0 + 1_600
+        lost_at = dev.clock.now(daemon.clock.now_ms())
+        if lost_at >= lateness_ends:
+            pytest.skip(
+                f"the machine did not keep up: edgemon saw the broker go {lost_at - t0:.0f} ms "
+                "(device clock) after the chunk, after the lateness had run out (1,600 ms)"
+            )
+        # Until edgemon's clock is past the end of the lateness with no timer left due by then.
+        async with asyncio.timeout(30):
+            while True:
+                due = dev.clock.to_wall(lateness_ends)
+                deadline = daemon.monitor.next_deadline()
+                if daemon.clock.now_ms() > due and (deadline is None or deadline > due):
+                    break
+                await asyncio.sleep(0.02)
         assert dev.stats.underruns == 0, "confirmed during the outage"
         mosquitto_server.start()
         async with asyncio.timeout(30):
@@ -366,7 +316,7 @@ async def test_an_outage_confirms_no_underrun_that_late_chunks_retract(
                 client, "late1", {"type": "chunk", "stream": "s", "t_ms": t0 + 500, "seq": 1,
                                   "audio_ms": 600, "final": True},
             )  # fmt: skip
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(10):
             while dev.stats.chunks < 2:  # noqa: ASYNC110 - the engine has no event to await
                 await asyncio.sleep(0.02)
         assert dev.stats.underruns_retracted == 1

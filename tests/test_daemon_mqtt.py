@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
-from test_daemon_app import settings_for, throttle_on_then_off, watching
 
 from edgemon.daemon import Daemon
 from edgemon.daemon.intake import Intake
@@ -17,6 +16,7 @@ from edgemon.daemon.mqtt_codec import V311
 from edgemon.daemon.mqtt_session import Session
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
+from clients import settings_for, throttle_on_then_off, watching
 from daemons import logged, running
 
 if TYPE_CHECKING:

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import aiomqtt
 import pytest
-from test_daemon_app import throttle_on_then_off, watching
 
 from edgemon.daemon import mqtt_codec as codec
 from edgemon.daemon.app import Daemon
 from edgemon.daemon.mqtt import RECEIVE_MAXIMUM, connect_request
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
+from clients import throttle_on_then_off, watching
 from daemons import running
 
 if TYPE_CHECKING:

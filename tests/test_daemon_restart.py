@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import aiomqtt
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
 from daemons import logged, running, start, stop
+from scrapes import total
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, MutableMapping
@@ -38,10 +38,8 @@ PERIOD_S = 0.2
 AUDIO_MS = 300.0
 ETA_MS = 200.0
 STREAMS = (("d0", "s0"), ("d0", "s1"), ("d1", "s2"))
-#: Delivery jitter allowed between the slack edgemon shows and the one the chunks imply.
-SLACK_TOLERANCE_MS = 25.0
-#: A chunk published this recently may still be on its way to edgemon.
-IN_FLIGHT_MS = 60.0
+#: Polls of `/api/v1/streams` after a restart, each at least 50 ms after the last.
+POLLS = 10
 
 Key = tuple[str, str]
 
@@ -71,13 +69,10 @@ class Publisher:
     def count(self) -> int:
         return sum(len(times) for times in self.sent.values())
 
-    def implied_slack(self, key: Key, wall_ms: float) -> tuple[float, float | None]:
-        """The slack at `wall_ms` that the stream's published chunks imply, and the same if its
-        last chunk is still in flight (None when none can be)."""
-        times = [t for t in self.sent[key] if t <= wall_ms]
-        slack = AUDIO_MS * len(times) - (wall_ms - self.sent[key][0])
-        in_flight = wall_ms - times[-1] < IN_FLIGHT_MS
-        return slack, slack - AUDIO_MS if in_flight else None
+    def implied_slack(self, key: Key, chunks: int, device_ms: float) -> float:
+        """The slack at device time `device_ms` that the stream's first `chunks` chunks imply
+        (the player started with the first one, at its `t_ms`)."""
+        return AUDIO_MS * chunks - (device_ms - self.sent[key][0])
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -135,56 +130,59 @@ async def get(port: int, path: str) -> tuple[int, str]:
         return response.status, await response.text()
 
 
-def total(text: str, name: str, **labels: str) -> float:
-    """The sum of `name` over every series whose labels include `labels`."""
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
-
-
 async def streams(http_port: int) -> tuple[float, dict[Key, dict[str, Any]]]:
-    """`/api/v1/streams`: edgemon's wall time, and each stream by (device, stream)."""
+    """`/api/v1/streams`: edgemon's wall time, and each stream by (device, stream), with its
+    device's time (`device_ms`: the instant the view shows, on the device's clock)."""
     status, body = await get(http_port, "/api/v1/streams")
     assert status == 200
     view = json.loads(body)
     found = {
-        (device["device"], stream["stream"]): stream
+        (device["device"], stream["stream"]): stream | {"device_ms": device["t_ms"]}
         for device in view["devices"]
         for stream in device["streams"]
     }
     return view["wall_ms"], found
 
 
-async def watch_streams(
-    http_port: int, publisher: Publisher, seconds: float, *, check_slack_after_s: float
-) -> int:
-    """Poll the streams for `seconds`: every stream is there at every poll, and from
-    `check_slack_after_s` on its slack is what its published chunks imply. Polls made."""
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    polls = 0
-    while loop.time() - began < seconds:
-        wall, found = await streams(http_port)
-        assert set(found) == set(STREAMS), f"poll {polls}: streams {sorted(found)}"
-        if loop.time() - began >= check_slack_after_s:
-            for key in STREAMS:
-                stream = found[key]
-                assert stream["phase"] == "live"
-                assert stream["underruns"] == 0
-                slack, if_in_flight = publisher.implied_slack(key, wall)
-                shown = stream["slack_ms"]
-                assert abs(shown - slack) <= SLACK_TOLERANCE_MS or (
-                    if_in_flight is not None and abs(shown - if_in_flight) <= SLACK_TOLERANCE_MS
-                ), f"{key}: slack {shown} ms shown, {slack} ms implied by the chunks"
-        polls += 1
+async def watch_streams(http_port: int, publisher: Publisher, polls: int = POLLS) -> int:
+    """Poll the streams `polls` times, 50 ms apart at least: every stream is there at every
+    poll, live, without an underrun, with the slack its chunks imply on the device's clock —
+    exactly: `audio_ms` × the chunks edgemon counted − (the view's device time − the first
+    chunk's `t_ms`), so the stream kept its start and its buffer across the restart. Polls
+    made (each one checked)."""
+    for poll in range(polls):
+        _, found = await streams(http_port)
+        assert set(found) == set(STREAMS), f"poll {poll}: streams {sorted(found)}"
+        for key in STREAMS:
+            stream = found[key]
+            assert stream["phase"] == "live"
+            assert stream["underruns"] == 0
+            slack = publisher.implied_slack(key, stream["chunks"], stream["device_ms"])
+            assert stream["slack_ms"] == pytest.approx(slack, abs=1e-6), (
+                f"{key}: slack {stream['slack_ms']} ms shown, {slack} ms implied by its "
+                f"{stream['chunks']} chunks at device time {stream['device_ms']}"
+            )
         await asyncio.sleep(0.05)
     return polls
 
 
-async def until_completed(http_port: int, within_s: float = 8.0) -> None:
+async def until_streams(http_port: int, within_s: float = 10.0) -> None:
+    """Wait until every stream has a chunk applied."""
+    async with asyncio.timeout(within_s):
+        while set((await streams(http_port))[1]) != set(STREAMS):  # noqa: ASYNC110 - HTTP
+            await asyncio.sleep(0.02)
+
+
+async def until_published(publisher: Publisher, more: int, within_s: float = 20.0) -> None:
+    """Wait until the publisher has sent `more` chunks more than now (edgemon away: the broker
+    queues them for its session)."""
+    target = publisher.count + more
+    async with asyncio.timeout(within_s):
+        while publisher.count < target:  # noqa: ASYNC110 - a counter of the publisher task
+            await asyncio.sleep(0.02)
+
+
+async def until_completed(http_port: int, within_s: float = 20.0) -> None:
     """Wait until every stream has played out its final chunk and been removed."""
     async with asyncio.timeout(within_s):
         while (await streams(http_port))[1]:  # noqa: ASYNC110 - polling HTTP
@@ -204,10 +202,11 @@ def restart_settings(port: int, state_dir: Path) -> Settings:
 async def test_clean_restart_continues_every_stream_with_exact_totals(
     mosquitto_broker: tuple[str, int], tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
-    """SIGTERM's stop mid-stream, 1 s down while chunks keep coming, start again with the same
-    state directory and client id: every stream is present at every poll after the restart
-    with the slack its published chunks imply (±25 ms), then completes; no underrun, no extra
-    stream start, no throttle, and chunks and audio totals equal what the broker accepted."""
+    """SIGTERM's stop mid-stream, down while chunks keep coming (five periods' worth),
+    start again with the same state directory and client id: every stream is present at
+    every poll after the restart with the slack its chunks imply on the device's clock
+    (exactly), then completes; no underrun, no extra stream start, no throttle, and chunks
+    and audio totals equal what the broker accepted."""
     _, port = mosquitto_broker
     state_dir = tmp_path / "state"
     state_dir.mkdir()
@@ -217,19 +216,19 @@ async def test_clean_restart_continues_every_stream_with_exact_totals(
     try:
         async with publishing(port) as publisher:
             assert daemon.http_port is not None
-            await asyncio.sleep(0.1)  # the first chunks on their way
-            await watch_streams(daemon.http_port, publisher, 1.0, check_slack_after_s=0.3)
+            await until_streams(daemon.http_port)
+            await watch_streams(daemon.http_port, publisher)
             await stop(daemon, task, logs=captured_logs)
             first = captured_logs[:]  # the first daemon's lines
             assert (state_dir / "snapshot.json").is_file()
             at_stop = publisher.count
-            await asyncio.sleep(1.0)  # down: the broker queues for edgemon's session
+            await until_published(publisher, 5 * len(STREAMS))  # down: the broker queues
             queued = publisher.count - at_stop
             daemon = Daemon(settings, environ={}, install_signal_handlers=False)
             task = await start(daemon, logs=captured_logs)
             http = daemon.http_port
             assert http is not None
-            polls = await watch_streams(http, publisher, 1.2, check_slack_after_s=0.3)
+            polls = await watch_streams(http, publisher)
             await finish(publisher)
             await until_completed(http)
             _, metrics = await get(http, "/metrics")
@@ -238,8 +237,8 @@ async def test_clean_restart_continues_every_stream_with_exact_totals(
             await stop(daemon, task, logs=captured_logs)
     second = captured_logs[len(first) :]
     published = publisher.count
-    assert queued >= 3 * len(STREAMS)
-    assert polls >= 10
+    assert queued >= 5 * len(STREAMS)
+    assert polls == POLLS
     assert logged(second, "state_restored") == [{"devices": 2, "streams": 3}]
     assert not logged(second, "state_restore_failed")
     assert not logged(first, "snapshot_failed")
@@ -347,17 +346,20 @@ async def test_crash_loses_nothing_with_the_write_ahead_log(
     try:
         await first.start()
         async with publishing(port) as publisher:
-            await asyncio.sleep(1.2)
+            assert first.http_port is not None
+            await until_streams(first.http_port)
+            await until_published(publisher, 3 * len(STREAMS))  # a few periods applied
             assert await first.signal(signal.SIGKILL) == -signal.SIGKILL
             assert not (state_dir / "snapshot.json").exists()
-            await asyncio.sleep(0.5)  # the publisher goes on; the broker queues
+            await until_published(publisher, 2 * len(STREAMS))  # the broker queues these
             await second.start()
             http = second.http_port
             assert http is not None
-            polls = await watch_streams(http, publisher, 1.0, check_slack_after_s=0.3)
+            polls = await watch_streams(http, publisher)
             await finish(publisher)
             await until_completed(http)
-            await asyncio.sleep(0.3)  # a late redelivery would be counted by now
+            # No wait for "late" redeliveries: the broker redelivers what was unacknowledged
+            # at the session's start, before the final chunks `until_completed` saw applied.
             _, metrics = await get(http, "/metrics")
         assert await second.signal(signal.SIGTERM) == 0
     finally:
@@ -371,7 +373,7 @@ async def test_crash_loses_nothing_with_the_write_ahead_log(
         f"crash: published {published}, received by the killed process {len(by_first)}, "
         f"replayed from the log {replayed}, counted {counted}"
     )
-    assert polls >= 10
+    assert polls == POLLS
     assert by_first
     assert second.events("state_restored")[0]["streams"] == len(STREAMS)
     assert not second.events("state_restore_failed")

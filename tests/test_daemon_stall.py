@@ -10,9 +10,10 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from edgemon_process import edgemon_process, poll, samples
 
 from edgemon.client import Reporter
+
+from processes import edgemon_process, poll, samples
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -137,6 +137,7 @@ def test_committed_json_is_generated(generate: ModuleType) -> None:
     assert set(generate.DASHBOARDS) == set(FILES)
 
 
+@pytest.mark.integration  # starts a process
 def test_generate_check_flags_stale_json(tmp_path: Path) -> None:
     """`generate.py --check` exits 0 on the repository and 1 when a file differs; without
     --check it writes the files that --check then accepts."""

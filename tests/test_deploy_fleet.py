@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tools import require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -27,10 +28,8 @@ FLEET_ONLY = {"EdgemonUplinkStale"}
 
 
 def tool(name: str) -> str:
-    path = shutil.which(name) or f"/usr/bin/{name}"
-    if not os.access(path, os.X_OK):
-        pytest.skip(f"{name} is not installed")
-    return path
+    """The path of `name`; skips the test where it is not installed (`require_tool`)."""
+    return require_tool(name)
 
 
 def run(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> str:

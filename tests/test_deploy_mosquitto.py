@@ -13,9 +13,7 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +22,9 @@ import pytest
 
 from edgemon.settings import LimitsSettings
 
-from ports import accepts, end_process, free_port
+from brokers import MosquittoStartError, launch_mosquitto
+from ports import end_process
+from tools import require_tool, tool_path
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -32,8 +32,7 @@ if TYPE_CHECKING:
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "mosquitto"
 CONF = DEPLOY / "mosquitto.conf"
 ACL = DEPLOY / "acl"
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
+MOSQUITTO_PASSWD = tool_path("mosquitto_passwd")
 PASSWORDS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "edgemon": "pw-edgemon"}
 RECEIVE_S = 3.0  # only ever waited for in full when a test fails
 
@@ -76,8 +75,7 @@ def _adapt(text: str, *, port: int, directory: Path) -> str:
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[int]:
     """The shipped config on a free port, users dev1, dev2 and edgemon: the port."""
-    if not (os.access(MOSQUITTO, os.X_OK) and os.access(MOSQUITTO_PASSWD, os.X_OK)):
-        pytest.skip("mosquitto and mosquitto_passwd are not installed")
+    require_tool("mosquitto", "mosquitto_passwd")
     passwd = tmp_path / "passwd"
     for index, (user, password) in enumerate(PASSWORDS.items()):
         create = ["-c"] if index == 0 else []
@@ -86,24 +84,12 @@ def broker(tmp_path: Path) -> Iterator[int]:
             check=True,
             capture_output=True,
         )
-    log = tmp_path / "mosquitto.log"
-    for _ in range(3):
-        port = free_port()
-        conf = tmp_path / "mosquitto.conf"
-        conf.write_text(_adapt(CONF.read_text(), port=port, directory=tmp_path))
-        with log.open("ab") as sink:
-            process = subprocess.Popen(
-                [MOSQUITTO, "-c", str(conf)], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink
-            )
-        deadline = time.monotonic() + 5
-        while process.poll() is None and time.monotonic() < deadline and not accepts(port):
-            time.sleep(0.02)
-        if process.poll() is None and accepts(port):
-            break
-        process.kill()
-        process.wait()
-    else:
-        pytest.fail(f"mosquitto did not start; its log:\n{log.read_text()}")
+    try:
+        process, (port,) = launch_mosquitto(
+            tmp_path, lambda ports: _adapt(CONF.read_text(), port=ports[0], directory=tmp_path)
+        )
+    except MosquittoStartError as error:
+        pytest.fail(str(error))
     try:
         yield port
     finally:

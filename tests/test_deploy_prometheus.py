@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from edgemon.simulate import Simulation
 from edgemon.simulate.publisher import publish_simulation, wall_ms
 
 from daemons import running
+from tools import require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,6 @@ PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS_DIR / "edgemon.rules.yml"
 RULES_TEST = PROMETHEUS_DIR / "edgemon.rules.test.yml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 #: The alerts issue 4 asks for, by what they watch.
 REQUIRED_ALERTS = {
@@ -46,10 +45,8 @@ REQUIRED_ALERTS = {
 
 @pytest.fixture
 def promtool() -> str:
-    """The path of `promtool`; skips the test where it is not installed."""
-    if not Path(PROMTOOL).exists():
-        pytest.skip("promtool is not installed (Debian package prometheus)")
-    return PROMTOOL
+    """The path of `promtool`; skips the test where it is not installed (`require_tool`)."""
+    return require_tool("promtool")
 
 
 def run_promtool(promtool: str, *args: str, stdin: bytes | None = None) -> str:

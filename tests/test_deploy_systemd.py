@@ -19,6 +19,8 @@ from edgemon.daemon.app import SHUTDOWN_TIMEOUT_S, STATUS_EVERY_S
 from edgemon.daemon.systemd import Notifier
 from edgemon.settings import DEFAULT_CONFIG_PATH, StateSettings
 
+from tools import require_tool
+
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 UNIT = DEPLOY / "systemd" / "edgemon.service"
 INSTALL = DEPLOY / "install.sh"
@@ -87,6 +89,7 @@ def _complaints(result: subprocess.CompletedProcess[str], unit: Path) -> list[st
 
 
 # ------------------------------------------------------------------ the real tool
+@pytest.mark.integration  # starts a process
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     """`systemd-analyze verify` loads the unit without a single complaint about it."""
     unit = _runnable_unit(tmp_path)
@@ -95,6 +98,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.integration  # starts a process
 def test_verify_check_catches_a_broken_unit(tmp_path: Path) -> None:
     """The verify check is not vacuous: a typo in the unit is reported and caught."""
     unit = _runnable_unit(tmp_path)
@@ -112,6 +116,7 @@ def test_every_shipped_unit_is_rated() -> None:
     assert {"edgemon.service", "vmalert.service"} <= names
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.parametrize("shipped", SHIPPED_UNITS, ids=lambda unit: unit.name)
 def test_security_exposure_is_at_most_2(shipped: Path, tmp_path: Path) -> None:
     """`systemd-analyze security --offline=yes` rates each shipped unit's exposure 2.0 or
@@ -167,11 +172,10 @@ def test_unit_runs_the_daemon_the_way_it_expects() -> None:
 
 
 # ------------------------------------------------------------------ install.sh
+@pytest.mark.integration  # starts a process
 def test_install_script_passes_shellcheck() -> None:
     """shellcheck finds nothing in install.sh."""
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (Debian package shellcheck)")
+    shellcheck = require_tool("shellcheck")
     result = subprocess.run(
         [shellcheck, str(INSTALL)], capture_output=True, text=True, timeout=60, check=False
     )
@@ -197,6 +201,7 @@ def _recording_shims(directory: Path, log: Path, python: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}"}
 
 
+@pytest.mark.integration  # starts a process
 def test_install_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> None:
     """--dry-run prints the venv, pip, config, unit and systemctl steps and runs none of them."""
     python = "/usr/bin/python3"
@@ -230,6 +235,7 @@ def test_install_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path) -> 
         assert any(step in line for line in plan), (step, plan)
 
 
+@pytest.mark.integration  # starts a process
 def test_install_refuses_a_bad_source(tmp_path: Path) -> None:
     """A source that is neither a wheel nor a project directory is a usage error (exit 2)."""
     result = subprocess.run(

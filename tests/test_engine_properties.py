@@ -83,6 +83,7 @@ def samples_by_key(lines: list[Line]) -> dict[tuple[float, str, str], Line]:
     return dict(zip(keys, lines, strict=True))
 
 
+@pytest.mark.slow  # a property: many generated examples
 @pytest.mark.parametrize("player", PLAYERS)
 @FEWER
 @given(data=st.data())
@@ -97,6 +98,7 @@ def test_samples_match_reference(player: PlayerModel, data: st.DataObject) -> No
     assert sample_mismatches(got, sc) == []
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(scenarios(eta_always=True))
 def test_samples_are_exact_with_integer_inputs(sc: Scenario) -> None:
@@ -107,6 +109,7 @@ def test_samples_are_exact_with_integer_inputs(sc: Scenario) -> None:
         assert float(line["headroom_ms"]).is_integer()
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(scenarios(in_order=True))
 def test_underruns_match_reference(sc: Scenario) -> None:
@@ -156,6 +159,7 @@ def throttle_on(lines: list[Line], device: str, t: float) -> bool:
     return state
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(scenarios(in_order=True, eta_always=True, hysteresis_ms=0, min_on_ms=0))
 def test_throttle_without_hysteresis_is_any_stream_at_risk(sc: Scenario) -> None:
@@ -171,6 +175,7 @@ def test_throttle_without_hysteresis_is_any_stream_at_risk(sc: Scenario) -> None
             assert throttle_on(lines, device, k) is at_risk, (device, k)
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(scenarios(in_order=True, eta_always=True))
 def test_throttle_with_hysteresis_and_min_on_matches_reference(sc: Scenario) -> None:
@@ -179,6 +184,7 @@ def test_throttle_with_hysteresis_and_min_on_matches_reference(sc: Scenario) -> 
     assert throttle_mismatches(run(sc)["throttle"], ref) == []
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(
     st.tuples(st.integers(1, 60), st.integers(0, 400)).flatmap(
@@ -222,6 +228,7 @@ def check_stream_ends(sc: Scenario, lines: list[Line], *, fields: tuple[str, ...
             assert line[name] == expected[name], (name, line, expected)
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(scenarios(in_order=True))
 def test_stream_ends_match_reference(sc: Scenario) -> None:
@@ -231,6 +238,7 @@ def test_stream_ends_match_reference(sc: Scenario) -> None:
     check_stream_ends(sc, run(sc)["stream_end"], fields=fields)
 
 
+@pytest.mark.slow  # a property: many generated examples
 @FEWER
 @given(scenarios())
 def test_stream_ends_with_delivery_jitter(sc: Scenario) -> None:
@@ -238,6 +246,7 @@ def test_stream_ends_with_delivery_jitter(sc: Scenario) -> None:
     check_stream_ends(sc, run(sc)["stream_end"], fields=("t_ms", "reason", "chunks", "audio_ms"))
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(scenarios())
 def test_duplicates_are_rejected(sc: Scenario) -> None:
@@ -251,6 +260,7 @@ def test_duplicates_are_rejected(sc: Scenario) -> None:
     assert got == want
 
 
+@pytest.mark.slow  # a property: many generated examples
 @FEWER
 @given(scenarios(in_order=True))
 def test_summary_counts(sc: Scenario) -> None:
@@ -267,6 +277,7 @@ def test_summary_counts(sc: Scenario) -> None:
     assert summary["throttle_engagements"] == sum(line["active"] for line in out["throttle"])
 
 
+@pytest.mark.slow  # a property: many generated examples
 @FEWER
 @given(scenarios())
 def test_lines_are_in_time_order(sc: Scenario) -> None:

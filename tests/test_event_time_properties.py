@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from edgemon.engine.outputs import (
@@ -135,6 +136,7 @@ def throttle_mismatches(lines: list[dict[str, Any]], sc: LateScenario) -> list[s
     return problems
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(late_scenarios())
 def test_late_delivery_leaves_the_record_of_the_devices_own_times(sc: LateScenario) -> None:
@@ -148,6 +150,7 @@ def test_late_delivery_leaves_the_record_of_the_devices_own_times(sc: LateScenar
     assert throttle_mismatches(lines, sc) == []
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(late_scenarios(outage=True))
 def test_an_outage_burst_leaves_the_record_of_the_devices_own_times(sc: LateScenario) -> None:

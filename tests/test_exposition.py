@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -30,8 +31,22 @@ async def test_no_slice_starts_just_before_a_transition() -> None:
 
 @pytest.mark.asyncio
 async def test_the_wait_is_bounded() -> None:
-    """A transition that never fires (a stuck deadline) holds a scrape for `max_wait_s` at most
-    per slice, not forever (a generous bound: 50 ms of sleeps in 5 s)."""
-    slicer = Slicer(0.0, until_deadline=lambda: 0.0, max_wait_s=0.05)
-    async with asyncio.timeout(5):
-        await slicer()
+    """A transition that never fires (a stuck deadline) holds a scrape for `max_wait_s` per
+    slice, then lets it go on: each of three slices waits (it asks for the deadline again and
+    again for at least `max_wait_s`) and returns (within a generous 5 s, liveness only: how
+    long beyond `max_wait_s` is the machine's load, not judged)."""
+    asked: list[float] = []
+
+    def stuck() -> float:
+        asked.append(time.perf_counter())
+        return 0.0  # due now, for ever
+
+    slicer = Slicer(0.0, until_deadline=stuck, max_wait_s=0.05)
+    for n in range(1, 4):
+        before = len(asked)
+        began = time.perf_counter()
+        async with asyncio.timeout(5):
+            await slicer()
+        assert slicer.yields == n
+        assert len(asked) - before >= 2  # waited and asked again, not once and gone
+        assert time.perf_counter() - began >= 0.05  # it did hold the slice back

@@ -9,9 +9,10 @@ import signal
 from typing import TYPE_CHECKING
 
 import pytest
-from edgemon_process import edgemon_process
 
 from edgemon.client import GateState, Reporter, ThrottleGate
+
+from processes import edgemon_process
 
 if TYPE_CHECKING:
     from collections.abc import Callable

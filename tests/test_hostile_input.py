@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_daemon_app import device, now_ms, sample, scrape, settings_for, watching
 
 from edgemon.adapters.metrics import KNOWN_RESULTS
 from edgemon.daemon import Daemon
@@ -28,15 +27,17 @@ from edgemon.engine.outputs import StreamEnded, ThrottleChanged, UnderrunBegan
 from edgemon.engine.stream import Phase
 from edgemon.monitor import Monitor
 
-from daemons import logged, running
+from clients import device, now_ms, scrape, settings_for, watching
+from daemons import logged, rejections, running
+from scrapes import sample, series_names
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Mapping, MutableMapping
-
-    from test_daemon_app import Watcher
+    from collections.abc import AsyncIterator, MutableMapping
 
     from edgemon.engine.device import Device
     from edgemon.engine.outputs import Output
+
+    from clients import Watcher
 
 P = "edgemon/v1"
 YEAR_MS = 365 * 86_400_000.0
@@ -56,20 +57,6 @@ REJECTIONS = (
 
 
 # ------------------------------------------------------------------ helpers
-def rejections(
-    logs: Iterable[Mapping[str, Any]], device_id: str | None = None, reason: str | None = None
-) -> list[tuple[float, Mapping[str, Any]]]:
-    """`(monotonic s, line)` of each captured `message_rejected` line, optionally of one
-    device and reason."""
-    return [
-        (line["monotonic_s"], line)
-        for line in logs
-        if line["event"] == "message_rejected"
-        and (device_id is None or line["device"] == device_id)
-        and (reason is None or line["reason"] == reason)
-    ]
-
-
 def ev(kind: str, stream: str, t: float | None = None, **extra: Any) -> dict[str, Any]:
     """An event at wall time now (or `t`)."""
     return {"type": kind, "stream": stream, "t_ms": now_ms() if t is None else t} | extra
@@ -447,20 +434,27 @@ async def test_a_burst_of_bad_messages_is_logged_once_per_second(
             await client.publish(f"{P}/noisy/events", b"{not json", qos=0)
         await client.publish(f"{P}/noisy/events", b"[]", qos=0)  # another reason
         await client.publish(f"{P}/other/events", b"{not json", qos=0)  # another device
-        await until_counted(daemon, Counter(invalid_json=51, invalid_event=1))
+        await until_counted(daemon, Counter(invalid_json=51, invalid_event=1), within_s=30)
         burst_s = time.monotonic() - started
-        assert burst_s < 1.0, f"the burst took {burst_s:.2f} s: cannot judge the rate limit"
+        if burst_s >= 1.0:  # the window may have ended within the burst: nothing to judge
+            pytest.skip(f"the machine did not keep up: the burst took {burst_s:.2f} s, not < 1 s")
         lines = rejections(captured_logs, "noisy", "invalid_json")
         assert len(lines) == 1
         assert lines[0][1]["suppressed"] == 0
         assert len(rejections(captured_logs, "noisy", "invalid_event")) == 1
         assert len(rejections(captured_logs, "other", "invalid_json")) == 1
-        await asyncio.sleep(max(0.0, lines[0][0] + 1.02 - time.monotonic()))
-        await client.publish(f"{P}/noisy/events", b"{not json", qos=1)
-        await until_counted(daemon, Counter(invalid_json=52))
+        # One more bad message every 50 ms until the key's next line comes (its second).
+        sent = 50
+        async with asyncio.timeout(30):
+            while len(rejections(captured_logs, "noisy", "invalid_json")) < 2:
+                await client.publish(f"{P}/noisy/events", b"{not json", qos=1)
+                sent += 1
+                await until_counted(daemon, Counter(invalid_json=sent + 1), within_s=30)
+                await asyncio.sleep(0.05)
         lines = rejections(captured_logs, "noisy", "invalid_json")
         assert len(lines) == 2
-        assert lines[1][1]["suppressed"] == 49
+        assert lines[1][1]["suppressed"] == sent - 2  # all but the two logged
+        assert sent - 2 >= 49
         assert lines[1][0] - lines[0][0] >= 1.0
 
 
@@ -470,7 +464,9 @@ async def test_absurd_engine_geometry_does_not_break_metrics(
     mosquitto_broker: tuple[str, int],
 ) -> None:
     """An engine object with a geometry far beyond any real model (integers of hundreds of
-    digits) is counted, and `/metrics` still answers 200 for everyone afterwards."""
+    digits) is counted (accepted: a device may send one; its KV figures are refused, with
+    the reason kept), and `/metrics` still answers 200 with a page Prometheus can parse,
+    twice: no KV series is made of it."""
     _, port = mosquitto_broker
     daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
     bomb = {
@@ -486,6 +482,20 @@ async def test_absurd_engine_geometry_does_not_break_metrics(
         assert daemon.http_port is not None
         status, text = await scrape(daemon.http_port, "/metrics")
         assert status == 200, text[:200]
+        again, _ = await scrape(daemon.http_port, "/metrics")
+        dev = daemon.monitor.engine.device("kvbomb")
+    assert again == 200
+    assert sample(text, "edgemon_messages_total", {"result": "accepted"}) == 1.0
+    assert dev is not None
+    assert dev.engine_info is not None
+    assert dev.engine_info.kv is None
+    assert "absurdly large" in (dev.engine_info.kv_error or "")
+    kv_series = [
+        name
+        for name, labels in series_names(text)
+        if name.startswith("edgemon_kv") and labels.get("device") == "kvbomb"
+    ]
+    assert kv_series == []
 
 
 # ------------------------------------------------------------------ in-process
@@ -647,6 +657,7 @@ def check_invariants(monitor: Monitor, before: dict[str, tuple[float, ...]]) -> 
         before[dev.id] = totals
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_arbitrary_input_never_raises_and_keeps_invariants(data: st.DataObject) -> None:

@@ -44,6 +44,7 @@ def _floor_holds(monitor: Monitor) -> None:
     assert monitor.engine.deadline_floor() <= (math.inf if deadline is None else deadline)
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_deadline_floor_never_passes_the_next_deadline(sc: Scenario) -> None:

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import json
 import re
-import shutil
 import ssl
 import subprocess
 from contextlib import asynccontextmanager
@@ -33,6 +32,8 @@ from edgemon.adapters.state import ConnectionState
 from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
 from edgemon.settings import HttpSettings
+
+from tools import require_tool
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -274,9 +275,7 @@ async def test_serve_releases_the_port_on_exit(daemon: Daemon) -> None:
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
     """A throw-away self-signed certificate for 127.0.0.1 and its key, made by `openssl`."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed")
+    openssl = require_tool("openssl")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     options = (
         "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1"
@@ -287,6 +286,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+@pytest.mark.integration  # starts a process
 @pytest.mark.asyncio
 async def test_tls(daemon: Daemon, certificate: tuple[Path, Path]) -> None:
     """With a certificate the endpoint speaks HTTPS; a client trusting it gets the metrics."""

@@ -71,6 +71,7 @@ def test_a_gate_handed_in_stays_the_callers() -> None:
     assert not gate.closed
 
 
+@pytest.mark.integration  # starts a process
 def test_importing_the_package_imports_no_engine() -> None:
     """`import edgemon.integrations` loads neither vLLM nor vLLM-Omni nor torch, and the vLLM
     plugin is a no-op where vLLM-Omni is not installed (as here)."""

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edgemon_process import edgemon_run, poll, samples
 
 from edgemon.client import Reporter
 from edgemon.engine.stream import BURST_GAP_MS
 
 from mqtt_probe import probe
+from processes import edgemon_run, poll, samples
 
 pytestmark = pytest.mark.integration
 

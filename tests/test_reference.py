@@ -314,6 +314,7 @@ def _spec_slack(sc: Scenario, device: str, stream: str, s: float) -> float | Non
     return float(sum(e["audio_ms"] for e in chunks if e["t_ms"] <= s)) - played
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(in_order=True, player="conceal"))
 def test_reference_slack_matches_the_spec_formula(sc: Scenario) -> None:
@@ -325,6 +326,7 @@ def test_reference_slack_matches_the_spec_formula(sc: Scenario) -> None:
             assert line["slack_ms"] == expected
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(in_order=True, eta_always=True))
 def test_right_limit_risk_agrees_with_half_integer_evaluation(sc: Scenario) -> None:
@@ -337,6 +339,7 @@ def test_right_limit_risk_agrees_with_half_integer_evaluation(sc: Scenario) -> N
                 assert r.at_risk(device, stream, k) == just_after
 
 
+@pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(in_order=True, eta_always=True) | scenarios())
 def test_generated_traces_stay_inside_the_model(sc: Scenario) -> None:

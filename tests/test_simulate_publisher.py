@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import TYPE_CHECKING, Any
 
 import aiomqtt
@@ -14,6 +13,8 @@ import pytest
 from edgemon.simulate import Simulation
 from edgemon.simulate.publisher import publish_simulation, wall_ms
 from edgemon.wire.decode import Problem, decode_engine, decode_events
+
+from load import LoopLag, skip_unless_kept_up
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -44,7 +45,9 @@ async def _collect(
 
         listener = asyncio.create_task(listen())
         result = await run
-        await asyncio.sleep(0.2)  # QoS 1 deliveries in flight
+        async with asyncio.timeout(10):  # QoS 1 deliveries still in flight
+            while sum(str(m.topic).endswith("/events") for _, m in received) < result.messages:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
     return result, received
@@ -91,7 +94,8 @@ async def test_events_arrive_in_order_at_real_time(mosquitto_broker: tuple[str, 
     host, port = mosquitto_broker
     start = wall_ms()
     run = publish_simulation(_sim(start), hostname=host, port=port, duration_s=2.0)
-    report, received = await _collect(host, port, run)
+    async with LoopLag() as lag:
+        report, received = await _collect(host, port, run)
     events = _events(received)
     assert report.events == report.messages == len(events)
     assert report.streams >= 2
@@ -100,10 +104,12 @@ async def test_events_arrive_in_order_at_real_time(mosquitto_broker: tuple[str, 
     _assert_model_then_cancels(events, _sim(start).until(start + 3_000.0))
     times = [e["t_ms"] for e in events]
     assert times == sorted(times)
-    for arrived, message in received:
-        if str(message.topic).endswith("/events"):
-            event = json.loads(message.payload)
-            assert -5 <= arrived - event["t_ms"] <= 1000  # sent on time, never early
+    delays = [
+        arrived - json.loads(message.payload)["t_ms"]
+        for arrived, message in received
+        if str(message.topic).endswith("/events")
+    ]
+    assert min(delays) >= -5  # never sent early (a loaded machine only makes it later)
 
     engine = [m for _, m in received if str(m.topic) == f"{PREFIX}/sim-0/engine"]
     assert len(engine) == 1
@@ -117,6 +123,8 @@ async def test_events_arrive_in_order_at_real_time(mosquitto_broker: tuple[str, 
             message = await anext(aiter(late.messages))
     assert message.retain
     assert message.payload == engine[0].payload
+    skip_unless_kept_up(lag.max_s, 0.25, "sending on time")
+    assert max(delays) <= 1000  # sent when its t_ms came, not later
 
 
 @pytest.mark.asyncio
@@ -138,15 +146,25 @@ async def test_batches_are_arrays_of_a_device(mosquitto_broker: tuple[str, int])
 
 @pytest.mark.asyncio
 async def test_stop_event_ends_the_run_early(mosquitto_broker: tuple[str, int]) -> None:
-    """Setting `stop` ends an unlimited run promptly, and its open streams are cancelled."""
+    """Setting `stop` ends an unlimited run, and its open streams are cancelled, stamped with
+    the stop's time: no event is sent for a time after it."""
     host, port = mosquitto_broker
     stop = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.5, stop.set)
-    began = time.monotonic()
+    stopped_at: list[float] = []
+
+    def set_stop() -> None:
+        stopped_at.append(wall_ms())
+        stop.set()
+
+    asyncio.get_running_loop().call_later(0.5, set_stop)
     run = publish_simulation(_sim(wall_ms()), hostname=host, port=port, duration_s=None, stop=stop)
-    report, received = await _collect(host, port, run)
-    assert time.monotonic() - began < 2.0
+    async with asyncio.timeout(30):  # an unlimited run: only the stop ends it
+        report, received = await _collect(host, port, run)
     events = _events(received)
+    cancels = [e["t_ms"] for e in events if e["type"] == "end"]
+    assert cancels
+    assert min(cancels) >= stopped_at[0]
+    assert all(e["t_ms"] <= max(cancels) for e in events)
     assert report.cancelled >= 1
     assert report.cancelled == sum(1 for e in events if e["type"] == "end")
     started = {e["stream"] for e in events if e["type"] == "start"}

@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,7 @@ def feed(
     return reader
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(
     scenarios(),
@@ -104,13 +106,17 @@ def test_counters_never_decrease_with_jitter_gaps_and_chunks_beyond_the_lateness
 ) -> None:
     """Traces with delivery jitter up to 100 ms (a later message may carry a smaller `t_ms`),
     gaps, duplicates and finals, with an allowed lateness often shorter than the jitter (so
-    chunks arrive beyond it), read between every step: no counter ever goes down."""
+    chunks arrive beyond it), read between every step: no counter ever goes down, and each
+    ends at the device's record."""
     slack = replace(sc.config.slack, allowed_lateness_ms=lateness)
-    monitor = Monitor(replace(sc.config, slack=slack))
+    config = replace(sc.config, slack=slack)
+    monitor = Monitor(config)
     reader = feed(monitor, sc.messages, lags)
     assert reader.reads > 0
+    assert ends_at_the_record(reader, monitor)
 
 
+@pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(
     late_scenarios(outage=True) | late_scenarios(),
@@ -120,9 +126,22 @@ def test_counters_never_decrease_under_late_delivery_and_outages(
     sc: LateScenario, lags: list[int]
 ) -> None:
     """Late delivery (delays up to 500 ms, reordering within a stream) and broker outages
-    whose backlog arrives in a burst, read between every step: no counter ever goes down."""
-    reader = feed(Monitor(sc.config), sc.messages, lags, sc.outage)
+    whose backlog arrives in a burst, read between every step: no counter ever goes down, and
+    each ends at the device's record."""
+    monitor = Monitor(sc.config)
+    reader = feed(monitor, sc.messages, lags, sc.outage)
     assert reader.reads > 0
+    assert ends_at_the_record(reader, monitor)
+
+
+def ends_at_the_record(reader: Reader, monitor: Monitor) -> bool:
+    """Once everything has played out (no stream, no throttle left), each device's last
+    reading is its record: the time counted throttled and in confirmed underrun."""
+    for view in device_views(monitor.engine):
+        _, throttle, underrun = reader.last[view.id]
+        assert not view.throttle_on
+        assert (throttle, underrun) == (view.stats.throttle_ms, view.stats.underrun_ms)
+    return True
 
 
 def test_a_restart_from_a_snapshot_keeps_the_counters() -> None:

@@ -10,63 +10,16 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import structlog
 
-from edgemon.daemon.persistence import WAL_GENERATION, Persistence
+from edgemon.daemon.persistence import WAL_GENERATION
 from edgemon.daemon.state import SNAPSHOT_NAME, StateStore, resolve_state_dir
 from edgemon.daemon.wal import generations, wal_path
-from edgemon.engine import EngineConfig
-from edgemon.monitor import Monitor
 from edgemon.settings import DEFAULT_STATE_DIR
+
+from wal_nodes import T0, Node
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from edgemon.engine.outputs import Output
-
-T0 = 1_700_000_000_000.0
-TOPIC = "edgemon/v1/d1/events"
-
-
-def chunk(seq: int, t: float) -> bytes:
-    """Chunk `seq` of stream s: 200 ms of audio, the next one expected in 100 ms."""
-    event = {"type": "chunk", "stream": "s", "t_ms": t, "seq": seq, "audio_ms": 200}
-    return json.dumps(event | {"eta_ms": 100}).encode()
-
-
-class Node:
-    """A Monitor with its Persistence, driven as the daemon drives them (log, then apply)."""
-
-    def __init__(self, directory: Path, *, wal: bool = True) -> None:
-        self.monitor = Monitor(EngineConfig())
-        self.out: list[Output] = []
-        self.commits: list[float] = []
-        self.persistence = Persistence(
-            directory,
-            monitor=self.monitor,
-            replay=lambda record: self.apply(record.topic, record.payload, record.recv_ms),
-            wal=wal,
-            log=structlog.get_logger(),
-            on_commit=self.commits.append,
-        )
-
-    def apply(self, topic: str, payload: bytes, now: float) -> None:
-        self.monitor.handle(topic, payload, now, self.out)
-        self.out.clear()
-
-    def receive(self, seq: int, now: float) -> None:
-        payload = chunk(seq, now)
-        self.persistence.append(now, TOPIC, payload)
-        self.apply(TOPIC, payload, now)
-
-    async def durable(self) -> None:
-        done = asyncio.get_running_loop().create_future()
-        self.persistence.when_durable(lambda: done.set_result(None))
-        await done
-
-    def chunks(self) -> int:
-        device = self.monitor.engine.device("d1")
-        return 0 if device is None else device.stats.chunks
 
 
 @pytest.mark.asyncio

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from edgemon.monitor import Monitor
 
 __all__ = [
+    "CallbackCounter",
     "ConnectionState",
     "DeadlineLatenessCollector",
     "EdgemonCollector",
@@ -398,6 +399,21 @@ class DeadlineLatenessCollector:
         ]
         family.add_metric([], buckets, histogram.total / _MS)
         yield family
+
+
+class CallbackCounter:
+    """A counter whose total is kept elsewhere and read at each scrape (`read()`)."""
+
+    __slots__ = ("_doc", "_name", "_read")
+
+    def __init__(self, name: str, doc: str, read: Callable[[], float]) -> None:
+        self._name = name
+        self._doc = doc
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        """The total now."""
+        yield CounterMetricFamily(self._name, self._doc, value=self._read())
 
 
 class EdgemonRegistry(CollectorRegistry):

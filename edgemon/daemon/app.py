@@ -33,7 +33,7 @@ from edgemon.adapters.http import (
     serve,
     ssl_context_from_files,
 )
-from edgemon.adapters.metrics import DeadlineLatenessCollector, build_registry
+from edgemon.adapters.metrics import CallbackCounter, DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.digest import DeviceDigest
@@ -357,6 +357,13 @@ class Daemon:
             "Bytes in the write-ahead log now: what a start would replay.",
             registry=self.registry,
         ).set_function(lambda: 0 if persistence.wal is None else persistence.wal.size)
+        self.registry.register(
+            CallbackCounter(
+                "edgemon_wal_appended_bytes",
+                "Bytes committed to the write-ahead log since the start (never truncated).",
+                lambda: 0 if persistence.wal is None else persistence.wal.appended,
+            )
+        )
         return persistence
 
     def _restore(self) -> None:

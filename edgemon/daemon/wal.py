@@ -128,6 +128,9 @@ class WriteAheadLog:
         self.failed = False
         #: Bytes in the log files now (what a start would replay), `edgemon_wal_bytes`.
         self.size = size
+        #: Bytes committed since this process started (`edgemon_wal_appended_bytes_total`):
+        #: unlike `size`, never lowered by a snapshot's pruning.
+        self.appended = 0
 
     # ------------------------------------------------------------------ on the loop
     def append(self, recv_ms: float, topic: str, payload: bytes) -> None:
@@ -197,6 +200,7 @@ class WriteAheadLog:
         error = done.exception()
         if error is None:
             self.size += size
+            self.appended += size
             self._on_commit(done.result())
         elif not self.failed:
             self.failed = True

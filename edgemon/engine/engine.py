@@ -206,10 +206,11 @@ class Engine:
             book.wall_due = INF
             device = book.device
             instant = device.next_timer()
-            if instant != INF:
-                top = device.clock.to_wall(instant)
-                if top <= wall_ms if inclusive else top < wall_ms:
-                    device.fire(out)
+            # Fired only if the device's earliest timer is still due when its entry said: a
+            # message at the entry's instant may have moved it later, and then another
+            # device's earlier timer must fire first (outputs come in wall-time order).
+            if instant != INF and device.clock.to_wall(instant) <= due:
+                device.fire(out)
             self._schedule(book)
         idle = self._idle
         while idle and (idle[0][0] <= wall_ms if inclusive else idle[0][0] < wall_ms):

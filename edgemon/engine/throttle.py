@@ -48,8 +48,15 @@ class Throttle(DeviceState):
             self.dirty = True
 
     def _decide_throttle(self, now: float, out: list[Output]) -> None:
-        """semantics.md from the two counts: ON on any risk, OFF when none unsafe after min-on."""
+        """semantics.md from the two counts: ON on any risk, OFF when none unsafe after min-on.
+
+        Never at an instant before the one the device's clock has reached: a timer found
+        overdue there (fired by `settle` after a late chunk moved the clock on) changes the
+        throttle now, else a change dated earlier would lower the time already counted."""
         self.dirty = False
+        reached = self.clock.floor_ms
+        if now < reached:
+            now = reached
         if not self.throttle_on:
             if self._risk_count:
                 self.throttle_on = True

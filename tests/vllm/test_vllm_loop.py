@@ -10,13 +10,12 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
-from edgemon_process import edgemon_run
-
 from edgemon.client import GateState, Reporter
 from edgemon.integrations.vllm import EdgemonScheduler
 
 from admission_cases import decoding
 from harness import build_scheduler, make_request, run_step
+from processes import edgemon_run
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -1,7 +1,8 @@
-"""`edgemon run` as a process on a given broker, and how a test reads its HTTP endpoints:
-`edgemon_process` (ready, with its HTTP port, process and log), `edgemon_run` (the same with
-the default config, its HTTP port yielded), `get`, `samples` (one metric's samples) and `poll`
-(a condition awaited with a generous deadline)."""
+"""`edgemon run` as a process of its own, as an operator starts it, for the tests that need the
+real process (a console script, its signals, its exit): `edgemon_process` starts it on a test
+broker with more config if asked and waits until it is ready (its HTTP port, process and
+log), `edgemon_run` does so with the default config and yields its HTTP port; `get`, `poll`
+and `samples` read its HTTP endpoints."""
 
 from __future__ import annotations
 
@@ -16,15 +17,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from ports import end_process, free_port
+from scrapes import Labels
+from scrapes import samples as parsed_samples
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-#: How long `poll` waits by default (generous: a loaded machine).
+#: How long to wait for the process (only waited in full on failure): a loaded machine.
 T = 30.0
 
 
@@ -99,13 +101,8 @@ def poll(check: Callable[[], bool], timeout: float = T) -> bool:
     return check()
 
 
-def samples(port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+def samples(port: int, name: str) -> dict[Labels, float]:
     """Every sample called `name` on edgemon's /metrics, keyed by its sorted labels."""
     text = get(port, "/metrics")
     assert isinstance(text, str)
-    return {
-        tuple(sorted(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    }
+    return parsed_samples(text, name)
