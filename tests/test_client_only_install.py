@@ -12,6 +12,7 @@ import venv
 from pathlib import Path
 
 import paho.mqtt
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,6 +26,7 @@ def client_only_python(directory: Path) -> Path:
     return directory / "bin" / "python"
 
 
+@pytest.mark.integration  # builds a venv, starts processes
 def test_client_only_install(tmp_path: Path) -> None:
     """With only paho-mqtt beside it, `edgemon.client` imports and builds a Reporter and a gate
     (the wire contract module is standard library only), and `python -m edgemon` prints one
@@ -47,6 +49,7 @@ def test_client_only_install(tmp_path: Path) -> None:
     assert "the daemon's dependencies are missing" in bare.stderr
 
 
+@pytest.mark.integration  # starts a process
 def test_run_blames_a_bad_broker_flag_not_the_config_file(tmp_path: Path) -> None:
     """`edgemon run --broker tcp://…` with a valid config file: one line on stderr that names
     `--broker` and its value, not the config file; exit code 2."""

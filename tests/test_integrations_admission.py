@@ -187,6 +187,7 @@ def _plugin_run(tmp_path: Path, environ: dict[str, str]) -> subprocess.Completed
     )
 
 
+@pytest.mark.integration  # starts a process
 def test_the_plugin_imports_no_vllm_omni_in_a_plain_process(tmp_path: Path) -> None:
     """In a process where vLLM-Omni is installed but not in use (a plain `vllm serve`),
     edgemon's general plugin imports nothing of it; with EDGEMON_OMNI_PIPELINES=1 it does try
