@@ -83,6 +83,11 @@ def _number(name: str, value: object, low: float, high: float, *, open_low: bool
     return number
 
 
+def _optional_time(name: str, value: float | None) -> float | None:
+    """None, or a device-clock time (0 ≤ x ≤ the largest `t_ms`)."""
+    return None if value is None else _number(name, value, 0.0, MAX_TIME_MS, open_low=False)
+
+
 def check_stream_id(stream: str) -> str:
     """`[A-Za-z0-9._:-]{1,128}` (SPEC §1)."""
     if not isinstance(stream, str) or _STREAM_ID.fullmatch(stream) is None:
@@ -176,12 +181,14 @@ class Streams:
         audio_format: AudioFormat | str,
         eta_ms: float | None,
         final: bool,
+        play_start_ms: float | None = None,
     ) -> Event | None:
         """The chunk event, or None when the bytes complete no frame yet (carried)."""
         check_stream_id(stream)
         if type(final) is not bool:
             raise ValueError(f"final must be True or False, not {final!r}")
         eta = None if eta_ms is None else _number("eta_ms", eta_ms, 0, MAX_ETA_MS, open_low=False)
+        play = _optional_time("play_start_ms", play_start_ms)
         state = self._live.get(stream)
         if state is None:
             self._refuse_new(stream)
@@ -211,8 +218,11 @@ class Streams:
             "audio_ms": ms,
             "audio_total_ms": state.total_ms(),
         }
-        if eta is not None:
-            event["eta_ms"] = eta
+        event.update(
+            (key, value)
+            for key, value in (("eta_ms", eta), ("play_start_ms", play))
+            if value is not None
+        )
         if final:
             event["final"] = True
             self._finish(stream, by_final=True)

@@ -274,9 +274,12 @@ class Reporter:
         audio_format: AudioFormat | str = AudioFormat.PCM_S16LE_24K_MONO,
         eta_ms: float | None = None,
         final: bool = False,
+        play_start_ms: float | None = None,
     ) -> None:
         """A chunk of audio reached the player now: `audio_ms`, or `pcm_bytes` of
-        `audio_format` (a partial frame is carried to the stream's next chunk)."""
+        `audio_format` (a partial frame is carried to the stream's next chunk).
+        `play_start_ms`: when the player starts (or started) playback, device clock; a player
+        that sent `start` at the request and prebuffers says it with the first chunk."""
         with self._cond:
             self._check_open()
             t_ms = check_t_ms(self._clock())
@@ -288,6 +291,7 @@ class Reporter:
                 audio_format=audio_format,
                 eta_ms=eta_ms,
                 final=final,
+                play_start_ms=play_start_ms,
             )
             if event is not None:
                 self._enqueue(event)

@@ -81,6 +81,10 @@ class LoopResult:
     """Share of the run edgemon's throttle was on."""
     holds: int
     steps: int
+    players: tuple[Player, ...] = ()
+    """Every request's player, in request order (settled at the run's end)."""
+    monitor: Monitor | None = None
+    """edgemon's monitor as the run left it (its device `box` has the daemon's statistics)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +173,8 @@ class _VirtualLoop:
             throttle_share=self.throttled_ms / plan.duration_ms,
             holds=self.gate.holds,
             steps=self.steps,
+            players=tuple(self.players.values()),
+            monitor=self.monitor,
         )
 
     def _at(self, t: float, kind: str, value: Any = None) -> None:
@@ -180,6 +186,7 @@ class _VirtualLoop:
             self.requests += 1
             self.players[request.id] = Player(request.id, request.arrival_ms)
             engine.submit(request)
+            self._request_made(request.id, request.arrival_ms)
         step = engine.step(t)
         if step is None:
             self._at(t + IDLE_POLL_MS if engine.waiting else self.arrivals.next_ms, "engine")
@@ -195,34 +202,29 @@ class _VirtualLoop:
         body = json.dumps(self._report(player, chunk)).encode()
         self._at(self.now + self.plan.report_latency_ms, "message", body)
 
+    def _request_made(self, stream: str, t_ms: float) -> None:
+        """The player sends `start` when it makes the request (as the README's player does)."""
+        start = {"type": "start", "stream": stream, "t_ms": t_ms, "margin_ms": self.margin_ms}
+        self._at(t_ms + self.plan.report_latency_ms, "message", json.dumps([start]).encode())
+
     def _report(self, player: Player, chunk: Chunk) -> list[dict[str, Any]]:
-        """The batch a Reporter would publish for this arrival."""
-        t = self.now
-        events: list[dict[str, Any]] = []
-        if chunk.seq == 0:
-            events.append(
-                {
-                    "type": "start",
-                    "stream": player.stream,
-                    "t_ms": t,
-                    "play_start_ms": player.start_ms,
-                    "margin_ms": self.margin_ms,
-                }
-            )
+        """The batch a Reporter would publish for this arrival; the first chunk says when
+        the player starts playback."""
         event: dict[str, Any] = {
             "type": "chunk",
             "stream": player.stream,
-            "t_ms": t,
+            "t_ms": self.now,
             "seq": chunk.seq,
             "audio_ms": chunk.audio_ms,
             "audio_total_ms": player.audio_ms,
         }
+        if chunk.seq == 0:
+            event["play_start_ms"] = player.start_ms
         if chunk.final:
             event["final"] = True
         elif self.plan.eta_hints and chunk.eta_ms is not None:
             event["eta_ms"] = chunk.eta_ms
-        events.append(event)
-        return events
+        return [event]
 
     def _message(self, body: bytes) -> None:
         out: list[Output] = []

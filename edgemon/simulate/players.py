@@ -52,6 +52,12 @@ class Player:
         """Time to first audio: request to the first chunk's arrival."""
         return None if self.first_ms is None else self.first_ms - self.requested_ms
 
+    def start_silence_ms(self, end_ms: float) -> float:
+        """Silence before the first word: the request to the playback start (prebuffer
+        included), counted up to `end_ms` while playback has not started by then."""
+        start = end_ms if self.start_ms is None else min(self.start_ms, end_ms)
+        return max(0.0, start - self.requested_ms)
+
     def receive(self, chunk: Chunk, t_ms: float) -> None:
         """The chunk arrived at `t_ms`."""
         if self.final:
@@ -111,7 +117,15 @@ def percentile(values: list[float], q: float) -> float | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Score:
-    """What the players of a run heard, computed on their own clocks."""
+    """What the players of a run heard, computed on their own clocks.
+
+    Silence is what a listener hears instead of speech. **Start silence**: from the request
+    to the playback start, prebuffer included (a request still waiting at the run's end
+    counts up to the end). **Gap silence**: the concealed time in the middle of a stream (its
+    underruns; a stream still under way counts its gaps up to the end). **Total silence**:
+    the two added together. Holding prefills can move silence from gaps to starts; it cannot
+    make a box near capacity faster.
+    """
 
     requests: int
     streams: int
@@ -121,11 +135,29 @@ class Score:
     underrun_s: float
     ttfa_p50_ms: float | None
     ttfa_p99_ms: float | None
+    start_silence_s: float = 0.0
+    start_silence_p50_ms: float | None = None
+    start_silence_p99_ms: float | None = None
 
     @property
     def underruns_per_stream_minute(self) -> float:
         """Underruns per minute of stream playback."""
         return self.underruns / self.stream_minutes if self.stream_minutes else 0.0
+
+    @property
+    def gap_silence_s(self) -> float:
+        """Concealed time mid-stream (the underrun seconds)."""
+        return self.underrun_s
+
+    @property
+    def gaps(self) -> int:
+        """Gaps begun mid-stream (the underruns)."""
+        return self.underruns
+
+    @property
+    def total_silence_s(self) -> float:
+        """Start silence plus gap silence."""
+        return self.start_silence_s + self.underrun_s
 
 
 def score(players: Iterable[Player], end_ms: float, *, requests: int | None = None) -> Score:
@@ -134,6 +166,7 @@ def score(players: Iterable[Player], end_ms: float, *, requests: int | None = No
     for player in listed:
         player.settle(end_ms)
     ttfa = [p.ttfa_ms for p in listed if p.ttfa_ms is not None]
+    silence = [p.start_silence_ms(end_ms) for p in listed]
     return Score(
         requests=len(listed) if requests is None else requests,
         streams=len(ttfa),
@@ -143,6 +176,9 @@ def score(players: Iterable[Player], end_ms: float, *, requests: int | None = No
         underrun_s=sum(p.underrun_ms for p in listed) / 1000.0,
         ttfa_p50_ms=percentile(ttfa, 0.5),
         ttfa_p99_ms=percentile(ttfa, 0.99),
+        start_silence_s=sum(silence) / 1000.0,
+        start_silence_p50_ms=percentile(silence, 0.5),
+        start_silence_p99_ms=percentile(silence, 0.99),
     )
 
 

@@ -7,10 +7,11 @@ player hands it to its reporter (a real `edgemon.client.Reporter` in the demo an
 at that instant, so `t_ms` is stamped on the player's clock. Which engine runs, and whether it
 obeys a gate, is the caller's choice: anything with `submit`/`step`/`waiting`/`running`.
 
-Each stream is reported as the loop expects it: `start` when its first chunk arrives (with the
-`play_start_ms` the player chose and the margin it asks for), a `chunk` per arrival with the
-engine's `eta_ms` hint, `final` on the last; at the end of a run every unfinished stream is
-ended as `cancelled`, and the players are scored at that instant.
+Each stream is reported as the loop expects it: `start` when the request is made (with the
+margin the player asks for), a `chunk` per arrival with the engine's `eta_ms` hint (the first
+one also says when the player starts playback, `play_start_ms`), `final` on the last; at the
+end of a run every unfinished stream is ended as `cancelled`, and the players are scored at
+that instant.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Reporting(Protocol):
         audio_ms: float | None = None,
         eta_ms: float | None = None,
         final: bool = False,
+        play_start_ms: float | None = None,
     ) -> None: ...
 
     def end(self, stream: str, reason: str = "completed") -> None: ...
@@ -158,7 +160,7 @@ class Box:
         self.end_ms = now = self.clock()
         if self.reporter is not None:
             for player in self.players.values():
-                if player.chunks and not player.final:
+                if not player.final:
                     self.reporter.end(player.stream, "cancelled")
         return score(self.players.values(), now, requests=self.status.requests)
 
@@ -169,6 +171,8 @@ class Box:
         self.status.requests += 1
         self.players[request.id] = Player(request.id, origin + request.arrival_ms)
         self.engine.submit(request)
+        if self.reporter is not None:
+            self.reporter.start(request.id, margin_ms=self.margin_ms)
 
     def _deliver(self, chunk: Chunk) -> None:
         """The chunk reaches its player now (after the run ended: dropped, nobody listens)."""
@@ -180,10 +184,14 @@ class Box:
         reporter = self.reporter
         if reporter is None:
             return
-        if first:
-            reporter.start(player.stream, play_start_ms=player.start_ms, margin_ms=self.margin_ms)
         eta = chunk.eta_ms if self.eta_hints and not chunk.final else None
-        reporter.chunk(player.stream, audio_ms=chunk.audio_ms, eta_ms=eta, final=chunk.final)
+        reporter.chunk(
+            player.stream,
+            audio_ms=chunk.audio_ms,
+            eta_ms=eta,
+            final=chunk.final,
+            play_start_ms=player.start_ms if first else None,
+        )
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
