@@ -77,7 +77,5 @@ def test_the_virtual_loop_sends_start_at_the_request() -> None:
     assert stats.start_silence.total == pytest.approx(
         sum((p.start_ms or 0.0) - p.requested_ms for p in players)
     )
-    assert stats.time_to_first_audio.total == pytest.approx(
-        sum(p.ttfa_ms or 0.0 for p in players)
-    )
+    assert stats.time_to_first_audio.total == pytest.approx(sum(p.ttfa_ms or 0.0 for p in players))
     assert json.dumps(result.score.total_silence_s)

@@ -20,7 +20,10 @@ The scheduling follows vLLM V1's shape, reduced to what decides step times:
 
 The gate is a callable consulted at every step that has requests waiting; while it returns
 True the step admits nothing (running work continues), as `EdgemonScheduler` does with
-`ThrottleGate.should_throttle_prefills`. A step with nothing to run returns None: the caller
+`ThrottleGate.should_throttle_prefills`. `seats`, if given, bounds the running set further
+at each step (real-time admission: how many requests may run now); `max_num_seqs` replaces
+the profile's (a static cap); `step_factor(now_ms)` stretches every step (a box that slows
+down). A step with nothing to run returns None: the caller
 waits for the next arrival, or a short poll when everything is held (no busy spinning).
 
 Each chunk carries an `eta_ms` hint: the frames until the next chunk times the engine's
@@ -138,11 +141,33 @@ class _Running:
 class TtsEngine:
     """The simulated engine of one box; see the module docstring."""
 
-    __slots__ = ("_gate", "_running", "_waiting", "profile", "step_estimate_ms")
+    __slots__ = (
+        "_gate",
+        "_running",
+        "_seats",
+        "_step_factor",
+        "_waiting",
+        "max_num_seqs",
+        "profile",
+        "step_estimate_ms",
+    )
 
-    def __init__(self, profile: Profile, *, gate: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        gate: Callable[[], bool] | None = None,
+        max_num_seqs: int | None = None,
+        seats: Callable[[int], int | None] | None = None,
+        step_factor: Callable[[float], float] | None = None,
+    ) -> None:
         self.profile = profile
         self._gate = gate
+        self.max_num_seqs = profile.max_num_seqs if max_num_seqs is None else max_num_seqs
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be ≥ 1, not {self.max_num_seqs}")
+        self._seats = seats
+        self._step_factor = step_factor
         self._waiting: deque[Request] = deque()
         self._running: list[_Running] = []
         #: The engine's running estimate of a step's duration (for the `eta_ms` hints).
@@ -161,6 +186,15 @@ class TtsEngine:
     def submit(self, request: Request) -> None:
         """Queue a request (it waits for admission in arrival order)."""
         self._waiting.append(request)
+
+    def _seats_now(self) -> int:
+        """How many requests may be running after this step's admissions."""
+        seats = self.max_num_seqs
+        if self._waiting and self._seats is not None:
+            more = self._seats(len(self._running))
+            if more is not None:
+                seats = min(seats, len(self._running) + more)
+        return seats
 
     def step(self, now_ms: float) -> Step | None:
         """Plan and account one step starting at `now_ms`; None when there is nothing to run."""
@@ -186,7 +220,8 @@ class TtsEngine:
         held = bool(self._waiting) and self._gate is not None and self._gate()
         admitted: list[str] = []
         if not held:
-            while self._waiting and budget > 0 and len(self._running) < profile.max_num_seqs:
+            seats = self._seats_now()
+            while self._waiting and budget > 0 and len(self._running) < seats:
                 run = _Running(self._waiting.popleft(), profile)
                 take = min(run.request.prompt_tokens, budget)
                 run.prefilled = take
@@ -199,6 +234,7 @@ class TtsEngine:
         if prefill_tokens == 0 and decode_seqs == 0:
             return None
         ms = profile.step.step_ms(prefill_tokens, decode_seqs)
+        ms *= 1.0 if self._step_factor is None else self._step_factor(now_ms)
         self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
         end_ms = now_ms + ms
         estimate = self.step_estimate_ms

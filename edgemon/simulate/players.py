@@ -46,6 +46,8 @@ class Player:
     underruns: int = 0
     underrun_ms: float = 0.0
     in_underrun: bool = False
+    arrivals: list[tuple[float, float]] = field(default_factory=list)
+    """Each chunk's `(arrival, audio)` in ms, in order (what a dump writes)."""
 
     @property
     def ttfa_ms(self) -> float | None:
@@ -69,6 +71,7 @@ class Player:
         else:
             self._run_dry_until(t_ms)
         self.audio_ms += chunk.audio_ms
+        self.arrivals.append((t_ms, chunk.audio_ms))
         self.last_ms = t_ms
         self.chunks += 1
         self.final = chunk.final
@@ -195,10 +198,10 @@ class Delivery:
     def __post_init__(self) -> None:
         self._rng = random.Random(f"network/{self.seed}")  # noqa: S311 - a simulation
 
-    def arrival_ms(self, chunk: Chunk) -> float:
-        """When `chunk` reaches its player."""
+    def arrival_ms(self, chunk: Chunk, extra_ms: float = 0.0) -> float:
+        """When `chunk` reaches its player (`extra_ms`: a slow network's added delay)."""
         jitter = self._rng.expovariate(1.0 / self.jitter_ms) if self.jitter_ms > 0 else 0.0
-        t = max(chunk.t_ms + self.median_ms + jitter, self._last.get(chunk.request, 0.0))
+        t = max(chunk.t_ms + self.median_ms + jitter + extra_ms, self._last.get(chunk.request, 0.0))
         if chunk.final:
             self._last.pop(chunk.request, None)
         else:
