@@ -35,6 +35,7 @@ edgemon's own. `--report FILE…` prints the tables and targets from rows writte
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -191,11 +192,11 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
     mode = "virtual" if args.virtual else "realtime"
     dump = args.dump.open("w", encoding="utf-8") if args.dump else None
     rows: list[dict[str, Any]] = []
-    realtime = None
+    realtime: Any = None
     if not args.virtual:
-        from _realtime_loop import RealtimeStack  # noqa: PLC0415 - needs vLLM
-
-        realtime = RealtimeStack(profile).open()
+        # Needs vLLM (and is not type-checked in the project's venv, which has none).
+        stack = importlib.import_module("_realtime_loop").RealtimeStack
+        realtime = stack(profile).open()
     try:
         for scene, load, setting, seed in points(args):
             if realtime is None:
@@ -204,7 +205,7 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                 )
                 score, players, origin, end = (
                     result.score,
-                    result.players,
+                    list(result.players),
                     0.0,
                     args.duration * 1000.0,
                 )

@@ -97,7 +97,7 @@ class RealtimeAdmissionMixin:
         """One step; admissions limited to what real time allows (see the module doc)."""
         admission = self._realtime
         if admission is None:
-            return super().schedule(*args, **kwargs)  # type: ignore[misc,no-any-return]
+            return super().schedule(*args, **kwargs)  # type: ignore[misc]
         now = self._realtime_clock()
         last = self._realtime_last
         if last is not None and self.running:
@@ -141,7 +141,7 @@ def _composition(now: float, output: SchedulerOutput) -> tuple[float, int, int] 
     return now, requests, extra
 
 
-class EdgemonRealtimeScheduler(RealtimeAdmissionMixin, EdgemonScheduler):  # type: ignore[misc]
+class EdgemonRealtimeScheduler(RealtimeAdmissionMixin, EdgemonScheduler):
     """`EdgemonScheduler` (the gate) with real-time admission."""
 
     def __init__(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from edgemon.simulate.engine import Chunk, Step
+    from edgemon.simulate.scenarios import RequestSource
     from edgemon.simulate.workload import Arrivals, Request
 
 IDLE_POLL_S = 0.005
@@ -101,7 +102,7 @@ class Box:
 
     device: str
     engine: Engine
-    arrivals: Arrivals
+    arrivals: Arrivals | RequestSource
     delivery: Delivery
     reporter: Reporting | None
     margin_ms: float | None = None

@@ -21,6 +21,7 @@ from edgemon.integrations.vllm_realtime import (
 from harness import FlagGate, Step, build_scheduler, make_request, run_step, waiting_ids
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 BASE_MS, PER_SEQ_MS, PER_TOKEN_MS = 30.0, 4.0, 0.2  # the jetson profile: N* = 12
@@ -56,14 +57,12 @@ def flavour(request: pytest.FixtureRequest) -> type[Any]:
     return cls
 
 
-def steps(scheduler: Any, clock: ModelClock, count: int) -> list[Step]:
-    """`count` steps, the clock advancing by each one's modelled time."""
-    out = []
+def steps(scheduler: Any, clock: ModelClock, count: int) -> Iterator[Step]:
+    """`count` steps, one at a time, the clock advancing by each one's modelled time."""
     for _ in range(count):
         step = run_step(scheduler)
         clock.ran(step, scheduler)
-        out.append(step)
-    return out
+        yield step
 
 
 def test_admits_up_to_the_measured_real_time_batch_then_follows_a_slowdown(
@@ -86,10 +85,10 @@ def test_admits_up_to_the_measured_real_time_batch_then_follows_a_slowdown(
     )
     for i in range(4):
         scheduler.add_request(make_request(f"a-{i}", 8, max_tokens=400))
-    steps(scheduler, clock, 12)
+    list(steps(scheduler, clock, 12))
     for i in range(4):
         scheduler.add_request(make_request(f"b-{i}", 8, max_tokens=60 + 10 * i))
-    steps(scheduler, clock, 12)
+    list(steps(scheduler, clock, 12))
     assert admission.limit == 12
     later = [f"c-{i}" for i in range(10)]
     for request_id in later:
@@ -99,16 +98,13 @@ def test_admits_up_to_the_measured_real_time_batch_then_follows_a_slowdown(
     assert len(scheduler.running) == 12
     assert waiting_ids(scheduler) == later[4:]
     assert scheduler.edgemon_limited_steps == 1
-    steps(scheduler, clock, 10)
+    list(steps(scheduler, clock, 10))
     assert waiting_ids(scheduler) == later[4:]
 
     clock.factor = 1.3
-    admitted_while_full = []
-    for step in steps(scheduler, clock, 120):
-        if step.admitted and len(scheduler.running) > 7:
-            admitted_while_full.append((step.admitted, len(scheduler.running)))
+    during = [(step.admitted, len(scheduler.running)) for step in steps(scheduler, clock, 120)]
     assert admission.limit == 7
-    assert admitted_while_full == []
+    assert [(admitted, n) for admitted, n in during if admitted and n > 7] == []
     assert waiting_ids(scheduler) == later[4:]  # 12 running (b-* finish at 60–90 tokens: 8)
 
 
@@ -147,7 +143,7 @@ def test_the_gate_still_holds_everything(tiny_model: Path) -> None:
     scheduler.add_request(make_request("r", 8))
     assert [step.admitted for step in steps(scheduler, clock, 3)] == [[], [], []]
     gate.throttle = False
-    assert steps(scheduler, clock, 1)[0].admitted == ["r"]
+    assert next(steps(scheduler, clock, 1)).admitted == ["r"]
 
 
 @pytest.mark.parametrize("value", ["-1", "fast", "nan", "inf"])
