@@ -16,13 +16,18 @@ _log = logging.getLogger(__name__)
 
 
 def register_omni_pipelines() -> None:
-    """Register ``qwen3_tts_edgemon`` when vLLM-Omni is installed (idempotent)."""
+    """Register ``qwen3_tts_edgemon`` and ``qwen3_tts_edgemon_realtime`` when vLLM-Omni is
+    installed (idempotent)."""
     if find_spec("vllm_omni") is None:
         return
     try:
         from edgemon.integrations.vllm_omni import register_pipelines  # noqa: PLC0415
+        from edgemon.integrations.vllm_omni_realtime import (  # noqa: PLC0415
+            register_realtime_pipelines,
+        )
 
         register_pipelines()
+        register_realtime_pipelines()
     except Exception:  # noqa: BLE001 - whatever vLLM-Omni raises, vLLM must still start
         _log.warning(
             "edgemon: vLLM-Omni's pipelines could not be loaded here; "
