@@ -123,6 +123,50 @@ def report(rows: list[Row], *, plot_dir: Path | None = None) -> str:
     return "\n".join(lines)
 
 
+SPOT_FIELDS = ("gap_silence_s", "start_silence_s", "total_silence_s", "start_silence_p99_ms")
+
+
+def spot_checks(rows: list[Row]) -> str:
+    """Each real-time row against the virtual rows of its point (profile, scenario, load,
+    policy; runs of the same length): is each figure within the virtual seeds' [min, max]?"""
+    virtual: dict[tuple[str, str, float, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.get("mode") == "virtual":
+            point = (row["profile"], row["scenario"], float(row["load"]), row["policy"])
+            virtual[point].append(row)
+    lines = [
+        "| profile | scenario | load | policy | seed | "
+        + " | ".join(f"{name} real time (virtual seeds min–max)" for name in SPOT_FIELDS)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(SPOT_FIELDS),
+    ]
+    inside = outside = 0
+    for row in rows:
+        if row.get("mode") != "realtime":
+            continue
+        point = (row["profile"], row["scenario"], float(row["load"]), row["policy"])
+        peers = virtual.get(point, [])
+        cells = []
+        for name in SPOT_FIELDS:
+            values = [float(p[name] or 0) for p in peers]
+            got = float(row[name] or 0)
+            if not values:
+                cells.append(f"{got:,.1f} (no virtual run)")
+                continue
+            ok = min(values) <= got <= max(values)
+            inside += ok
+            outside += not ok
+            mark = "" if ok else " **outside**"
+            cells.append(f"{got:,.1f} ({min(values):,.1f}–{max(values):,.1f}){mark}")
+        lines.append(
+            f"| {row['profile']} | {row['scenario']} | {row['load']:g} | {row['policy']} | "
+            f"{row['seed']} | " + " | ".join(cells) + " |"
+        )
+    lines.append("")
+    lines.append(f"{inside} figures within the virtual seeds' spread, {outside} outside.")
+    return "\n".join(lines)
+
+
 def plot(groups: dict[Key, dict[str, dict[int, Row]]], directory: Path) -> list[str]:
     """One PNG per profile and scenario: gap silence over start silence p99 (10-seed medians),
     one point per policy setting, one panel per load, the lower-left frontier drawn."""

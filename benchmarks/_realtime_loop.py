@@ -81,6 +81,8 @@ class RealtimeStack:
         self.edgemon: Edgemon | None = None
         self.model = Path()
         self.url = ""
+        #: How far the last run's driver fell behind the step model at worst (ms).
+        self.lag_max_ms = 0.0
 
     def open(self) -> RealtimeStack:
         """Start the broker and edgemon."""
@@ -156,4 +158,5 @@ class RealtimeStack:
             if gate is not None:
                 gate.close()
             scheduler.shutdown()
+        self.lag_max_ms = box.status.max_lag_ms
         return score, list(box.players.values()), box.origin_ms, box.end_ms

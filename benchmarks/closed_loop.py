@@ -68,7 +68,13 @@ if TYPE_CHECKING:
 
 GATE_MARGINS_MS = (40.0, 80.0, 150.0)  # x86-gpu's own margin, 50 ms, is in between
 GATE_HOLDS_MS = (500.0, 1000.0, 2000.0, 4000.0)
-MINE = ("realtime", "realtime:1.2", "lasting:{m}:2000", "realtime:1.2+gate:{m}:1000")
+MINE = (
+    "realtime",
+    "realtime:1.2",
+    "lasting:{m}:2000",
+    "realtime+gate:{m}:2000",
+    "realtime:1.2+gate:{m}:1000",
+)
 
 
 def realtime_concurrency(profile: Profile) -> int:
@@ -158,6 +164,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="also write the rows (JSON lines) here")
     parser.add_argument("--report", type=Path, nargs="+", help="tables from rows written before")
     parser.add_argument("--plot", type=Path, help="with --report: one PNG per scenario here")
+    parser.add_argument(
+        "--spots",
+        type=Path,
+        nargs="+",
+        help="real-time rows and virtual rows of the same points: is each real-time figure "
+        "within the virtual seeds' spread?",
+    )
     args = parser.parse_args(argv)
     try:
         args.seed_list = seeds(args.seeds)
@@ -224,6 +237,8 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                 duration_s=round((end - origin) / 1000.0, 3),
             )
             line["scenario_params"] = scene.describe()
+            if realtime is not None:
+                line["lag_max_ms"] = round(realtime.lag_max_ms, 1)
             rows.append(line)
             print(json.dumps(line), file=say, flush=True)
             if dump is not None:
@@ -261,16 +276,16 @@ def header(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run, or report on rows written before."""
     args = parse(argv)
-    if args.report:
-        from _loop_report import report  # noqa: PLC0415
+    if args.report or args.spots:
+        from _loop_report import report, spot_checks  # noqa: PLC0415
 
         rows = [
             json.loads(line)
-            for path in args.report
+            for path in args.report or args.spots
             for line in path.read_text(encoding="utf-8").splitlines()
             if line.startswith("{")
         ]
-        print(report(rows, plot_dir=args.plot))
+        print(report(rows, plot_dir=args.plot) if args.report else spot_checks(rows))
         return 0
     if not args.json:
         print(header(args), flush=True)

@@ -101,6 +101,8 @@ class LoopResult:
     """Share of the run edgemon's throttle was on."""
     holds: int
     steps: int
+    peak_running: int = 0
+    """The most requests the engine ran at once."""
     players: tuple[Player, ...] = ()
     """Every request's player, in request order (settled at the run's end)."""
     monitor: Monitor | None = None
@@ -149,6 +151,7 @@ class _VirtualLoop:
         "monitor",
         "now",
         "order",
+        "peak_running",
         "plan",
         "players",
         "queue",
@@ -192,6 +195,7 @@ class _VirtualLoop:
         self.timer_at: float | None = None
         self.throttled_ms = 0.0
         self.steps = 0
+        self.peak_running = 0
         self.requests = 0
 
     def run(self) -> LoopResult:
@@ -217,6 +221,7 @@ class _VirtualLoop:
             throttle_share=self.throttled_ms / plan.duration_ms,
             holds=self.gate.holds,
             steps=self.steps,
+            peak_running=self.peak_running,
             players=tuple(self.players.values()),
             monitor=self.monitor,
         )
@@ -236,6 +241,7 @@ class _VirtualLoop:
             self._at(t + IDLE_POLL_MS if engine.waiting else self.arrivals.next_ms, "engine")
             return
         self.steps += 1
+        self.peak_running = max(self.peak_running, engine.running + len(step.finished))
         if self.realtime is not None:
             self.realtime.observe(step.decode_seqs, step.prefill_tokens, step.ms)
         if step.admitted or not engine.waiting:

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from edgemon.simulate.profiles import Profile
 
-EDGEMON = "realtime+gate:{margin}:2000"
-"""The shipped policy: real-time admission and edgemon's gate (the players' margin, the
-gate's default `max_hold_ms`); see README "Does it help?"."""
+EDGEMON = "realtime+gate:{margin}:1000"
+"""The shipped policy: real-time admission and edgemon's gate (the players' margin) with
+`max_hold_ms` 1000; see README "Does it help?"."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
