@@ -178,7 +178,13 @@ def plot(groups: dict[Key, dict[str, dict[int, Row]]], directory: Path) -> list[
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     directory.mkdir(parents=True, exist_ok=True)
-    colours = {"open": "tab:red", "cap": "tab:blue", "gate": "tab:orange", "mine": "tab:green"}
+    colours = {
+        "open": "tab:red",
+        "cap": "tab:blue",
+        "gate": "tab:orange",
+        "mine": "tab:green",
+        "edgemon": "black",
+    }
     by_scene: dict[tuple[str, str], list[Key]] = defaultdict(list)
     for key in sorted(groups):
         by_scene[key[0], key[1]].append(key)
@@ -193,7 +199,9 @@ def plot(groups: dict[Key, dict[str, dict[int, Row]]], directory: Path) -> list[
                 y = statistics.median(r["gap_silence_s"] for r in got)
                 points.append((x, y, label))
                 kind = _kind(label)
-                axis.scatter(x, y, color=colours[kind], s=28, zorder=3)
+                axis.scatter(
+                    x, y, color=colours[kind], s=28, zorder=4 if kind in {"open", "edgemon"} else 3
+                )
                 axis.annotate(label, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
             frontier = _frontier(points)
             axis.step(
@@ -222,8 +230,8 @@ def plot(groups: dict[Key, dict[str, dict[int, Row]]], directory: Path) -> list[
 
 
 def _kind(label: str) -> str:
-    if label == "open":
-        return "open"
+    if label in {"open", "edgemon"}:
+        return label
     if _cap(label) is not None:
         return "cap"
     if label.startswith("gate:"):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 from edgemon.simulate.players import Delivery, Player, Score, score
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from edgemon.simulate.engine import Chunk, Step
     from edgemon.simulate.scenarios import RequestSource
@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 IDLE_POLL_S = 0.005
 """How often an engine with everything held asks its gate again."""
+CATCH_UP_MS = 50.0
+"""A step that begins at most this late after its predecessor's modelled end begins, on the
+model's timeline, at that end (steps last what the model says on average, not that plus the
+driver's overshoot); later than that, the driver was stalled and the timeline restarts now."""
 
 
 class Engine(Protocol):
@@ -96,6 +100,16 @@ class BoxStatus:
     long as modelled while this stays small."""
 
 
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    if seconds <= 0:
+        await asyncio.sleep(0)
+        return
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return
+
+
 @dataclass(slots=True, kw_only=True)
 class Box:
     """One simulated box: an engine, its request stream, its players and their reporter."""
@@ -108,6 +122,8 @@ class Box:
     margin_ms: float | None = None
     eta_hints: bool = True
     clock: Callable[[], float] = wall_ms
+    sleep: Callable[[asyncio.Event, float], Awaitable[None]] = _sleep_or_stop
+    """Waits the given seconds or until the event is set (a test can step a fake clock)."""
     players: dict[str, Player] = field(default_factory=dict)
     status: BoxStatus = field(default_factory=BoxStatus)
     origin_ms: float = 0.0
@@ -130,8 +146,13 @@ class Box:
         self.origin_ms = origin = self.clock() if origin_ms is None else origin_ms
         end = origin + duration_s * 1000.0
         engine, status = self.engine, self.status
+        modelled: float | None = None  # when the last step ends on the model's timeline
         while not stop.is_set():
             now = self.clock()
+            if modelled is not None and now - modelled < CATCH_UP_MS:
+                # The next step begins where the last one ended in the model: the driver's
+                # own delays (a sleep that overshoots, a scheduler call) are not step time.
+                now = modelled
             if now >= end:
                 break
             for request in self.arrivals.due(now - origin):
@@ -139,19 +160,21 @@ class Box:
             step = engine.step(now)
             status.waiting, status.running = engine.waiting, engine.running
             if step is None:
+                modelled = None
                 status.held = engine.waiting > 0
                 wait_ms = IDLE_POLL_S * 1000.0 if engine.waiting else self._until_next(now)
-                await _sleep_or_stop(stop, min(wait_ms, end - now) / 1000.0)
+                await self.sleep(stop, min(wait_ms, end - now) / 1000.0)
                 continue
             status.steps += 1
             status.held = step.held
             status.held_steps += step.held
             status.last_step_ms = step.ms
             for chunk in step.chunks:
-                delay = self.delivery.arrival_ms(chunk) - now
-                loop.call_later(delay / 1000.0, self._deliver, chunk)
-            await _sleep_or_stop(stop, max(0.0, step.end_ms - self.clock()) / 1000.0)
+                delay = self.delivery.arrival_ms(chunk) - self.clock()
+                loop.call_later(max(0.0, delay) / 1000.0, self._deliver, chunk)
+            await self.sleep(stop, max(0.0, step.end_ms - self.clock()) / 1000.0)
             status.max_lag_ms = max(status.max_lag_ms, self.clock() - step.end_ms)
+            modelled = step.end_ms
         for request in self.arrivals.due(min(self.clock(), end) - origin):
             self._arrive(request, origin)  # arrived by the end, never served
         return self.finish()
@@ -193,13 +216,3 @@ class Box:
             final=chunk.final,
             play_start_ms=player.start_ms if first else None,
         )
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    if seconds <= 0:
-        await asyncio.sleep(0)
-        return
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        return
