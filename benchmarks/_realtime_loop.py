@@ -127,6 +127,7 @@ class RealtimeStack:
             if policy.realtime
             else None
         )
+        engine_box: list[VllmEngine] = []
         scheduler = build_scheduler(
             EdgemonRealtimeScheduler,
             self.model,
@@ -136,10 +137,13 @@ class RealtimeStack:
             max_model_len=MAX_MODEL_LEN,
             edgemon_gate=gate,
             edgemon_realtime=admission,
+            # Steps timed on the model's timeline (the driver's overshoots are not step time).
+            edgemon_clock=lambda: engine_box[0].now_ms / 1000.0,
         )
         origin = [0.0]
         reporter = Reporter(self.url, device).open()
         engine = VllmEngine(scheduler, profile, step_factor=scenario.step_factor, origin=origin)
+        engine_box.append(engine)
         box = Box(
             device=device,
             engine=engine,

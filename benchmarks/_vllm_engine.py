@@ -45,6 +45,10 @@ class VllmEngine:
         self.profile = profile
         self.step_factor = step_factor
         self.origin = origin or [0.0]
+        #: When the step being scheduled begins, on the model's timeline (ms): a clock for a
+        #: scheduler that times its own steps (real-time admission), free of the driver's
+        #: overshoots, as the virtual loop's steps are.
+        self.now_ms = 0.0
         self.step_estimate_ms = profile.step.step_ms(0, 1)
         self._frames: dict[str, Frames] = {}
         self._prompts: dict[str, int] = {}
@@ -65,6 +69,7 @@ class VllmEngine:
         self._prompts[request.id] = request.prompt_tokens
 
     def step(self, now_ms: float) -> Step | None:
+        self.now_ms = now_ms
         scheduler = self.scheduler
         if not scheduler.has_unfinished_requests():
             return None
