@@ -93,16 +93,40 @@ test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	$(VLLM_TEST_ENV) .venv-vllm/bin/pytest -p no:cacheprovider tests/vllm --ignore=tests/vllm/test_vllm_omni.py
 	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider tests/vllm
 
-# Does edgemon help? vLLM's real scheduler (step times from a hardware profile), real Mosquitto,
-# a real `edgemon run` and ThrottleGate, in real time: 14–15 runs × 60 s, about 17 minutes.
-# `make bench-loop BENCH_LOOP_ARGS="--profile x86-gpu"`; `--duration 20 --no-sweep` for a look.
-# It plots with matplotlib, which only this venv gets.
+# Does edgemon help? (README "Does it help?") 1. The virtual sweep in the project's venv (no
+# vLLM): every baseline and policy, 4 scenarios, loads 0.8 and 0.9, 10 seeds (jetson: 180 s
+# runs, about 6 minutes on 2 busy cores; x86-gpu: 120 s, about 8 minutes). 2. Real-time spot checks: vLLM's real scheduler,
+# Mosquitto, `edgemon run`, Reporters and ThrottleGate (.venv-vllm, 10 runs of 120 s, about
+# 25 minutes), against the virtual seeds of the same points. 3. The tables, and one plot per
+# scenario (matplotlib, which only .venv-vllm gets). Everything lands in benchmarks/out/.
+BENCH_LOOP = benchmarks/closed_loop.py
+BENCH_OUT = benchmarks/out
+LOOP_SCENARIOS = --scenario steady --scenario slowdown --scenario burst --scenario network
+# x86-gpu's runs carry 4 times the requests: its caps N*-3..N*+1, the gate at its own margin,
+# and edgemon's, over 120 s.
+X86_POLICIES = --policy open --policy cap:65 --policy cap:66 --policy cap:67 --policy cap:68 \
+  --policy cap:69 --policy gate:50:1000 --policy gate:50:2000 --policy realtime --policy edgemon
+SPOTS_A = --policy open --policy cap:12 --policy edgemon --scenario steady --scenario slowdown
+SPOTS_B = --policy open --policy edgemon --scenario burst --scenario network
+SPOT = --profile jetson --load 0.8 --duration 120 --json
 .venv-vllm/.matplotlib: .venv-vllm/.installed
 	.venv-vllm/bin/python -m pip install --quiet matplotlib
 	touch $@
 
-bench-loop: .venv-vllm/.matplotlib
-	$(VLLM_TEST_ENV) .venv-vllm/bin/python benchmarks/closed_loop.py $(BENCH_LOOP_ARGS)
+bench-loop: $(STAMP) .venv-vllm/.matplotlib
+	mkdir -p $(BENCH_OUT)
+	$(BIN)/python $(BENCH_LOOP) --virtual --sweep --profile jetson $(LOOP_SCENARIOS) \
+	  --load 0.8,0.9 --seeds 1-10 --duration 180 --json \
+	  --out $(BENCH_OUT)/loop-virtual-jetson.jsonl > /dev/null
+	$(BIN)/python $(BENCH_LOOP) --virtual --profile x86-gpu $(X86_POLICIES) $(LOOP_SCENARIOS) \
+	  --load 0.8,0.9 --seeds 1-10 --duration 120 --json \
+	  --out $(BENCH_OUT)/loop-virtual-x86-gpu.jsonl > /dev/null
+	$(BIN)/python $(BENCH_LOOP) --virtual $(SPOTS_A) $(SPOT) --seeds 1-10 > $(BENCH_OUT)/loop-spots-virtual.jsonl
+	$(BIN)/python $(BENCH_LOOP) --virtual $(SPOTS_B) $(SPOT) --seeds 1-10 >> $(BENCH_OUT)/loop-spots-virtual.jsonl
+	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(BENCH_LOOP) $(SPOTS_A) $(SPOT) --seeds 1 > $(BENCH_OUT)/loop-spots-realtime.jsonl
+	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(BENCH_LOOP) $(SPOTS_B) $(SPOT) --seeds 1 >> $(BENCH_OUT)/loop-spots-realtime.jsonl
+	.venv-vllm/bin/python $(BENCH_LOOP) --report $(BENCH_OUT)/loop-virtual-*.jsonl --plot $(BENCH_OUT)
+	.venv-vllm/bin/python $(BENCH_LOOP) --spots $(BENCH_OUT)/loop-spots-*.jsonl
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-omni .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info

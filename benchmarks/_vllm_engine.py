@@ -23,6 +23,8 @@ from edgemon.simulate.engine import STEP_EWMA_ALPHA, Frames, Step
 from harness import make_request, run_step
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request
 
@@ -30,9 +32,23 @@ if TYPE_CHECKING:
 class VllmEngine:
     """vLLM's scheduler as the simulated engine: it decides, the step-time model times it."""
 
-    def __init__(self, scheduler: Any, profile: Profile) -> None:
+    def __init__(
+        self,
+        scheduler: Any,
+        profile: Profile,
+        *,
+        step_factor: Callable[[float], float] | None = None,
+        origin: list[float] | None = None,
+    ) -> None:
+        """`step_factor(ms since origin[0])` stretches steps (a scenario's slowdown)."""
         self.scheduler = scheduler
         self.profile = profile
+        self.step_factor = step_factor
+        self.origin = origin or [0.0]
+        #: When the step being scheduled begins, on the model's timeline (ms): a clock for a
+        #: scheduler that times its own steps (real-time admission), free of the driver's
+        #: overshoots, as the virtual loop's steps are.
+        self.now_ms = 0.0
         self.step_estimate_ms = profile.step.step_ms(0, 1)
         self._frames: dict[str, Frames] = {}
         self._prompts: dict[str, int] = {}
@@ -53,6 +69,7 @@ class VllmEngine:
         self._prompts[request.id] = request.prompt_tokens
 
     def step(self, now_ms: float) -> Step | None:
+        self.now_ms = now_ms
         scheduler = self.scheduler
         if not scheduler.has_unfinished_requests():
             return None
@@ -71,6 +88,8 @@ class VllmEngine:
             else:
                 decode_seqs += 1
         ms = self.profile.step.step_ms(prefill_tokens, decode_seqs)
+        if self.step_factor is not None:
+            ms *= self.step_factor(now_ms - self.origin[0])
         self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
         end_ms = now_ms + ms
         chunks = []

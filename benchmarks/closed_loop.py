@@ -1,355 +1,300 @@
-"""Does edgemon cut underruns? The loop closed vs open, with vLLM's real scheduler in it.
+"""Does edgemon help? Silence before the first word and in mid-sentence gaps, per policy.
 
-Per run, in real time:
+A box near capacity cannot create time: holding new prefills moves silence from the middle of
+sentences (gap silence, what a player conceals) to before the first word (start silence: from
+the request to the playback start, prebuffer included). Every run scores both on the players'
+own clocks, never from edgemon. See README "Does it help?".
 
-- **Engine.** vLLM V1's scheduler (`edgemon.integrations.vllm.EdgemonScheduler`, built offline
-  the way `tests/vllm/harness.py` builds it) runs every step; the forward pass is replaced by
-  the step-time model of a hardware profile (`edgemon/simulate/profiles.py`): the benchmark
-  sleeps `base + per token × prefill tokens + per seq × decodes` and feeds the scheduler one
-  sampled token (one codec frame) per request that finished its prompt (`update_from_output`).
-- **Load.** Poisson TTS requests with log-normal prompt and audio lengths (seeded: gate off and
-  on see the same requests); frames are cut into chunks as vLLM-Omni streams Qwen3-TTS (a
-  short first chunk, then 25 frames = 2 s).
-- **Players.** Each stream's player gets its chunks after a network delay and reports them
-  through a real `edgemon.client.Reporter`; underruns are scored on the players' clocks
-  (conceal model), never taken from edgemon.
-- **Stack.** A real Mosquitto on a free port and a real `edgemon run` subprocess decide the
-  throttle; with the gate on, the scheduler reads it through a real `ThrottleGate`.
+Two modes, one contract:
 
-For each load level (light, near capacity, overloaded: shares of the profile's estimated
-capacity) it runs the gate off, then on; then it sweeps `margin_ms` × `max_hold_ms` near
-capacity. It prints a table per part and writes the rows as JSON lines and a plot (PNG) next
-to `--out`.
+- `--virtual`: the pure loop on a virtual clock (`edgemon.simulate.loop`: the simulated engine,
+  its players, edgemon's `Monitor`, the gate's rule, real-time admission; the same code the
+  daemon and the schedulers run). Seconds for 10 seeds of a point; the project's own venv, no
+  vLLM. The tables and plots are made from it.
+- real time (default): vLLM's real V1 scheduler (`EdgemonScheduler`, step times from the
+  profile), a real Mosquitto, a real `edgemon run`, the players' real `Reporter`s and a real
+  `ThrottleGate`, one run per seed in wall time: the spot checks. Needs vLLM
+  (`.venv-vllm`).
 
-Run it from a fresh clone with `make bench-loop` (it builds `.venv-vllm`, vLLM's CPU build
-plus matplotlib) or: `.venv-vllm/bin/python benchmarks/closed_loop.py --profile jetson`.
-A full run is 14–15 runs of `--duration` seconds plus a few seconds each;
-`--duration 20 --no-sweep` is a quick look.
+Each run prints one JSON line (`--json`: nothing else): `policy`, `scenario`, `load`, `seed`,
+`requests`, `completed`, `start_silence_s`, `start_silence_p50_ms`, `start_silence_p99_ms`,
+`ttfa_p50_ms`, `ttfa_p99_ms`, `gap_silence_s`, `gaps`, `total_silence_s`, and its parameters
+(`mode`, `profile`, `scenario_params`, `duration_s`, `gaps_per_stream_min`). `--dump FILE`
+writes one line per request (`edgemon.simulate.figures`) to recompute them.
+
+    closed_loop.py --virtual --policy open --policy cap:11 --policy gate:80:2000 \\
+        --scenario slowdown --slowdown 1.3:20:60 --seeds 1-10 --load 0.8 --duration 180
+    closed_loop.py --virtual --sweep --out benchmarks/out/loop.jsonl   # what make bench-loop runs
+
+`--sweep` runs every baseline and policy of the report: open; `cap:N` for N from N*−3 to N*+1
+(N*: the largest batch whose decode step fits a frame); `gate` over margin × max hold; and
+edgemon's own. `--report FILE…` prints the tables and targets from rows written before, and
+`--plot DIR` draws one PNG per scenario (matplotlib).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import dataclasses
+import importlib
 import json
+import math
 import os
 import platform
 import sys
-import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from _support import ROOT, Edgemon, http_get, mosquitto, samples
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-sys.path.insert(0, str(ROOT / "tests" / "vllm"))
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-for _name in ("EDGEMON_GATE_DEVICE", "EDGEMON_GATE_BROKER"):
-    os.environ.pop(_name, None)  # gate off must mean vLLM's own scheduling
-
-from _vllm_engine import VllmEngine  # noqa: E402
-
-from edgemon.client import Reporter, ThrottleGate  # noqa: E402
-from edgemon.integrations.vllm import EdgemonScheduler  # noqa: E402
-from edgemon.simulate.players import Delivery  # noqa: E402
+from edgemon.simulate.figures import dump_lines, row, run_virtual  # noqa: E402
+from edgemon.simulate.policies import EDGEMON, policy  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile  # noqa: E402
-from edgemon.simulate.realtime import Box  # noqa: E402
-from edgemon.simulate.workload import Arrivals  # noqa: E402
+from edgemon.simulate.scenarios import (  # noqa: E402
+    DEFAULT_BURST,
+    DEFAULT_NETWORK,
+    DEFAULT_SLOWDOWN,
+    SCENARIOS,
+    Scenario,
+    scenario,
+)
 
-from conftest import TINY_CONFIG  # noqa: E402 - the vLLM tier's tiny model config
-from harness import build_scheduler  # noqa: E402
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import TextIO
 
-LOADS = {"light": 0.5, "near": 0.9, "overloaded": 1.3}
-#: Margins of the sweep stay below the players' 200 ms prebuffer cushion: with a margin at or
-#: above it, every new stream is at risk from its first chunk and the box is throttled nearly
-#: all the time (a first sweep with 200 and 400 ms showed 75-98 % throttle share).
-MARGINS_MS = (40.0, 80.0, 150.0)
-HOLDS_MS = (500.0, 1000.0, 2000.0)
-MAX_MODEL_LEN = 4096
-KV_BLOCKS = 20_000
-#: Time for edgemon to take the last reports of a run before its throttle time is read.
-SETTLE_S = 0.5
-#: A run whose driver fell further behind the step model than this is marked disturbed.
-LAG_LIMIT_MS = 250.0
+    from edgemon.simulate.policies import Policy
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Run:
-    """One run's settings."""
-
-    part: str
-    load: str
-    gate: bool
-    margin_ms: float
-    max_hold_ms: float
-
-
-def run_one(
-    spec: Run, index: int, args: argparse.Namespace, broker: str, edgemon: Edgemon, model: Path
-) -> dict[str, Any]:
-    """Serve one run in real time; its row."""
-    profile: Profile = PROFILES[args.profile]
-    device = f"bench-{index}"
-    rate = LOADS[spec.load] * profile.capacity_rps()
-    gate = None
-    if spec.gate:
-        gate = ThrottleGate(broker, device, max_hold_ms=spec.max_hold_ms).open()
-        if not gate.wait_until(lambda s: s.connected and s.edgemon_online, 10.0):
-            raise RuntimeError("the gate did not see edgemon online")
-    scheduler = build_scheduler(
-        EdgemonScheduler,
-        model,
-        max_num_batched_tokens=profile.max_num_batched_tokens,
-        max_num_seqs=profile.max_num_seqs,
-        num_blocks=KV_BLOCKS,
-        max_model_len=MAX_MODEL_LEN,
-        edgemon_gate=gate,
-    )
-    reporter = Reporter(broker, device).open()
-    box = Box(
-        device=device,
-        engine=VllmEngine(scheduler, profile),
-        arrivals=Arrivals(rate, profile.workload, seed=args.seed),
-        delivery=Delivery(profile.network_ms, profile.network_jitter_ms, args.seed),
-        reporter=reporter,
-        margin_ms=spec.margin_ms,
-        eta_hints=args.eta == "hints",
-    )
-    try:
-        score = asyncio.run(box.run(args.duration))
-    finally:
-        reporter.close()
-        if gate is not None:
-            gate.close()
-        scheduler.shutdown()
-    time.sleep(SETTLE_S)
-    status, text = http_get(f"http://127.0.0.1:{edgemon.http_port}/metrics")
-    if status != 200:
-        raise RuntimeError(f"/metrics answered {status}")
-    throttled = samples(text, "edgemon_throttle_seconds_total").get(f'device="{device}"', 0.0)
-    elapsed_s = (box.end_ms - box.origin_ms) / 1000.0
-    return {
-        **dataclasses.asdict(spec),
-        "profile": profile.name,
-        "rate_rps": round(rate, 3),
-        "duration_s": round(elapsed_s, 2),
-        "requests": score.requests,
-        "streams": score.streams,
-        "completed_rps": round(score.completed / elapsed_s, 3),
-        "stream_minutes": round(score.stream_minutes, 2),
-        "underruns": score.underruns,
-        "underruns_per_stream_min": round(score.underruns_per_stream_minute, 3),
-        "underrun_s": round(score.underrun_s, 2),
-        "ttfa_p50_ms": _round(score.ttfa_p50_ms),
-        "ttfa_p99_ms": _round(score.ttfa_p99_ms),
-        "throttle_share": round(throttled / elapsed_s, 3),
-        "holds": 0 if gate is None else gate.stats.holds,
-        "held_steps": scheduler.edgemon_stats.held_steps,
-        "lag_max_ms": round(box.status.max_lag_ms, 1),
-    }
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
-
-
-# ---------------------------------------------------------------------- output
-HEADER = (
-    "| load | gate | margin ms | max hold ms | req/s in | underruns /stream-min | "
-    "underrun s | TTFA p50 ms | TTFA p99 ms | completed req/s | throttle share | "
-    "driver lag max ms |"
+GATE_MARGINS_MS = (40.0, 80.0, 150.0)  # x86-gpu's own margin, 50 ms, is in between
+GATE_HOLDS_MS = (500.0, 1000.0, 2000.0, 4000.0)
+MINE = (
+    "realtime",
+    "realtime:1.2",
+    "lasting:{m}:2000",
+    "realtime+gate:{m}:2000",
+    "realtime:1.2+gate:{m}:1000",
 )
 
 
-def table(rows: list[dict[str, Any]]) -> list[str]:
-    """Rows as a Markdown table (what the README shows)."""
-    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
-    lines.extend(
-        (
-            f"| {row['load']} | {'on' if row['gate'] else 'off'} | {row['margin_ms']:g} | "
-            f"{row['max_hold_ms']:g} | {row['rate_rps']:.2f} | "
-            f"{row['underruns_per_stream_min']:.2f} | {row['underrun_s']:.1f} | "
-            f"{_num(row['ttfa_p50_ms'])} | {_num(row['ttfa_p99_ms'])} | "
-            f"{row['completed_rps']:.2f} | {row['throttle_share']:.0%} |"
-            + (
-                f" {row['lag_max_ms']:,.0f}"
-                + (" (disturbed)" if row["lag_max_ms"] > LAG_LIMIT_MS else "")
-                + " |"
-            )
-        )
-        for row in rows
-    )
-    return lines
+def realtime_concurrency(profile: Profile) -> int:
+    """N*: the largest batch whose decode step stays within one codec frame."""
+    step = profile.step
+    return max(1, math.floor((profile.frame_ms - step.base_ms) / step.per_decode_seq_ms))
 
 
-def _num(value: float | None) -> str:
-    return "–" if value is None else f"{value:,.0f}"
+def sweep_policies(profile: Profile) -> list[str]:
+    """Every setting the report compares (see the module doc)."""
+    n = realtime_concurrency(profile)
+    caps = [f"cap:{c}" for c in range(max(1, n - 3), n + 2)]
+    gates = [f"gate:{m:g}:{h:g}" for m in GATE_MARGINS_MS for h in GATE_HOLDS_MS]
+    mine = [text.format(m=f"{profile.margin_ms:g}") for text in MINE]
+    return ["open", *caps, *gates, *mine, "edgemon"]
 
 
-def verdicts(rows: list[dict[str, Any]]) -> list[str]:
-    """Per load: how much closing the loop changed underrun time and p99 time to first audio."""
-    out = []
-    for load in LOADS:
-        pair = {r["gate"]: r for r in rows if r["part"] == "levels" and r["load"] == load}
-        if len(pair) < 2:
-            continue
-        off, on = pair[False], pair[True]
-        change = on["underrun_s"] / off["underrun_s"] - 1 if off["underrun_s"] else 0.0
-        p99 = (
-            on["ttfa_p99_ms"] / off["ttfa_p99_ms"] - 1
-            if off["ttfa_p99_ms"] and on["ttfa_p99_ms"]
-            else 0.0
-        )
-        out.append(
-            f"{load}: underrun time {off['underrun_s']:.1f} s → {on['underrun_s']:.1f} s "
-            f"({change:+.0%}), p99 TTFA {_num(off['ttfa_p99_ms'])} → "
-            f"{_num(on['ttfa_p99_ms'])} ms ({p99:+.0%})"
-        )
+def seeds(text: str) -> list[int]:
+    """`1-10` or `3,7,9` (or both: `1-3,7`)."""
+    out: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        try:
+            first = int(low)
+            last = int(high) if dash else first
+        except ValueError:
+            raise ValueError(f"--seeds: {part!r} is not a seed or a range like 1-10") from None
+        if last < first:
+            raise ValueError(f"--seeds: the range {part!r} is empty")
+        out.extend(range(first, last + 1))
     return out
 
 
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Underrun seconds and p99 TTFA per load, gate off vs on; and the sweep's trade-off."""
-    import matplotlib as mpl  # noqa: PLC0415 - only in the vLLM venv
-
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    levels = [r for r in rows if r["part"] == "levels"]
-    sweep = [r for r in rows if r["part"] in {"sweep", "levels"} and r["load"] == "near"]
-    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.5))
-    loads = [load for load in LOADS if any(r["load"] == load for r in levels)]
-    xs = range(len(loads))
-    for offset, gate, colour in ((-0.2, False, "tab:red"), (0.2, True, "tab:green")):
-        by_load = {r["load"]: r for r in levels if r["gate"] is gate}
-        label = "gate on (loop closed)" if gate else "gate off (loop open)"
-        left.bar(
-            [x + offset for x in xs],
-            [by_load[load]["underrun_s"] for load in loads],
-            0.4,
-            color=colour,
-            label=label,
-        )
-        middle.bar(
-            [x + offset for x in xs],
-            [by_load[load]["ttfa_p99_ms"] or 0 for load in loads],
-            0.4,
-            color=colour,
-            label=label,
-        )
-    for axis, name in ((left, "underrun seconds (players' clocks)"), (middle, "p99 TTFA (ms)")):
-        axis.set_xticks(list(xs), loads)
-        axis.set_title(name)
-        axis.legend()
-    for row in sweep:
-        colour = "tab:green" if row["gate"] else "tab:red"
-        right.scatter(row["ttfa_p99_ms"] or 0, row["underrun_s"], color=colour)
-        label = f"{row['margin_ms']:g}/{row['max_hold_ms']:g}" if row["gate"] else "off"
-        right.annotate(label, (row["ttfa_p99_ms"] or 0, row["underrun_s"]), fontsize=8)
-    right.set_xlabel("p99 TTFA (ms)")
-    right.set_ylabel("underrun seconds")
-    right.set_title("near capacity: margin/max hold (ms)")
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+def loads(text: str) -> list[float]:
+    """`0.8` or `0.8,0.9`: shares of the profile's estimated capacity."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"--load takes numbers > 0 separated by ',', not {text!r}")
+    return values
 
 
-# ---------------------------------------------------------------------- main
+class _Parser(argparse.ArgumentParser):
+    """Bad input: one clear line on stderr, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    """The command line (see the module doc)."""
+    parser = _Parser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--virtual", action="store_true", help="the pure loop, virtual clock")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="jetson")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds per run")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--loads", default=",".join(LOADS), help="levels to run, e.g. near")
-    parser.add_argument("--no-sweep", action="store_true", help="skip the margin × hold sweep")
     parser.add_argument(
-        "--eta", choices=("hints", "none"), default="hints", help="players pass eta_ms or not"
+        "--policy",
+        action="append",
+        help="open | cap:N | gate:MARGIN_MS:HOLD_MS | lasting:MARGIN_MS:HOLD_MS | realtime | "
+        f"edgemon (= {EDGEMON.format(margin='MARGIN')}, the profile's margin); parts joined "
+        "by '+'; repeatable (default edgemon)",
+    )
+    parser.add_argument("--sweep", action="store_true", help="every policy of the report")
+    parser.add_argument(
+        "--scenario", action="append", choices=SCENARIOS, help="repeatable (default steady)"
     )
     parser.add_argument(
-        "--out",
+        "--slowdown",
+        default=DEFAULT_SLOWDOWN,
+        help="F:W:P, step time × F for the last W s of every P s "
+        f"(default {DEFAULT_SLOWDOWN}; see edgemon/simulate/scenarios.py for why)",
+    )
+    parser.add_argument(
+        "--burst", default=DEFAULT_BURST, help=f"K:T, K requests every T s ({DEFAULT_BURST})"
+    )
+    parser.add_argument(
+        "--network",
+        default=DEFAULT_NETWORK,
+        help=f"D:S:P, deliveries +D ms for the last S s of every P s ({DEFAULT_NETWORK})",
+    )
+    parser.add_argument("--seeds", default="1-10", help="a list or a range: 1-10, 3,7,9")
+    parser.add_argument("--load", default="0.8", help="share(s) of estimated capacity: 0.8,0.9")
+    parser.add_argument("--duration", type=float, default=180.0, help="seconds per run")
+    parser.add_argument("--json", action="store_true", help="JSON lines only")
+    parser.add_argument("--dump", type=Path, help="one JSON line per request to this file")
+    parser.add_argument("--out", type=Path, help="also write the rows (JSON lines) here")
+    parser.add_argument("--report", type=Path, nargs="+", help="tables from rows written before")
+    parser.add_argument("--plot", type=Path, help="with --report: one PNG per scenario here")
+    parser.add_argument(
+        "--spots",
         type=Path,
-        help="JSON lines output (default benchmarks/out/closed_loop-<profile>.jsonl); "
-        "the PNG goes next to it",
+        nargs="+",
+        help="real-time rows and virtual rows of the same points: is each real-time figure "
+        "within the virtual seeds' spread?",
     )
-    return parser.parse_args(argv)
-
-
-def plan(args: argparse.Namespace) -> list[Run]:
-    profile = PROFILES[args.profile]
-    margin = profile.margin_ms
-    runs = [
-        Run("levels", load, gate=gate, margin_ms=margin, max_hold_ms=2000.0)
-        for load in args.loads.split(",")
-        for gate in (False, True)
-    ]
-    if not args.no_sweep:
-        runs += [
-            Run("sweep", "near", gate=True, margin_ms=m, max_hold_ms=h)
-            for m in MARGINS_MS
-            for h in HOLDS_MS
-            if not (m == margin and h == 2000.0)
+    args = parser.parse_args(argv)
+    try:
+        args.seed_list = seeds(args.seeds)
+        args.load_list = loads(args.load)
+        args.scenarios = [
+            scenario(name, slowdown=args.slowdown, burst=args.burst, network=args.network)
+            for name in (args.scenario or ["steady"])
         ]
-    return runs
+        texts = sweep_policies(PROFILES[args.profile]) if args.sweep else []
+        texts += args.policy or ([] if args.sweep else ["edgemon"])
+        profile = PROFILES[args.profile]
+        args.policies = [policy(text, profile) for text in dict.fromkeys(texts)]
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not (math.isfinite(args.duration) and args.duration > 0):
+        parser.error("--duration must be a number of seconds > 0")
+    return args
+
+
+def points(args: argparse.Namespace) -> Iterator[tuple[Scenario, float, Policy, int]]:
+    """Every run, in the order they are made."""
+    for scene in args.scenarios:
+        for load in args.load_list:
+            for setting in args.policies:
+                for seed in args.seed_list:
+                    yield scene, load, setting, seed
+
+
+def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
+    """Run every point of `args` in the chosen mode; print and return the rows."""
+    profile = PROFILES[args.profile]
+    mode = "virtual" if args.virtual else "realtime"
+    dump = args.dump.open("w", encoding="utf-8") if args.dump else None
+    rows: list[dict[str, Any]] = []
+    realtime: Any = None
+    if not args.virtual:
+        # Needs vLLM (and is not type-checked in the project's venv, which has none).
+        stack = importlib.import_module("_realtime_loop").RealtimeStack
+        realtime = stack(profile).open()
+    try:
+        for scene, load, setting, seed in points(args):
+            if realtime is None:
+                result = run_virtual(
+                    profile, setting, scene, load=load, seed=seed, duration_s=args.duration
+                )
+                score, players, origin, end = (
+                    result.score,
+                    list(result.players),
+                    0.0,
+                    args.duration * 1000.0,
+                )
+            else:
+                score, players, origin, end = realtime.run(
+                    setting, scene, load=load, seed=seed, duration_s=args.duration
+                )
+            line = row(
+                score,
+                mode=mode,
+                profile=profile.name,
+                policy=setting.label,
+                scenario=scene.name,
+                load=load,
+                seed=seed,
+                duration_s=round((end - origin) / 1000.0, 3),
+            )
+            line["scenario_params"] = scene.describe()
+            if realtime is not None:
+                line["lag_max_ms"] = round(realtime.lag_max_ms, 1)
+            rows.append(line)
+            print(json.dumps(line), file=say, flush=True)
+            if dump is not None:
+                for item in dump_lines(
+                    players,
+                    policy=setting.label,
+                    scenario=scene.name,
+                    seed=seed,
+                    origin_ms=origin,
+                    end_ms=end,
+                ):
+                    dump.write(json.dumps(item) + "\n")
+    finally:
+        if dump is not None:
+            dump.close()
+        if realtime is not None:
+            realtime.close()
+    return rows
+
+
+def header(args: argparse.Namespace) -> str:
+    """What is about to run, in one comment line."""
+    profile = PROFILES[args.profile]
+    scenes = ", ".join(scene.describe() for scene in args.scenarios)
+    return (
+        f"# closed loop ({'virtual clock' if args.virtual else 'real time, vLLM'}), profile "
+        f"{profile.name}: {profile.title}; capacity ≈ {profile.capacity_rps():.2f} req/s "
+        f"(estimate), N* = {realtime_concurrency(profile)}; scenarios {scenes}; load "
+        f"{args.load}; seeds {args.seeds}; {args.duration:g} s per run; "
+        f"{len(args.policies)} policies; {platform.node()}, {os.cpu_count()} cores, load "
+        f"average {os.getloadavg()[0]:.1f}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run, or report on rows written before."""
     args = parse(argv)
-    for load in args.loads.split(","):
-        if load not in LOADS:
-            raise SystemExit(f"unknown load {load!r}: {', '.join(LOADS)}")
-    profile = PROFILES[args.profile]
-    out = args.out or ROOT / "benchmarks" / "out" / f"closed_loop-{profile.name}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    runs = plan(args)
-    started = datetime.now(UTC)
-    print(f"# closed loop, profile {profile.name}: {profile.title}")
-    print(
-        f"# capacity ≈ {profile.capacity_rps():.2f} req/s (estimate), {len(runs)} runs × "
-        f"{args.duration:g} s, seed {args.seed}, eta {args.eta}; {platform.node()}, "
-        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-        f"{started:%Y-%m-%d %H:%M} UTC",
-        flush=True,
-    )
-    rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="edgemon-loop-") as tmp:
-        directory = Path(tmp)
-        model = directory / "model"
-        model.mkdir()
-        config = {**TINY_CONFIG, "max_position_embeddings": MAX_MODEL_LEN}
-        (model / "config.json").write_text(json.dumps(config))
-        with mosquitto(directory) as port:
-            edgemon = Edgemon(directory, port)
-            try:
-                edgemon.ready()
-                broker = f"mqtt://127.0.0.1:{port}"
-                for index, spec in enumerate(runs):
-                    row = run_one(spec, index, args, broker, edgemon, model)
-                    rows.append(row)
-                    print("# " + json.dumps(row), flush=True)
-            finally:
-                edgemon.close()
-    with out.open("w", encoding="utf-8") as file:
-        for row in rows:
-            file.write(json.dumps(row) + "\n")
-    levels = [r for r in rows if r["part"] == "levels"]
-    print()
-    print("\n".join(table(levels)))
-    print()
-    print("\n".join(verdicts(rows)))
-    sweep = sorted(
-        (r for r in rows if r["load"] == "near"),
-        key=lambda r: (r["gate"], r["margin_ms"], r["max_hold_ms"]),
-    )
-    if len(sweep) > 2:
-        print("\nnear capacity, margin × max hold (underrun s vs p99 TTFA):")
-        print("\n".join(table(sweep)))
-    picture = out.with_suffix(".png")
-    plot(rows, picture, f"edgemon closed loop — {profile.name}, {args.duration:g} s runs")
-    print(f"\nrows: {out}\nplot: {picture}")
+    if args.report or args.spots:
+        from _loop_report import report, spot_checks  # noqa: PLC0415
+
+        rows = [
+            json.loads(line)
+            for path in args.report or args.spots
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.startswith("{")
+        ]
+        print(report(rows, plot_dir=args.plot) if args.report else spot_checks(rows))
+        return 0
+    if not args.json:
+        print(header(args), flush=True)
+    rows = run_all(args, sys.stdout)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("w", encoding="utf-8") as file:
+            for line in rows:
+                file.write(json.dumps(line) + "\n")
     return 0
 
 

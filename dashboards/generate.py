@@ -710,6 +710,18 @@ def device() -> Json:
             ],
         ),
         timeseries(
+            "Start silence percentiles",
+            "From a stream's start event (the request) to its playback start, prebuffer "
+            "included: what a listener waited before hearing anything (p50, p90, p99 over "
+            "the rate interval, edgemon_start_silence_seconds). Next to the time in "
+            "underrun: holding prefills moves silence from mid-sentence gaps to here. Empty "
+            "while no stream starts with a start event.",
+            quantiles("edgemon_start_silence_seconds", dev),
+            unit="s",
+            minimum=0,
+            w=8,
+        ),
+        timeseries(
             "Streams started and finished",
             "Streams begun, and streams removed by reason (completed, cancelled, error, "
             "expired, other), per rate interval. Many expired streams: a device stops sending "

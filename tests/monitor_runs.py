@@ -46,7 +46,7 @@ def drive_stepping(monitor: Monitor, messages: list[Received]) -> list[dict[str,
 
 
 def printable(out: list[Output]) -> list[dict[str, Any]]:
-    """The JSON lines (SPEC §4) of `out`, samples left out."""
+    """The JSON lines (README "edgemon replay") of `out`, samples left out."""
     lines = [to_line(o) for o in out if not isinstance(o, StreamSample)]
     return [line for line in lines if line is not None]
 

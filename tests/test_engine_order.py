@@ -90,7 +90,7 @@ def test_jumping_over_deadlines_gives_the_lines_of_visiting_each(sc: Scenario) -
 def test_late_delivery_jumping_gives_the_lines_of_visiting_each(
     sc: LateScenario, lateness: int
 ) -> None:
-    """Late delivery (SPEC §2.8), with allowed lateness 0 among others: jumping and visiting
+    """Late delivery (docs/semantics.md), with allowed lateness 0 among others: jumping and visiting
     every deadline agree here too."""
     config = replace(sc.config, slack=replace(sc.config.slack, allowed_lateness_ms=lateness))
     messages = [

@@ -21,7 +21,12 @@ from prometheus_client import generate_latest
 from edgemon.adapters.metrics import KNOWN_RESULTS, build_registry
 from edgemon.adapters.state import ConnectionState
 from edgemon.engine.config import EngineConfig, Limits
-from edgemon.engine.histogram import CHUNK_GAP_MS, SLACK_AT_ARRIVAL_MS, TIME_TO_FIRST_AUDIO_MS
+from edgemon.engine.histogram import (
+    CHUNK_GAP_MS,
+    SLACK_AT_ARRIVAL_MS,
+    START_SILENCE_MS,
+    TIME_TO_FIRST_AUDIO_MS,
+)
 from edgemon.engine.outputs import ThrottleChanged
 from edgemon.monitor import Monitor
 
@@ -42,10 +47,13 @@ RSS_BOUND_MB = 100.0
 # The series one device can have on `/metrics` (text format), from the collector's families:
 # 8 gauges (streams_active, streams_at_risk, headroom_min, slack_min, margin, throttle_active,
 # clock_offset, last_event) + 4 KV gauges + 7 counters + 5 `streams_finished_total{reason}`
-# + 3 histograms (buckets incl. +Inf, and `_sum`/`_count` except for slack_at_arrival, whose
+# + 4 histograms (buckets incl. +Inf, and `_sum`/`_count` except for slack_at_arrival, whose
 # negative buckets forbid them) + 2 per-stream gauges × `per_stream_series`.
 HISTOGRAM_SERIES = (
-    (len(SLACK_AT_ARRIVAL_MS) + 1) + (len(CHUNK_GAP_MS) + 1 + 2) + (len(TIME_TO_FIRST_AUDIO_MS) + 3)
+    (len(SLACK_AT_ARRIVAL_MS) + 1)
+    + (len(CHUNK_GAP_MS) + 1 + 2)
+    + (len(TIME_TO_FIRST_AUDIO_MS) + 3)
+    + (len(START_SILENCE_MS) + 3)
 )
 #: Every `result` label the daemon can count.
 RESULT_LABELS = KNOWN_RESULTS

@@ -1,4 +1,4 @@
-"""The write-ahead log's failure paths, on real files (SPEC §7 "Crash", docs/reliability.md):
+"""The write-ahead log's failure paths, on real files (docs/reliability.md):
 a failed write releases every acknowledgement waiting for it, a corrupt snapshot next to log
 files, a torn line that is not UTF-8, replay across two generations, pruning after a durable
 snapshot. The only fault injected is the one a disk cannot produce on demand: `fdatasync`

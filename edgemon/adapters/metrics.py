@@ -95,6 +95,7 @@ class _Families:
         "margin",
         "slack_at_arrival",
         "slack_min",
+        "start_silence",
         "started",
         "stream_headroom",
         "stream_slack",
@@ -172,6 +173,10 @@ class _Families:
         )
         self.time_to_first_audio = histogram(
             "time_to_first_audio_seconds", "Start event to first chunk."
+        )
+        self.start_silence = histogram(
+            "start_silence_seconds",
+            "Start event (the request) to playback start: what the listener waited.",
         )
         per = ("device", "stream")
         self.stream_slack = (
@@ -360,6 +365,7 @@ class EdgemonCollector:
         f.slack_at_arrival.add_histogram(device_id, stats.slack_at_arrival)
         f.chunk_gap.add_histogram(device_id, stats.chunk_gap)
         f.time_to_first_audio.add_histogram(device_id, stats.time_to_first_audio)
+        f.start_silence.add_histogram(device_id, stats.start_silence)
 
     @staticmethod
     def _add_kv(f: _Families, device: DeviceView) -> None:

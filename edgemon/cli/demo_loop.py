@@ -4,8 +4,9 @@ Both boxes run the same engine model (`--profile`) on the same seeded requests, 
 times the profile's estimated capacity. Their players report every chunk through a real
 `edgemon.client.Reporter`; edgemon (the demo's daemon) judges both and publishes a throttle for
 both. `loop-closed` reads it through a real `ThrottleGate` and holds new prefills while it
-says so; `loop-open` ignores it. The players score underruns on their own clocks, so the
-summary compares what listeners heard with the loop closed and open, for one seed.
+says so; `loop-open` ignores it. The players score silence on their own clocks (before the
+first word, from the request to the playback start; and in mid-sentence gaps), so the summary
+compares what listeners heard with the loop closed and open, for one seed.
 """
 
 from __future__ import annotations
@@ -128,26 +129,34 @@ def summary_lines(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> li
         f"{plan.load:.0%} of estimated capacity ({plan.rate_rps:.2f} req/s):"
     )
     header = (
-        f"  {'box':<12} {'requests':>8} {'underruns':>10} {'/stream-min':>11} "
-        f"{'underrun s':>10} {'TTFA p50':>9} {'TTFA p99':>9} {'held s':>7}"
+        f"  {'box':<12} {'requests':>8} {'start silence':>14} {'start p99':>10} "
+        f"{'gap silence':>12} {'gaps':>5} {'total silence':>14} {'TTFA p99':>9} {'held s':>7}"
     )
     lines = [title, header]
     for device in DEVICES:
         score = scores[device]
         held = f"{held_s:7.1f}" if device == CLOSED else f"{'–':>7}"
         lines.append(
-            f"  {device:<12} {score.requests:>8} {score.underruns:>10} "
-            f"{score.underruns_per_stream_minute:>11.2f} {score.underrun_s:>10.1f} "
-            f"{_ms(score.ttfa_p50_ms):>9} {_ms(score.ttfa_p99_ms):>9} {held}"
+            f"  {device:<12} {score.requests:>8} {score.start_silence_s:>12.1f} s "
+            f"{_ms(score.start_silence_p99_ms):>10} {score.gap_silence_s:>10.1f} s "
+            f"{score.gaps:>5} {score.total_silence_s:>12.1f} s "
+            f"{_ms(score.ttfa_p99_ms):>9} {held}"
         )
     opened, closed = scores[OPEN], scores[CLOSED]
     if opened.underrun_s > 0:
         lines.append(f"  closing the loop {_change(opened.underrun_s, closed.underrun_s)}")
+    lines.append(
+        "  silence before the first word "
+        f"{opened.start_silence_s:.1f} s → {closed.start_silence_s:.1f} s, in mid-sentence gaps "
+        f"{opened.gap_silence_s:.1f} s → {closed.gap_silence_s:.1f} s, in all "
+        f"{opened.total_silence_s:.1f} s → {closed.total_silence_s:.1f} s (open → closed)"
+    )
     return lines
 
 
 def _change(opened_s: float, closed_s: float) -> str:
-    """What closing the loop did to underrun time, in words (no "cut by -0%")."""
+    """What closing the loop did to underrun time (gap silence), in words (no "cut by
+    -0%")."""
     cut = round(1.0 - closed_s / opened_s, 2)
     if cut > 0:
         return f"cut underrun time by {cut:.0%} for this seed"
@@ -174,6 +183,12 @@ def summary_json(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> dic
             "underrun_s": round(score.underrun_s, 3),
             "ttfa_p50_ms": _round(score.ttfa_p50_ms),
             "ttfa_p99_ms": _round(score.ttfa_p99_ms),
+            "start_silence_s": round(score.start_silence_s, 3),
+            "start_silence_p50_ms": _round(score.start_silence_p50_ms),
+            "start_silence_p99_ms": _round(score.start_silence_p99_ms),
+            "gap_silence_s": round(score.gap_silence_s, 3),
+            "gaps": score.gaps,
+            "total_silence_s": round(score.total_silence_s, 3),
         }
     return out
 

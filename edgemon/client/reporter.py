@@ -379,7 +379,8 @@ class Reporter:
         """A chunk of audio reached the player now: `audio_ms`, or `pcm_bytes` of the stream's
         audio format (`audio_format` here overrides it for this chunk; a partial frame is
         carried to the stream's next chunk). `eta_ms`: when the next chunk is expected, from
-        now. `play_start_ms`: when the player starts (or started) playing, device clock."""
+        now. `play_start_ms`: when the player starts (or started) playback, device clock; a
+        player that sent `start` at the request and prebuffers says it with the first chunk."""
         with self._cond:
             t_ms = check_t_ms(self._clock())
             now = time.monotonic()

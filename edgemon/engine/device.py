@@ -215,6 +215,8 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
                 stats.time_to_first_audio.observe(stream.first_audio_ms)
         if event.play_start_ms is not None:
             stream.start = event.play_start_ms
+        if stream.chunks == 0 and stream.t_start_event is not None:
+            stats.start_silence.observe(max(0.0, stream.start - stream.t_start_event))
         if result == "gap" and event.audio_total_ms is not None:
             stream.buffered = event.audio_total_ms
         else:

@@ -60,6 +60,8 @@ _STAT_FIELDS = (
     "underruns",
 )
 _HISTOGRAMS = ("chunk_gap", "slack_at_arrival", "time_to_first_audio")
+#: Histograms added later; an older snapshot without them restores them empty.
+_HISTOGRAMS_ADDED = ("start_silence",)
 #: Fields added with late delivery (docs/semantics.md), and their values in an older snapshot.
 _STREAM_LATE_FIELDS = {"underrun_provisional": False, "underrun_published": False}
 
@@ -108,7 +110,7 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
             **{name: getattr(stats, name) for name in _STAT_FIELDS},
             "underruns_retracted": stats.underruns_retracted,
             "finished": dict(stats.finished),
-            **{name: _histogram(getattr(stats, name)) for name in _HISTOGRAMS},
+            **{name: _histogram(getattr(stats, name)) for name in _HISTOGRAMS + _HISTOGRAMS_ADDED},
         },
         "tombstones": device.tombstones.as_dict(),  # a copy: serialised off the event loop
         "streams": [_stream(stream) for stream in device.streams.values()],
@@ -193,7 +195,7 @@ def _restore_stats(device: Device, data: dict[str, Any]) -> None:
         setattr(stats, name, type(getattr(stats, name))(data[name]))
     stats.underruns_retracted = int(data.get("underruns_retracted", 0))
     stats.finished.update({str(k): int(v) for k, v in data["finished"].items()})
-    for name in _HISTOGRAMS:
+    for name in _HISTOGRAMS + tuple(name for name in _HISTOGRAMS_ADDED if name in data):
         histogram: Histogram = getattr(stats, name)
         counts = [int(n) for n in data[name]["counts"]]
         if len(counts) != len(histogram.counts):

@@ -7,6 +7,7 @@ from collections import Counter
 from edgemon.engine.histogram import (
     CHUNK_GAP_MS,
     SLACK_AT_ARRIVAL_MS,
+    START_SILENCE_MS,
     TIME_TO_FIRST_AUDIO_MS,
     Histogram,
 )
@@ -29,6 +30,7 @@ class DeviceStats:
         "chunks",
         "finished",
         "slack_at_arrival",
+        "start_silence",
         "streams_started",
         "throttle_engagements",
         "throttle_ms",
@@ -51,3 +53,5 @@ class DeviceStats:
         self.slack_at_arrival = Histogram(SLACK_AT_ARRIVAL_MS)
         self.chunk_gap = Histogram(CHUNK_GAP_MS)
         self.time_to_first_audio = Histogram(TIME_TO_FIRST_AUDIO_MS)
+        #: A start event (the request) to its playback start: what the listener waited.
+        self.start_silence = Histogram(START_SILENCE_MS)

@@ -33,17 +33,21 @@ def wanted(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def register_omni_pipelines() -> None:
-    """Register ``qwen3_tts_edgemon`` where vLLM-Omni is in use (see the module doc;
-    idempotent)."""
+    """Register ``qwen3_tts_edgemon`` and ``qwen3_tts_edgemon_realtime`` where vLLM-Omni is in
+    use (see the module doc; idempotent)."""
     if not wanted():
         return
     try:
         from edgemon.integrations.vllm_omni import register_pipelines  # noqa: PLC0415
+        from edgemon.integrations.vllm_omni_realtime import (  # noqa: PLC0415
+            register_realtime_pipelines,
+        )
 
         register_pipelines()
+        register_realtime_pipelines()
     except Exception:  # noqa: BLE001 - whatever vLLM-Omni raises, vLLM must still start
         _log.warning(
             "edgemon: vLLM-Omni's pipelines could not be loaded here; "
-            "qwen3_tts_edgemon is not registered in this process",
+            "qwen3_tts_edgemon(_realtime) is not registered in this process",
             exc_info=True,
         )

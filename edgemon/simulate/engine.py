@@ -22,7 +22,10 @@ The gate is a callable consulted at every step that has requests waiting; while 
 True the step admits nothing (running work continues), as `EdgemonScheduler` does with
 `ThrottleGate.should_throttle_prefills`; `admitted`, when given, is told of every step that
 was not held and admitted a request or had none waiting (`ThrottleGate.admitted`, which ends
-a `max_hold_ms` release). A step with nothing to run returns None: the caller
+a `max_hold_ms` release). `seats`, if given, bounds the running set further at each step
+(real-time admission: how many requests may run now); `max_num_seqs` replaces the profile's
+(a static cap); `step_factor(now_ms)` stretches every step (a box that slows down). A step
+with nothing to run returns None: the caller
 waits for the next arrival, or a short poll when everything is held (no busy spinning).
 
 Each chunk carries an `eta_ms` hint: the frames until the next chunk times the engine's
@@ -140,17 +143,35 @@ class _Running:
 class TtsEngine:
     """The simulated engine of one box; see the module docstring."""
 
-    __slots__ = ("_admitted", "_gate", "_running", "_waiting", "profile", "step_estimate_ms")
+    __slots__ = (
+        "_admitted",
+        "_gate",
+        "_running",
+        "_seats",
+        "_step_factor",
+        "_waiting",
+        "max_num_seqs",
+        "profile",
+        "step_estimate_ms",
+    )
 
     def __init__(
         self,
         profile: Profile,
         *,
         gate: Callable[[], bool] | None = None,
+        max_num_seqs: int | None = None,
+        seats: Callable[[int], int | None] | None = None,
+        step_factor: Callable[[float], float] | None = None,
         admitted: Callable[[], None] | None = None,
     ) -> None:
         self.profile = profile
         self._gate = gate
+        self.max_num_seqs = profile.max_num_seqs if max_num_seqs is None else max_num_seqs
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be ≥ 1, not {self.max_num_seqs}")
+        self._seats = seats
+        self._step_factor = step_factor
         #: Told after a step that was not held and admitted a request or had none waiting
         #: (`ThrottleGate.admitted`: it ends a `max_hold_ms` release).
         self._admitted = admitted
@@ -178,6 +199,15 @@ class TtsEngine:
         if self._admitted is not None and (admitted or not self._waiting):
             self._admitted()
 
+    def _seats_now(self) -> int:
+        """How many requests may be running after this step's admissions."""
+        seats = self.max_num_seqs
+        if self._waiting and self._seats is not None:
+            more = self._seats(len(self._running))
+            if more is not None:
+                seats = min(seats, len(self._running) + more)
+        return seats
+
     def step(self, now_ms: float) -> Step | None:
         """Plan and account one step starting at `now_ms`; None when there is nothing to run."""
         profile = self.profile
@@ -202,7 +232,8 @@ class TtsEngine:
         held = bool(self._waiting) and self._gate is not None and self._gate()
         admitted: list[str] = []
         if not held:
-            while self._waiting and budget > 0 and len(self._running) < profile.max_num_seqs:
+            seats = self._seats_now()
+            while self._waiting and budget > 0 and len(self._running) < seats:
                 run = _Running(self._waiting.popleft(), profile)
                 take = min(run.request.prompt_tokens, budget)
                 run.prefilled = take
@@ -216,6 +247,7 @@ class TtsEngine:
         if prefill_tokens == 0 and decode_seqs == 0:
             return None
         ms = profile.step.step_ms(prefill_tokens, decode_seqs)
+        ms *= 1.0 if self._step_factor is None else self._step_factor(now_ms)
         self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
         end_ms = now_ms + ms
         estimate = self.step_estimate_ms

@@ -5,7 +5,14 @@ a second. It drives the same parts the demo and the benchmark run in real time, 
 ends that need a broker: what a `Reporter` would publish is handed to edgemon's `Monitor`
 after `report_latency_ms`, and edgemon's throttle changes reach a `HoldGate` (the
 `ThrottleGate` rules: throttle only while edgemon says so and the hold is younger than
-`max_hold_ms`, then released until a step admits) after `gate_latency_ms`.
+`max_hold_ms`, then released, for one step (the seed's rule, `gate:`) or until a step admits
+(`lasting:`, what `ThrottleGate` does since `admitted()`)) after `gate_latency_ms`.
+
+What the engine does besides (`LoopPlan`): a static cap (`max_num_seqs`), a release after
+`max_hold_ms` that lasts until a step admits a waiting request or the queue is empty
+(`lasting`), real-time admission (`realtime`: `edgemon.integrations.realtime`, the code the
+vLLM scheduler runs, fed the simulated steps), and a `Scenario` (a slowdown, bursts, a slow
+network: `edgemon.simulate.scenarios`).
 """
 
 from __future__ import annotations
@@ -18,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import ThrottleChanged
+from edgemon.integrations.realtime import RealtimeAdmission
 from edgemon.monitor import Monitor
 from edgemon.simulate.engine import TtsEngine
 from edgemon.simulate.players import Delivery, Player, Score, score
-from edgemon.simulate.workload import Arrivals
+from edgemon.simulate.scenarios import STEADY, RequestSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,6 +37,7 @@ if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
     from edgemon.simulate.engine import Chunk
     from edgemon.simulate.profiles import Profile
+    from edgemon.simulate.scenarios import Scenario
 
 DEVICE = "box"
 TOPIC = f"edgemon/v1/{DEVICE}/events"
@@ -37,42 +46,46 @@ IDLE_POLL_MS = 5.0
 
 
 class HoldGate:
-    """The ThrottleGate's decision rule on an injected clock (milliseconds)."""
+    """The ThrottleGate's decision rule on an injected clock (milliseconds).
 
-    __slots__ = ("_releasing", "_since", "held_ms", "holds", "max_hold_ms", "throttle")
+    `lasting`: the release after `max_hold_ms` lasts until `admitted()` says a step admitted
+    a waiting request (or the queue emptied), instead of one step only.
+    """
 
-    def __init__(self, max_hold_ms: float) -> None:
+    __slots__ = ("_released", "_since", "held_ms", "holds", "lasting", "max_hold_ms", "throttle")
+
+    def __init__(self, max_hold_ms: float, *, lasting: bool = False) -> None:
         self.max_hold_ms = max_hold_ms
+        self.lasting = lasting
         self.throttle = False
         self.holds = 0
         self.held_ms = 0.0
         self._since: float | None = None
-        self._releasing = False
+        self._released = False
 
     def set(self, throttle: bool, now_ms: float) -> None:
         """edgemon's throttle object changed (as seen at `now_ms`)."""
         self.throttle = throttle
         if not throttle:
             self._end(now_ms)
-            self._releasing = False
+            self._released = False
+
+    def admitted(self) -> None:
+        """A step admitted a waiting request, or none is waiting: a lasting release ends."""
+        self._released = False
 
     def should_throttle(self, now_ms: float) -> bool:
-        """True while throttled and the current hold is younger than `max_hold_ms`; once it
-        is not, False until a step admits (`admitted`)."""
-        if not self.throttle or self._releasing:
+        """True while throttled and the current hold is younger than `max_hold_ms`."""
+        if not self.throttle or self._released:
             return False
         if self._since is None:
             self._since = now_ms
             self.holds += 1
         if now_ms - self._since >= self.max_hold_ms:
-            self._end(now_ms)
-            self._releasing = True  # released until a step admits; then a new hold
+            self._end(now_ms)  # one step goes through; the next call starts a new hold
+            self._released = self.lasting
             return False
         return True
-
-    def admitted(self) -> None:
-        """A step admitted a waiting request, or none was waiting: the release ends."""
-        self._releasing = False
 
     def _end(self, now_ms: float) -> None:
         if self._since is not None:
@@ -89,6 +102,12 @@ class LoopResult:
     """Share of the run edgemon's throttle was on."""
     holds: int
     steps: int
+    peak_running: int = 0
+    """The most requests the engine ran at once."""
+    players: tuple[Player, ...] = ()
+    """Every request's player, in request order (settled at the run's end)."""
+    monitor: Monitor | None = None
+    """edgemon's monitor as the run left it (its device `box` has the daemon's statistics)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +124,15 @@ class LoopPlan:
     eta_hints: bool = True
     report_latency_ms: float = 6.0
     gate_latency_ms: float = 3.0
+    lasting: bool = False
+    """The gate's release after `max_hold_ms` lasts until a step admits."""
+    max_num_seqs: int | None = None
+    """A static cap (default: the profile's)."""
+    realtime: bool = False
+    """Real-time admission (`edgemon.integrations.realtime`)."""
+    realtime_frames: float = 1.0
+    """Real-time admission's allowed decode step, in frames."""
+    scenario: Scenario = STEADY
 
 
 def run_loop(plan: LoopPlan) -> LoopResult:
@@ -124,13 +152,16 @@ class _VirtualLoop:
         "monitor",
         "now",
         "order",
+        "peak_running",
         "plan",
         "players",
         "queue",
+        "realtime",
         "requests",
         "steps",
         "throttle_since",
         "throttled_ms",
+        "timer_at",
     )
 
     def __init__(self, plan: LoopPlan) -> None:
@@ -138,22 +169,34 @@ class _VirtualLoop:
         self.plan = plan
         self.margin_ms = profile.margin_ms if plan.margin_ms is None else plan.margin_ms
         self.now = 0.0
-        self.gate = HoldGate(plan.max_hold_ms)
+        self.gate = HoldGate(plan.max_hold_ms, lasting=plan.lasting)
         gate: Callable[[], bool] | None = (
             (lambda: self.gate.should_throttle(self.now)) if plan.gated else None
         )
-        self.engine = TtsEngine(
-            profile, gate=gate, admitted=self.gate.admitted if plan.gated else None
+        scenario = plan.scenario
+        self.realtime = (
+            RealtimeAdmission(profile.frame_ms * plan.realtime_frames) if plan.realtime else None
         )
-        self.arrivals = Arrivals(plan.rate_rps, profile.workload, seed=plan.seed)
+        self.engine = TtsEngine(
+            profile,
+            gate=gate,
+            max_num_seqs=plan.max_num_seqs,
+            seats=None if self.realtime is None else self.realtime.admissible,
+            step_factor=None if scenario.slowdown is None else scenario.step_factor,
+        )
+        self.arrivals = RequestSource(
+            plan.rate_rps, profile.workload, seed=plan.seed, burst=scenario.burst
+        )
         self.delivery = Delivery(profile.network_ms, profile.network_jitter_ms, plan.seed)
         self.monitor = Monitor(EngineConfig())
         self.players: dict[str, Player] = {}
         self.queue: list[tuple[float, int, str, Any]] = []
         self.order = itertools.count()
         self.throttle_since: float | None = None
+        self.timer_at: float | None = None
         self.throttled_ms = 0.0
         self.steps = 0
+        self.peak_running = 0
         self.requests = 0
 
     def run(self) -> LoopResult:
@@ -179,6 +222,9 @@ class _VirtualLoop:
             throttle_share=self.throttled_ms / plan.duration_ms,
             holds=self.gate.holds,
             steps=self.steps,
+            peak_running=self.peak_running,
+            players=tuple(self.players.values()),
+            monitor=self.monitor,
         )
 
     def _at(self, t: float, kind: str, value: Any = None) -> None:
@@ -190,13 +236,21 @@ class _VirtualLoop:
             self.requests += 1
             self.players[request.id] = Player(request.id, request.arrival_ms)
             engine.submit(request)
+            self._request_made(request.id, request.arrival_ms)
         step = engine.step(t)
         if step is None:
             self._at(t + IDLE_POLL_MS if engine.waiting else self.arrivals.next_ms, "engine")
             return
         self.steps += 1
+        self.peak_running = max(self.peak_running, engine.running + len(step.finished))
+        if self.realtime is not None:
+            self.realtime.observe(step.decode_seqs, step.prefill_tokens, step.ms)
+        if step.admitted or not engine.waiting:
+            self.gate.admitted()
+        network = self.plan.scenario.network
         for chunk in step.chunks:
-            self._at(self.delivery.arrival_ms(chunk), "chunk", chunk)
+            extra = 0.0 if network is None else network.extra_ms(chunk.t_ms)
+            self._at(self.delivery.arrival_ms(chunk, extra), "chunk", chunk)
         self._at(step.end_ms, "engine")
 
     def _chunk(self, chunk: Chunk) -> None:
@@ -205,41 +259,39 @@ class _VirtualLoop:
         body = json.dumps(self._report(player, chunk)).encode()
         self._at(self.now + self.plan.report_latency_ms, "message", body)
 
+    def _request_made(self, stream: str, t_ms: float) -> None:
+        """The player sends `start` when it makes the request (as the README's player does)."""
+        start = {"type": "start", "stream": stream, "t_ms": t_ms, "margin_ms": self.margin_ms}
+        self._at(t_ms + self.plan.report_latency_ms, "message", json.dumps([start]).encode())
+
     def _report(self, player: Player, chunk: Chunk) -> list[dict[str, Any]]:
-        """The batch a Reporter would publish for this arrival."""
-        t = self.now
-        events: list[dict[str, Any]] = []
-        if chunk.seq == 0:
-            events.append(
-                {
-                    "type": "start",
-                    "stream": player.stream,
-                    "t_ms": t,
-                    "play_start_ms": player.start_ms,
-                    "margin_ms": self.margin_ms,
-                }
-            )
+        """The batch a Reporter would publish for this arrival; the first chunk says when
+        the player starts playback."""
         event: dict[str, Any] = {
             "type": "chunk",
             "stream": player.stream,
-            "t_ms": t,
+            "t_ms": self.now,
             "seq": chunk.seq,
             "audio_ms": chunk.audio_ms,
             "audio_total_ms": player.audio_ms,
         }
+        if chunk.seq == 0:
+            event["play_start_ms"] = player.start_ms
         if chunk.final:
             event["final"] = True
         elif self.plan.eta_hints and chunk.eta_ms is not None:
             event["eta_ms"] = chunk.eta_ms
-        events.append(event)
-        return events
+        return [event]
 
     def _message(self, body: bytes) -> None:
         out: list[Output] = []
         self.monitor.handle(TOPIC, body, self.now, out)
         self._outputs(out)
 
-    def _timer(self, _: Any) -> None:
+    def _timer(self, at: float) -> None:
+        if at != self.timer_at:
+            return  # superseded by an earlier deadline, which advanced the monitor past it
+        self.timer_at = None
         out: list[Output] = []
         self.monitor.advance(self.now, out)
         self._outputs(out)
@@ -250,7 +302,11 @@ class _VirtualLoop:
                 self._at(self.now + self.plan.gate_latency_ms, "gate", output.active)
         deadline = self.monitor.next_deadline()
         if deadline is not None:
-            self._at(max(deadline, self.now), "timer")
+            at = max(deadline, self.now)
+            if self.timer_at is None or at < self.timer_at:
+                # One timer pending at a time, the earliest (the daemon's deadline task).
+                self.timer_at = at
+                self._at(at, "timer", at)
 
     def _gate(self, throttle: bool) -> None:
         """A throttle change reaches the engine's gate."""

@@ -46,11 +46,19 @@ class Player:
     underruns: int = 0
     underrun_ms: float = 0.0
     in_underrun: bool = False
+    arrivals: list[tuple[float, float]] = field(default_factory=list)
+    """Each chunk's `(arrival, audio)` in ms, in order (what a dump writes)."""
 
     @property
     def ttfa_ms(self) -> float | None:
         """Time to first audio: request to the first chunk's arrival."""
         return None if self.first_ms is None else self.first_ms - self.requested_ms
+
+    def start_silence_ms(self, end_ms: float) -> float:
+        """Silence before the first word: the request to the playback start (prebuffer
+        included), counted up to `end_ms` while playback has not started by then."""
+        start = end_ms if self.start_ms is None else min(self.start_ms, end_ms)
+        return max(0.0, start - self.requested_ms)
 
     def receive(self, chunk: Chunk, t_ms: float) -> None:
         """The chunk arrived at `t_ms`."""
@@ -63,6 +71,7 @@ class Player:
         else:
             self._run_dry_until(t_ms)
         self.audio_ms += chunk.audio_ms
+        self.arrivals.append((t_ms, chunk.audio_ms))
         self.last_ms = t_ms
         self.chunks += 1
         self.final = chunk.final
@@ -111,7 +120,15 @@ def percentile(values: list[float], q: float) -> float | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Score:
-    """What the players of a run heard, computed on their own clocks."""
+    """What the players of a run heard, computed on their own clocks.
+
+    Silence is what a listener hears instead of speech. **Start silence**: from the request
+    to the playback start, prebuffer included (a request still waiting at the run's end
+    counts up to the end). **Gap silence**: the concealed time in the middle of a stream (its
+    underruns; a stream still under way counts its gaps up to the end). **Total silence**:
+    the two added together. Holding prefills can move silence from gaps to starts; it cannot
+    make a box near capacity faster.
+    """
 
     requests: int
     streams: int
@@ -121,11 +138,29 @@ class Score:
     underrun_s: float
     ttfa_p50_ms: float | None
     ttfa_p99_ms: float | None
+    start_silence_s: float = 0.0
+    start_silence_p50_ms: float | None = None
+    start_silence_p99_ms: float | None = None
 
     @property
     def underruns_per_stream_minute(self) -> float:
         """Underruns per minute of stream playback."""
         return self.underruns / self.stream_minutes if self.stream_minutes else 0.0
+
+    @property
+    def gap_silence_s(self) -> float:
+        """Concealed time mid-stream (the underrun seconds)."""
+        return self.underrun_s
+
+    @property
+    def gaps(self) -> int:
+        """Gaps begun mid-stream (the underruns)."""
+        return self.underruns
+
+    @property
+    def total_silence_s(self) -> float:
+        """Start silence plus gap silence."""
+        return self.start_silence_s + self.underrun_s
 
 
 def score(players: Iterable[Player], end_ms: float, *, requests: int | None = None) -> Score:
@@ -134,6 +169,7 @@ def score(players: Iterable[Player], end_ms: float, *, requests: int | None = No
     for player in listed:
         player.settle(end_ms)
     ttfa = [p.ttfa_ms for p in listed if p.ttfa_ms is not None]
+    silence = [p.start_silence_ms(end_ms) for p in listed]
     return Score(
         requests=len(listed) if requests is None else requests,
         streams=len(ttfa),
@@ -143,6 +179,9 @@ def score(players: Iterable[Player], end_ms: float, *, requests: int | None = No
         underrun_s=sum(p.underrun_ms for p in listed) / 1000.0,
         ttfa_p50_ms=percentile(ttfa, 0.5),
         ttfa_p99_ms=percentile(ttfa, 0.99),
+        start_silence_s=sum(silence) / 1000.0,
+        start_silence_p50_ms=percentile(silence, 0.5),
+        start_silence_p99_ms=percentile(silence, 0.99),
     )
 
 
@@ -159,10 +198,10 @@ class Delivery:
     def __post_init__(self) -> None:
         self._rng = random.Random(f"network/{self.seed}")  # noqa: S311 - a simulation
 
-    def arrival_ms(self, chunk: Chunk) -> float:
-        """When `chunk` reaches its player."""
+    def arrival_ms(self, chunk: Chunk, extra_ms: float = 0.0) -> float:
+        """When `chunk` reaches its player (`extra_ms`: a slow network's added delay)."""
         jitter = self._rng.expovariate(1.0 / self.jitter_ms) if self.jitter_ms > 0 else 0.0
-        t = max(chunk.t_ms + self.median_ms + jitter, self._last.get(chunk.request, 0.0))
+        t = max(chunk.t_ms + self.median_ms + jitter + extra_ms, self._last.get(chunk.request, 0.0))
         if chunk.final:
             self._last.pop(chunk.request, None)
         else:

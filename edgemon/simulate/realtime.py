@@ -7,10 +7,11 @@ player hands it to its reporter (a real `edgemon.client.Reporter` in the demo an
 at that instant, so `t_ms` is stamped on the player's clock. Which engine runs, and whether it
 obeys a gate, is the caller's choice: anything with `submit`/`step`/`waiting`/`running`.
 
-Each stream is reported as the loop expects it: `start` when its first chunk arrives (with the
-`play_start_ms` the player chose and the margin it asks for), a `chunk` per arrival with the
-engine's `eta_ms` hint, `final` on the last; at the end of a run every unfinished stream is
-ended as `cancelled`, and the players are scored at that instant.
+Each stream is reported as the loop expects it: `start` when the request is made (with the
+margin the player asks for), a `chunk` per arrival with the engine's `eta_ms` hint (the first
+one also says when the player starts playback, `play_start_ms`), `final` on the last; at the
+end of a run every unfinished stream is ended as `cancelled`, and the players are scored at
+that instant.
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ from typing import TYPE_CHECKING, Protocol
 from edgemon.simulate.players import Delivery, Player, Score, score
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from edgemon.simulate.engine import Chunk, Step
+    from edgemon.simulate.scenarios import RequestSource
     from edgemon.simulate.workload import Arrivals, Request
 
 IDLE_POLL_S = 0.005
 """How often an engine with everything held asks its gate again."""
+CATCH_UP_MS = 50.0
+"""A step that begins at most this late after its predecessor's modelled end begins, on the
+model's timeline, at that end (steps last what the model says on average, not that plus the
+driver's overshoot); later than that, the driver was stalled and the timeline restarts now."""
 
 
 class Engine(Protocol):
@@ -65,6 +71,7 @@ class Reporting(Protocol):
         audio_ms: float | None = None,
         eta_ms: float | None = None,
         final: bool = False,
+        play_start_ms: float | None = None,
     ) -> None: ...
 
     def end(self, stream: str, reason: str = "completed") -> None: ...
@@ -93,18 +100,30 @@ class BoxStatus:
     long as modelled while this stays small."""
 
 
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    if seconds <= 0:
+        await asyncio.sleep(0)
+        return
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return
+
+
 @dataclass(slots=True, kw_only=True)
 class Box:
     """One simulated box: an engine, its request stream, its players and their reporter."""
 
     device: str
     engine: Engine
-    arrivals: Arrivals
+    arrivals: Arrivals | RequestSource
     delivery: Delivery
     reporter: Reporting | None
     margin_ms: float | None = None
     eta_hints: bool = True
     clock: Callable[[], float] = wall_ms
+    sleep: Callable[[asyncio.Event, float], Awaitable[None]] = _sleep_or_stop
+    """Waits the given seconds or until the event is set (a test can step a fake clock)."""
     players: dict[str, Player] = field(default_factory=dict)
     status: BoxStatus = field(default_factory=BoxStatus)
     origin_ms: float = 0.0
@@ -127,8 +146,13 @@ class Box:
         self.origin_ms = origin = self.clock() if origin_ms is None else origin_ms
         end = origin + duration_s * 1000.0
         engine, status = self.engine, self.status
+        modelled: float | None = None  # when the last step ends on the model's timeline
         while not stop.is_set():
             now = self.clock()
+            if modelled is not None and now - modelled < CATCH_UP_MS:
+                # The next step begins where the last one ended in the model: the driver's
+                # own delays (a sleep that overshoots, a scheduler call) are not step time.
+                now = modelled
             if now >= end:
                 break
             for request in self.arrivals.due(now - origin):
@@ -136,19 +160,21 @@ class Box:
             step = engine.step(now)
             status.waiting, status.running = engine.waiting, engine.running
             if step is None:
+                modelled = None
                 status.held = engine.waiting > 0
                 wait_ms = IDLE_POLL_S * 1000.0 if engine.waiting else self._until_next(now)
-                await _sleep_or_stop(stop, min(wait_ms, end - now) / 1000.0)
+                await self.sleep(stop, min(wait_ms, end - now) / 1000.0)
                 continue
             status.steps += 1
             status.held = step.held
             status.held_steps += step.held
             status.last_step_ms = step.ms
             for chunk in step.chunks:
-                delay = self.delivery.arrival_ms(chunk) - now
-                loop.call_later(delay / 1000.0, self._deliver, chunk)
-            await _sleep_or_stop(stop, max(0.0, step.end_ms - self.clock()) / 1000.0)
+                delay = self.delivery.arrival_ms(chunk) - self.clock()
+                loop.call_later(max(0.0, delay) / 1000.0, self._deliver, chunk)
+            await self.sleep(stop, max(0.0, step.end_ms - self.clock()) / 1000.0)
             status.max_lag_ms = max(status.max_lag_ms, self.clock() - step.end_ms)
+            modelled = step.end_ms
         for request in self.arrivals.due(min(self.clock(), end) - origin):
             self._arrive(request, origin)  # arrived by the end, never served
         return self.finish()
@@ -158,7 +184,7 @@ class Box:
         self.end_ms = now = self.clock()
         if self.reporter is not None:
             for player in self.players.values():
-                if player.chunks and not player.final:
+                if not player.final:
                     self.reporter.end(player.stream, "cancelled")
         return score(self.players.values(), now, requests=self.status.requests)
 
@@ -169,6 +195,8 @@ class Box:
         self.status.requests += 1
         self.players[request.id] = Player(request.id, origin + request.arrival_ms)
         self.engine.submit(request)
+        if self.reporter is not None:
+            self.reporter.start(request.id, margin_ms=self.margin_ms)
 
     def _deliver(self, chunk: Chunk) -> None:
         """The chunk reaches its player now (after the run ended: dropped, nobody listens)."""
@@ -180,17 +208,11 @@ class Box:
         reporter = self.reporter
         if reporter is None:
             return
-        if first:
-            reporter.start(player.stream, play_start_ms=player.start_ms, margin_ms=self.margin_ms)
         eta = chunk.eta_ms if self.eta_hints and not chunk.final else None
-        reporter.chunk(player.stream, audio_ms=chunk.audio_ms, eta_ms=eta, final=chunk.final)
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    if seconds <= 0:
-        await asyncio.sleep(0)
-        return
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        return
+        reporter.chunk(
+            player.stream,
+            audio_ms=chunk.audio_ms,
+            eta_ms=eta,
+            final=chunk.final,
+            play_start_ms=player.start_ms if first else None,
+        )

@@ -1,0 +1,90 @@
+"""vLLM-Omni talker schedulers with edgemon's gate and real-time admission (the `edgemon`
+policy; see `edgemon.integrations.vllm_realtime` for what real-time admission does).
+
+`EdgemonOmniRealtimeScheduler` is `edgemon.integrations.vllm_omni.EdgemonOmniARScheduler`
+(the gate through vLLM-Omni's ``_should_defer_waiting_admission()`` hook) with real-time
+admission around its step: a step sees only as many waiting requests as real time allows, so
+vLLM-Omni's own admission, deferrals and ``kv_holding_waiting`` work as they do. Use it on the
+talker (stage 0) only, like the gate: select the pipeline ``qwen3_tts_edgemon_realtime``
+(registered by `register_realtime_pipelines`, which edgemon's vLLM plugin calls) in the deploy
+YAML. ``EDGEMON_REALTIME_FRAME_MS`` (default 80; 0: off) and the ``EDGEMON_GATE_*`` variables
+configure it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from vllm_omni.config.stage_config import PipelineConfig
+from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler
+
+from edgemon.integrations.vllm_omni import TALKER_PIPELINES, EdgemonOmniARScheduler
+from edgemon.integrations.vllm_realtime import RealtimeAdmissionMixin
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, MutableMapping
+
+    from edgemon.integrations.realtime import RealtimeAdmission
+
+__all__ = [
+    "REALTIME_SUFFIX",
+    "EdgemonOmniRealtimeAsyncScheduler",
+    "EdgemonOmniRealtimeScheduler",
+    "realtime_pipeline",
+    "register_realtime_pipelines",
+]
+
+REALTIME_SUFFIX = "_edgemon_realtime"
+
+
+class EdgemonOmniRealtimeScheduler(RealtimeAdmissionMixin, EdgemonOmniARScheduler):
+    """`EdgemonOmniARScheduler` with real-time admission."""
+
+    def __init__(
+        self,
+        *args: Any,
+        edgemon_realtime: RealtimeAdmission | None = None,
+        edgemon_clock: Callable[[], float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """As `edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler`."""
+        super().__init__(*args, **kwargs)
+        self._attach_realtime(edgemon_realtime, edgemon_clock)
+
+
+class EdgemonOmniRealtimeAsyncScheduler(EdgemonOmniRealtimeScheduler, OmniARAsyncScheduler):  # type: ignore[misc]
+    """The ``OmniARAsyncScheduler`` flavour (Qwen3-TTS's talker default)."""
+
+
+def realtime_pipeline(pipeline: PipelineConfig, *, async_scheduling: bool = True) -> PipelineConfig:
+    """A copy of `pipeline` whose stage 0 runs the real-time talker scheduler."""
+    scheduler = (
+        EdgemonOmniRealtimeAsyncScheduler if async_scheduling else EdgemonOmniRealtimeScheduler
+    )
+    path = f"{scheduler.__module__}.{scheduler.__qualname__}"
+    stages = tuple(
+        dataclasses.replace(stage, scheduler_cls=path) if stage.stage_id == 0 else stage
+        for stage in pipeline.stages
+    )
+    return dataclasses.replace(
+        pipeline, model_type=pipeline.model_type + REALTIME_SUFFIX, stages=stages
+    )
+
+
+def register_realtime_pipelines(
+    model_types: Iterable[str] = TALKER_PIPELINES,
+    *,
+    registry: MutableMapping[str, Any] | None = None,
+) -> None:
+    """Add ``<model_type>_edgemon_realtime`` for each of `model_types` (idempotent; never
+    replaces a pipeline); ``registry`` defaults to vLLM-Omni's ``OMNI_PIPELINES``."""
+    if registry is None:
+        from vllm_omni.config.pipeline_registry import OMNI_PIPELINES  # noqa: PLC0415
+
+        registry = OMNI_PIPELINES
+    for model_type in model_types:
+        base = registry.get(model_type)
+        name = model_type + REALTIME_SUFFIX
+        if isinstance(base, PipelineConfig) and name not in registry:
+            registry[name] = realtime_pipeline(base)

@@ -1,0 +1,163 @@
+"""vLLM V1 schedulers with edgemon's gate and real-time admission (the `edgemon` policy).
+
+``vllm serve ... --scheduler-cls edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler``
+(or ``EdgemonRealtimeAsyncScheduler``). Everything `edgemon.integrations.vllm.EdgemonScheduler`
+does (the gate from ``EDGEMON_GATE_*``) stays; on top of it, a step admits no request beyond
+the concurrency whose decode step, as this scheduler measures it, fits in one codec frame
+(`edgemon.integrations.realtime.RealtimeAdmission`; ``EDGEMON_REALTIME_FRAME_MS``, default 80,
+the frame of Qwen3-TTS's 12.5 Hz codec; ``0`` turns real-time admission off).
+
+How it measures: a step's duration is the time from its ``schedule()`` call to the next one,
+while requests were left running (the engine loop schedules the next step as soon as one
+ends); what the step batched comes from its ``SchedulerOutput``: the requests it scheduled,
+and any tokens beyond one per request (prompt chunks) or a new request (a prefill) mark it as
+not decode-only. Only decode-only steps teach the admission anything.
+
+How it admits: when `admissible(running)` is below the number waiting, the step sees a
+waiting queue of only the first that many (in vLLM's own order); the rest, and whatever the
+step puts back (preemptions), are put back in order afterwards, as the gate does. With nothing
+admissible the step runs its running requests only. ``kv_holding_waiting`` is left alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.request_queue import create_request_queue
+
+from edgemon.integrations.realtime import FRAME_MS, RealtimeAdmission
+from edgemon.integrations.vllm import EdgemonScheduler
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+__all__ = [
+    "EdgemonRealtimeAsyncScheduler",
+    "EdgemonRealtimeScheduler",
+    "RealtimeAdmissionMixin",
+    "admission_from_environ",
+]
+
+ENV_FRAME_MS = "EDGEMON_REALTIME_FRAME_MS"
+
+
+def admission_from_environ(environ: Mapping[str, str]) -> RealtimeAdmission | None:
+    """Real-time admission as ``EDGEMON_REALTIME_FRAME_MS`` says (default 80 ms; 0: none).
+
+    A value that is not a number ≥ 0 raises ValueError naming the variable."""
+    text = environ.get(ENV_FRAME_MS, "").strip()
+    if not text:
+        return RealtimeAdmission(FRAME_MS)
+    try:
+        frame_ms = float(text)
+    except ValueError:
+        frame_ms = math.nan
+    if not (math.isfinite(frame_ms) and frame_ms >= 0):
+        raise ValueError(f"{ENV_FRAME_MS}: {text!r} is not a number of milliseconds ≥ 0")
+    return None if frame_ms == 0 else RealtimeAdmission(frame_ms)
+
+
+class RealtimeAdmissionMixin:
+    """Real-time admission around a vLLM V1 ``schedule()`` (put before the scheduler class;
+    call `_attach_realtime` in ``__init__``)."""
+
+    waiting: Any  # vLLM's RequestQueue
+    running: list[Any]
+    policy: Any
+    _realtime: RealtimeAdmission | None
+    _realtime_clock: Callable[[], float]
+    _realtime_last: tuple[float, int, int] | None  # when, decodes, prefill tokens
+    _realtime_limited_steps: int
+
+    def _attach_realtime(
+        self, admission: RealtimeAdmission | None, clock: Callable[[], float] | None
+    ) -> None:
+        self._realtime = admission_from_environ(os.environ) if admission is None else admission
+        self._realtime_clock = clock or time.monotonic
+        self._realtime_last = None
+        self._realtime_limited_steps = 0
+
+    @property
+    def edgemon_realtime(self) -> RealtimeAdmission | None:
+        """The real-time admission (its `limit`, `scale`, `shape()`), or None when off."""
+        return self._realtime
+
+    @property
+    def edgemon_limited_steps(self) -> int:
+        """Steps that kept waiting requests out because of real-time admission."""
+        return self._realtime_limited_steps
+
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        """One step; admissions limited to what real time allows (see the module doc)."""
+        admission = self._realtime
+        if admission is None:
+            return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        now = self._realtime_clock()
+        last = self._realtime_last
+        if last is not None and self.running:
+            admission.observe(last[1], last[2], (now - last[0]) * 1000.0)
+        allowed = admission.admissible(len(self.running))
+        if allowed is None or len(self.waiting) <= allowed:
+            output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        else:
+            output = self._schedule_first(allowed, args, kwargs)
+        self._realtime_last = _composition(now, output)
+        return output
+
+    def _schedule_first(
+        self, allowed: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> SchedulerOutput:
+        """Schedule with only the first `allowed` waiting requests in view."""
+        self._realtime_limited_steps += 1
+        rest = self.waiting
+        front = create_request_queue(self.policy)
+        for _ in range(allowed):
+            front.add_request(rest.pop_request())
+        self.waiting = front
+        try:
+            output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            left = self.waiting
+            if left:
+                # prepend_requests is extendleft for FCFS: reversed keeps vLLM's order.
+                rest.prepend_requests(reversed(list(left)))
+            self.waiting = rest
+        return output
+
+
+def _composition(now: float, output: SchedulerOutput) -> tuple[float, int, int] | None:
+    """When a step began and what it batched: (when, decodes, prefill tokens), or None for
+    a step that scheduled nothing."""
+    requests = len(output.num_scheduled_tokens)
+    if requests == 0:
+        return None
+    extra = output.total_num_scheduled_tokens - requests + len(output.scheduled_new_reqs)
+    return now, requests, extra
+
+
+class EdgemonRealtimeScheduler(RealtimeAdmissionMixin, EdgemonScheduler):
+    """`EdgemonScheduler` (the gate) with real-time admission."""
+
+    def __init__(
+        self,
+        *args: Any,
+        edgemon_realtime: RealtimeAdmission | None = None,
+        edgemon_clock: Callable[[], float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``edgemon_realtime`` and ``edgemon_clock`` (keyword-only, never passed by vLLM):
+        an admission object and a clock (seconds) of the caller's; by default from
+        ``EDGEMON_REALTIME_FRAME_MS`` and ``time.monotonic``. Other arguments as for
+        `EdgemonScheduler` (``edgemon_gate``)."""
+        super().__init__(*args, **kwargs)
+        self._attach_realtime(edgemon_realtime, edgemon_clock)
+
+
+class EdgemonRealtimeAsyncScheduler(EdgemonRealtimeScheduler, AsyncScheduler):  # type: ignore[misc]
+    """The ``AsyncScheduler`` flavour of `EdgemonRealtimeScheduler`."""

@@ -1,0 +1,119 @@
+"""The closed-loop benchmark's figures: one JSON row per run, one dump line per request.
+
+A row (the contract of `benchmarks/closed_loop.py`): `policy`, `scenario`, `load`, `seed`,
+`requests`, `completed`; `start_silence_s`, `start_silence_p50_ms`, `start_silence_p99_ms`,
+`ttfa_p50_ms`, `ttfa_p99_ms`; `gap_silence_s`, `gaps`, `total_silence_s`; and besides them
+`mode`, `profile`, `duration_s`, `gaps_per_stream_min`. A dump line lets anyone recompute
+them: `policy`, `scenario`, `seed`, `request`, `requested_ms`, `play_start_ms` (null if
+playback never started), `chunks` (`[arrival_ms, audio_ms]` each), `final`, `end_ms`.
+
+`run_virtual` runs one point on the virtual clock (`edgemon.simulate.loop`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from edgemon.simulate.loop import LoopPlan, LoopResult, run_loop
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from edgemon.simulate.players import Player, Score
+    from edgemon.simulate.policies import Policy
+    from edgemon.simulate.profiles import Profile
+    from edgemon.simulate.scenarios import Scenario
+
+
+def run_virtual(
+    profile: Profile,
+    policy: Policy,
+    scenario: Scenario,
+    *,
+    load: float,
+    seed: int,
+    duration_s: float,
+) -> LoopResult:
+    """One run of `policy` under `scenario` at `load` × the profile's estimated capacity."""
+    return run_loop(
+        LoopPlan(
+            profile=profile,
+            rate_rps=load * profile.capacity_rps(),
+            seed=seed,
+            duration_ms=duration_s * 1000.0,
+            gated=policy.gated,
+            margin_ms=policy.margin_ms,
+            max_hold_ms=policy.max_hold_ms,
+            lasting=policy.lasting,
+            max_num_seqs=policy.max_num_seqs,
+            realtime=policy.realtime,
+            realtime_frames=policy.realtime_frames,
+            scenario=scenario,
+        )
+    )
+
+
+def row(
+    score: Score,
+    *,
+    mode: str,
+    profile: str,
+    policy: str,
+    scenario: str,
+    load: float,
+    seed: int,
+    duration_s: float,
+) -> dict[str, Any]:
+    """A run's JSON row."""
+    return {
+        "mode": mode,
+        "profile": profile,
+        "policy": policy,
+        "scenario": scenario,
+        "load": load,
+        "seed": seed,
+        "duration_s": duration_s,
+        "requests": score.requests,
+        "completed": score.completed,
+        "start_silence_s": round(score.start_silence_s, 3),
+        "start_silence_p50_ms": _round(score.start_silence_p50_ms),
+        "start_silence_p99_ms": _round(score.start_silence_p99_ms),
+        "ttfa_p50_ms": _round(score.ttfa_p50_ms),
+        "ttfa_p99_ms": _round(score.ttfa_p99_ms),
+        "gap_silence_s": round(score.gap_silence_s, 3),
+        "gaps": score.gaps,
+        "gaps_per_stream_min": round(score.underruns_per_stream_minute, 3),
+        "total_silence_s": round(score.total_silence_s, 3),
+    }
+
+
+def dump_lines(
+    players: Iterable[Player],
+    *,
+    policy: str,
+    scenario: str,
+    seed: int,
+    origin_ms: float,
+    end_ms: float,
+) -> list[dict[str, Any]]:
+    """One line per request; times in ms since the run's start (`origin_ms`)."""
+    return [
+        {
+            "policy": policy,
+            "scenario": scenario,
+            "seed": seed,
+            "request": player.stream,
+            "requested_ms": round(player.requested_ms - origin_ms, 3),
+            "play_start_ms": None
+            if player.start_ms is None
+            else round(player.start_ms - origin_ms, 3),
+            "chunks": [[round(t - origin_ms, 3), audio] for t, audio in player.arrivals],
+            "final": player.final,
+            "end_ms": round(end_ms - origin_ms, 3),
+        }
+        for player in players
+    ]
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

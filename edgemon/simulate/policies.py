@@ -1,0 +1,116 @@
+"""What an engine does with new requests: the policies the closed-loop benchmark compares.
+
+A policy is written as parts joined by `+`:
+
+- `open`: vLLM's own scheduling with the profile's `max_num_seqs`, no gate;
+- `cap:N`: a static `max_num_seqs = N`, no gate (what an operator can do without edgemon);
+- `gate:MARGIN_MS:HOLD_MS`: edgemon's throttle (the seed's rule, players asking for
+  `MARGIN_MS`) obeyed through the gate with `max_hold_ms = HOLD_MS`; after a hold of that
+  length one step is let through;
+- `lasting:MARGIN_MS:HOLD_MS`: the same, but the release lasts until a step admits a waiting
+  request or the queue is empty;
+- `realtime` or `realtime:F`: real-time admission (`edgemon.integrations.realtime`): never
+  more requests running than the measured decode step fits in F frames (default 1);
+- `edgemon`: the policy edgemon ships, `EDGEMON` below.
+
+So `cap:11`, `gate:80:2000`, `realtime+lasting:80:2000`. Pure; `policy(text, profile)`
+raises ValueError naming what is wrong (`profile` gives `edgemon` its margin).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgemon.simulate.profiles import Profile
+
+EDGEMON = "realtime+lasting:{margin}:1000"
+"""The shipped policy: real-time admission and edgemon's gate (the players' margin) with
+`max_hold_ms` 1000; see README "Does it help?"."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """One policy setting, as the engine applies it."""
+
+    label: str
+    max_num_seqs: int | None = None
+    gated: bool = False
+    margin_ms: float | None = None
+    max_hold_ms: float = 2000.0
+    lasting: bool = False
+    realtime: bool = False
+    realtime_frames: float = 1.0
+    """Real-time admission's allowed step, in frames."""
+
+    @property
+    def kind(self) -> str:
+        """`open`, `cap`, `gate` or `mine` (the families the report compares)."""
+        if self.realtime or self.lasting:
+            return "mine"
+        if self.gated:
+            return "gate"
+        return "cap" if self.max_num_seqs is not None else "open"
+
+
+def policy(text: str, profile: Profile) -> Policy:
+    """Parse `text` (see the module doc)."""
+    label = text.strip()
+    expanded = EDGEMON.format(margin=f"{profile.margin_ms:g}") if label == "edgemon" else label
+    cap: int | None = None
+    gate: tuple[float, float, bool] | None = None  # margin, hold, lasting
+    realtime = False
+    frames = 1.0
+    for part in expanded.split("+"):
+        name, _, rest = part.strip().partition(":")
+        args = rest.split(":") if rest else []
+        if name == "open" and not args:
+            continue
+        if name == "cap" and len(args) == 1:
+            cap = _count(args[0], text)
+        elif name in {"gate", "lasting"} and len(args) == 2:
+            margin, hold = (_number(a, text) for a in args)
+            if hold <= 0:
+                raise ValueError(f"policy {text!r}: the hold must be > 0 ms")
+            gate = (margin, hold, name == "lasting")
+        elif name == "realtime" and len(args) <= 1:
+            realtime = True
+            frames = _number(args[0], text) if args else 1.0
+            if frames <= 0:
+                raise ValueError(f"policy {text!r}: the frames must be > 0")
+        else:
+            raise ValueError(
+                f"unknown policy {text!r}: open, cap:N, gate:MARGIN_MS:HOLD_MS, "
+                "lasting:MARGIN_MS:HOLD_MS, realtime, edgemon, or parts joined by '+'"
+            )
+    if gate is None:
+        return Policy(label=label, max_num_seqs=cap, realtime=realtime, realtime_frames=frames)
+    margin, hold, lasting = gate
+    return Policy(
+        label=label,
+        max_num_seqs=cap,
+        gated=True,
+        margin_ms=margin,
+        max_hold_ms=hold,
+        lasting=lasting,
+        realtime=realtime,
+        realtime_frames=frames,
+    )
+
+
+def _number(text: str, whole: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"policy {whole!r}: {text!r} is not a number ≥ 0")
+    return value
+
+
+def _count(text: str, whole: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"policy {whole!r}: {text!r} is not a whole number ≥ 1")
+    return int(text)

@@ -1,0 +1,215 @@
+"""What happens to a box besides its steady Poisson load: slowdowns, bursts, a slow network.
+
+Pure and seeded. A `Scenario` is steady plus at most one of:
+
+- **slowdown** `F:W:P`: every step takes F times as long for the last W seconds of every P
+  seconds (the first window begins at P − W, so a run starts steady). The default 1.3:20:60
+  is an assumption, not a measurement: Jetson Orin power modes differ by 36–47 % in token rate
+  in public benchmarks (step time ×1.36–1.47 between neighbouring modes), and thermal
+  throttling or another job on the same GPU does the same for a while; ×1.3 is a little below
+  the smallest of those, for a third of the time;
+- **burst** `K:T`: K requests at once every T seconds (at T, 2T, …) on top of the Poisson
+  load, drawn from the same workload (a group of people asking at once, a notification);
+- **network** `D:S:P`: every chunk's delivery to its player takes D ms longer during the last
+  S seconds of every P seconds (a Wi-Fi link that degrades now and then; every player of the
+  box shares it). A stream's chunks are never reordered.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from edgemon.simulate.profiles import FRAME_MS
+from edgemon.simulate.workload import Arrivals, Request
+
+if TYPE_CHECKING:
+    from edgemon.simulate.profiles import Workload
+
+SCENARIOS = ("steady", "slowdown", "burst", "network")
+DEFAULT_SLOWDOWN = "1.3:20:60"
+DEFAULT_BURST = "6:30"
+DEFAULT_NETWORK = "300:5:30"
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """The last `window_s` seconds of every `period_s` seconds."""
+
+    window_s: float
+    period_s: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.period_s) and self.period_s > 0):
+            raise ValueError("the period must be a number > 0")
+        if not (math.isfinite(self.window_s) and 0 < self.window_s <= self.period_s):
+            raise ValueError("the window must be > 0 and at most the period")
+
+    def active(self, t_ms: float) -> bool:
+        """Whether `t_ms` (ms since the run's start) falls in a window."""
+        period_ms = self.period_s * 1000.0
+        return t_ms % period_ms >= period_ms - self.window_s * 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Slowdown:
+    """Steps take `factor` times as long inside the windows."""
+
+    factor: float
+    windows: Windows
+
+    def factor_at(self, t_ms: float) -> float:
+        """The step-time factor at `t_ms`."""
+        return self.factor if self.windows.active(t_ms) else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Burst:
+    """`size` extra requests at once every `every_s` seconds."""
+
+    size: int
+    every_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Network:
+    """Chunk deliveries take `delay_ms` longer inside the windows."""
+
+    delay_ms: float
+    windows: Windows
+
+    def extra_ms(self, t_ms: float) -> float:
+        """The extra delivery delay of a chunk sent at `t_ms`."""
+        return self.delay_ms if self.windows.active(t_ms) else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Steady load plus what the scenario adds (see the module doc)."""
+
+    name: str = "steady"
+    slowdown: Slowdown | None = None
+    burst: Burst | None = None
+    network: Network | None = None
+
+    def step_factor(self, t_ms: float) -> float:
+        """Step-time factor at `t_ms` (1 outside a slowdown)."""
+        return 1.0 if self.slowdown is None else self.slowdown.factor_at(t_ms)
+
+    def network_ms(self, t_ms: float) -> float:
+        """Extra delivery delay at `t_ms` (0 outside a network episode)."""
+        return 0.0 if self.network is None else self.network.extra_ms(t_ms)
+
+    def describe(self) -> str:
+        """The parameters, as the flags that give them."""
+        if self.slowdown is not None:
+            s = self.slowdown
+            return f"slowdown {s.factor:g}:{s.windows.window_s:g}:{s.windows.period_s:g}"
+        if self.burst is not None:
+            return f"burst {self.burst.size}:{self.burst.every_s:g}"
+        if self.network is not None:
+            n = self.network
+            return f"network {n.delay_ms:g}:{n.windows.window_s:g}:{n.windows.period_s:g}"
+        return "steady"
+
+
+STEADY = Scenario()
+"""No slowdown, no burst, no network episode."""
+
+
+def _numbers(text: str, count: int, flag: str) -> list[float]:
+    parts = text.split(":")
+    try:
+        values = [float(part) for part in parts]
+    except ValueError:
+        values = []
+    if len(values) != count or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"{flag} takes {count} numbers > 0 separated by ':', not {text!r}")
+    return values
+
+
+def scenario(
+    name: str,
+    *,
+    slowdown: str = DEFAULT_SLOWDOWN,
+    burst: str = DEFAULT_BURST,
+    network: str = DEFAULT_NETWORK,
+) -> Scenario:
+    """The scenario `name` with its flag's parameters (ValueError naming what is wrong)."""
+    if name == "steady":
+        return STEADY
+    if name == "slowdown":
+        factor, window, period = _numbers(slowdown, 3, "--slowdown F:W:P")
+        if factor < 1:
+            raise ValueError(f"--slowdown: the factor must be ≥ 1, not {factor:g}")
+        return Scenario(name, slowdown=Slowdown(factor, _windows(window, period, "--slowdown")))
+    if name == "burst":
+        size, every = _numbers(burst, 2, "--burst K:T")
+        if size != int(size):
+            raise ValueError(f"--burst: K must be a whole number, not {size:g}")
+        return Scenario(name, burst=Burst(int(size), every))
+    if name == "network":
+        delay, window, period = _numbers(network, 3, "--network D:S:P")
+        return Scenario(name, network=Network(delay, _windows(window, period, "--network")))
+    raise ValueError(f"unknown scenario {name!r}: {', '.join(SCENARIOS)}")
+
+
+def _windows(window: float, period: float, flag: str) -> Windows:
+    try:
+        return Windows(window, period)
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
+
+
+class RequestSource:
+    """A box's requests: the Poisson `Arrivals`, plus the scenario's bursts (ids `b0`, `b1`…).
+
+    The same interface as `Arrivals` (`due`, `next_ms`); with no burst it hands out exactly
+    what `Arrivals` does.
+    """
+
+    __slots__ = ("_burst", "_count", "_next_burst_ms", "_poisson", "_rng", "workload")
+
+    def __init__(
+        self, rate_rps: float, workload: Workload, *, seed: int, burst: Burst | None = None
+    ) -> None:
+        self._poisson = Arrivals(rate_rps, workload, seed=seed)
+        self.workload = workload
+        self._burst = burst
+        self._rng = random.Random(f"burst/{seed}")  # noqa: S311 - a simulation
+        self._count = 0
+        self._next_burst_ms = math.inf if burst is None else burst.every_s * 1000.0
+
+    @property
+    def next_ms(self) -> float:
+        """When the next request arrives."""
+        return min(self._poisson.next_ms, self._next_burst_ms)
+
+    def due(self, t_ms: float) -> list[Request]:
+        """Every request arriving at or before `t_ms`, in arrival order."""
+        out = self._poisson.due(t_ms)
+        burst = self._burst
+        if burst is None or self._next_burst_ms > t_ms:
+            return out
+        while self._next_burst_ms <= t_ms:
+            at = self._next_burst_ms
+            out.extend(self._draw(at) for _ in range(burst.size))
+            self._next_burst_ms += burst.every_s * 1000.0
+        out.sort(key=lambda request: request.arrival_ms)
+        return out
+
+    def _draw(self, at_ms: float) -> Request:
+        rng, load = self._rng, self.workload
+        prompt = rng.lognormvariate(math.log(load.prompt_median_tokens), load.prompt_sigma)
+        audio_s = rng.lognormvariate(math.log(load.audio_median_s), load.audio_sigma)
+        frames = max(1, round(min(audio_s, load.audio_max_s) * 1000.0 / FRAME_MS))
+        request = Request(
+            id=f"b{self._count}",
+            arrival_ms=at_ms,
+            prompt_tokens=max(1, min(load.prompt_max_tokens, round(prompt))),
+            frames=frames,
+        )
+        self._count += 1
+        return request

@@ -1,0 +1,174 @@
+"""`benchmarks/closed_loop.py --virtual`: its JSON contract, its flags, its dump.
+
+Short runs of the virtual loop in this venv (no vLLM). The dump is checked against a simple
+reference: silence recomputed from each request's chunk arrivals alone.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "closed_loop.py"
+CONTRACT = {
+    "policy", "scenario", "load", "seed", "requests", "completed",
+    "start_silence_s", "start_silence_p50_ms", "start_silence_p99_ms", "ttfa_p50_ms",
+    "ttfa_p99_ms", "gap_silence_s", "gaps", "total_silence_s",
+}  # fmt: skip
+DUMP = {"policy", "scenario", "seed", "request", "requested_ms", "play_start_ms", "chunks",
+        "final", "end_ms"}  # fmt: skip
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the benchmark with `args`; its output, whatever its exit status."""
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line of `text`, each parsed as one JSON object."""
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_one_json_object_per_run_with_every_contract_field() -> None:
+    """`--json`: only JSON lines, one per policy × load × seed (seeds as a range and a list),
+    each with every contract field and its parameters."""
+    done = bench(
+        "--virtual", "--json", "--duration", "20", "--seeds", "1-2,5", "--load", "0.8,0.9",
+        "--policy", "open", "--policy", "cap:11", "--policy", "gate:80:2000",
+        "--scenario", "slowdown", "--slowdown", "1.5:5:10",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json_lines(done.stdout)
+    assert len(rows) == 3 * 2 * 3
+    for row in rows:
+        assert set(row) >= CONTRACT
+        assert row["mode"] == "virtual"
+        assert row["scenario"] == "slowdown"
+        assert row["scenario_params"] == "slowdown 1.5:5:10"
+        assert row["requests"] >= row["completed"] > 0
+        assert row["total_silence_s"] == pytest.approx(
+            row["start_silence_s"] + row["gap_silence_s"], abs=0.002
+        )
+    assert {(r["policy"], r["load"], r["seed"]) for r in rows} == {
+        (p, load, s)
+        for p in ("open", "cap:11", "gate:80:2000")
+        for load in (0.8, 0.9)
+        for s in (1, 2, 5)
+    }
+
+
+def test_the_same_point_gives_the_same_row() -> None:
+    """Deterministic: a point run twice, alone or among others, gives the same row."""
+    alone = json_lines(bench("--virtual", "--json", "--duration", "15", "--seeds", "3").stdout)
+    done = bench(
+        "--virtual", "--json", "--duration", "15", "--seeds", "2,3",
+        "--policy", "open", "--policy", "edgemon",
+    )  # fmt: skip
+    among = json_lines(done.stdout)
+    assert alone == [r for r in among if r["policy"] == "edgemon" and r["seed"] == 3]
+
+
+def reference(line: dict[str, Any]) -> tuple[float, float, int]:
+    """Start silence, gap silence and gaps of one dumped request, from its chunks alone.
+
+    The player plays from `play_start_ms`; before each arrival it holds the audio of the
+    chunks before it; at any instant it is silent mid-stream when it has played all of that.
+    """
+    end, requested, play = line["end_ms"], line["requested_ms"], line["play_start_ms"]
+    start = end if play is None else min(play, end)
+    gap, gaps, silent = 0.0, 0, False
+    if play is not None:
+        held = 0.0
+        chunks = line["chunks"]
+        for i, (arrival, audio) in enumerate(chunks):
+            held += audio
+            last = i == len(chunks) - 1
+            until = end if last else chunks[i + 1][0]
+            if last and line["final"]:
+                break
+            dry = max(play + held, arrival)
+            if until > dry:
+                gap += until - dry
+                gaps += 0 if silent and play + held <= arrival else 1
+                silent = True
+            else:
+                silent = silent and play + held <= arrival
+    return max(0.0, start - requested), gap, gaps
+
+
+def test_the_dump_recomputes_the_rows(tmp_path: Path) -> None:
+    """`--dump`: one line per request with the dump's fields; the rows' start silence, gap
+    silence, gaps, requests and completed follow from the dump alone."""
+    dump = tmp_path / "requests.jsonl"
+    done = bench(
+        "--virtual", "--json", "--duration", "40", "--seeds", "1-2", "--load", "1.0",
+        "--policy", "open", "--policy", "gate:80:2000", "--scenario", "network",
+        "--dump", str(dump),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json_lines(done.stdout)
+    lines = json_lines(dump.read_text())
+    assert all(set(line) == DUMP for line in lines)
+    for row in rows:
+        mine = [
+            line for line in lines if (line["policy"], line["seed"]) == (row["policy"], row["seed"])
+        ]
+        assert len(mine) == row["requests"]
+        assert sum(line["final"] for line in mine) == row["completed"]
+        figures = [reference(line) for line in mine]
+        assert sum(f[0] for f in figures) / 1000 == pytest.approx(row["start_silence_s"], abs=2e-3)
+        assert sum(f[1] for f in figures) / 1000 == pytest.approx(row["gap_silence_s"], abs=2e-3)
+        assert sum(f[2] for f in figures) == row["gaps"]
+    assert any(row["gaps"] > 0 for row in rows)  # the reference had gaps to find
+
+
+def test_every_run_prints_its_parameters_without_json() -> None:
+    """Without `--json` a header line says the mode, profile, scenario with its parameters,
+    loads, seeds and duration before the rows."""
+    done = bench(
+        "--virtual", "--duration", "10", "--seeds", "4", "--profile", "x86-gpu",
+        "--scenario", "burst", "--burst", "5:3",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first, *rows = done.stdout.splitlines()
+    assert first.startswith("# closed loop (virtual clock), profile x86-gpu")
+    assert "burst 5:3" in first
+    assert "seeds 4" in first
+    assert "10 s per run" in first
+    (row,) = json_lines("\n".join(rows))
+    assert row["policy"] == "edgemon"
+    assert row["profile"] == "x86-gpu"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--seeds", "5-2"], "--seeds"),
+        (["--seeds", "x"], "--seeds"),
+        (["--policy", "cap:0"], "cap:0"),
+        (["--policy", "gate:80"], "unknown policy"),
+        (["--scenario", "slowdown", "--slowdown", "1.3:70:60"], "--slowdown"),
+        (["--scenario", "burst", "--burst", "2.5:10"], "--burst"),
+        (["--load", "-1"], "--load"),
+        (["--duration", "0"], "--duration"),
+    ],
+)
+def test_bad_flags_say_what_is_wrong_in_one_line(args: list[str], words: str) -> None:
+    """Bad input: exit status 2, one line on stderr naming the flag, nothing run."""
+    done = bench("--virtual", *args)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert words in line

@@ -1,0 +1,110 @@
+"""Scenarios (slowdown, burst, network), policies, and the lasting release in the virtual
+loop: each does what its flag says, and nothing when it is off."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from edgemon.simulate.engine import TtsEngine
+from edgemon.simulate.loop import HoldGate, LoopPlan, run_loop
+from edgemon.simulate.policies import policy
+from edgemon.simulate.profiles import JETSON
+from edgemon.simulate.scenarios import RequestSource, scenario
+from edgemon.simulate.workload import Arrivals, Request
+
+
+def test_a_slowdown_stretches_steps_in_the_last_window_of_each_period() -> None:
+    """1.5:20:60: steady for 40 s, ×1.5 from 40 to 60 s, steady again from 60 s."""
+    scene = scenario("slowdown", slowdown="1.5:20:60")
+    assert scene.describe() == "slowdown 1.5:20:60"
+    assert [scene.step_factor(t * 1000.0) for t in (0, 39.999, 40, 59.999, 60, 100)] == [
+        1.0, 1.0, 1.5, 1.5, 1.0, 1.5,
+    ]  # fmt: skip
+    engine = TtsEngine(JETSON, step_factor=scene.step_factor)
+    engine.submit(Request("r", 0.0, prompt_tokens=100, frames=50))
+    steady = engine.step(0.0)
+    slow = engine.step(45_000.0)
+    assert steady is not None
+    assert slow is not None
+    assert steady.ms == JETSON.step.step_ms(100, 0)
+    assert slow.ms == pytest.approx(1.5 * JETSON.step.step_ms(0, 1))
+
+
+def test_bursts_add_k_requests_every_t_seconds_to_the_same_poisson_requests() -> None:
+    """5:10 over 35 s: the Poisson requests of the seed, plus 5 at 10, 20 and 30 s, in time
+    order; without a burst the source hands out exactly what `Arrivals` does."""
+    scene = scenario("burst", burst="5:10")
+    with_bursts = RequestSource(1.0, JETSON.workload, seed=3, burst=scene.burst).due(35_000.0)
+    poisson = Arrivals(1.0, JETSON.workload, seed=3).due(35_000.0)
+    plain = RequestSource(1.0, JETSON.workload, seed=3).due(35_000.0)
+    assert plain == poisson
+    extra = [r for r in with_bursts if r.id.startswith("b")]
+    assert [r.arrival_ms for r in extra] == [10_000.0] * 5 + [20_000.0] * 5 + [30_000.0] * 5
+    assert [r for r in with_bursts if not r.id.startswith("b")] == poisson
+    times = [r.arrival_ms for r in with_bursts]
+    assert times == sorted(times)
+
+
+def test_a_network_episode_delays_deliveries_inside_its_windows_only() -> None:
+    """300:5:30: chunks sent between 25 and 30 s (mod 30) reach players 300 ms later."""
+    scene = scenario("network", network="300:5:30")
+    assert [scene.network_ms(t * 1000.0) for t in (0, 24.9, 25, 29.9, 30, 55)] == [
+        0.0, 0.0, 300.0, 300.0, 0.0, 300.0,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "fields"),
+    [
+        ("open", {"gated": False, "max_num_seqs": None, "realtime": False}),
+        ("cap:11", {"max_num_seqs": 11}),
+        ("gate:80:2000", {"gated": True, "margin_ms": 80.0, "max_hold_ms": 2000.0}),
+        ("lasting:40:500", {"gated": True, "lasting": True, "max_hold_ms": 500.0}),
+        ("realtime:1.2+gate:80:1000", {"realtime": True, "realtime_frames": 1.2}),
+        ("edgemon", {"realtime": True, "gated": True, "margin_ms": 80.0, "max_hold_ms": 1000}),
+    ],
+)
+def test_policies_parse_into_what_the_engine_applies(text: str, fields: dict[str, object]) -> None:
+    """Each policy text sets exactly the engine's knobs it names; `edgemon` takes the
+    profile's margin."""
+    parsed = policy(text, JETSON)
+    assert parsed.label == text
+    for name, value in fields.items():
+        assert getattr(parsed, name) == value
+
+
+def test_lasting_release_lasts_until_a_step_admits() -> None:
+    """After max_hold the one-step release ends at the next question; the lasting one stays
+    released until `admitted()`, then a new hold begins."""
+    one, lasting = HoldGate(100.0), HoldGate(100.0, lasting=True)
+    for gate in (one, lasting):
+        gate.set(True, 0.0)
+        assert gate.should_throttle(0.0)
+        assert not gate.should_throttle(100.0)
+    assert one.should_throttle(101.0)
+    assert not lasting.should_throttle(101.0)
+    assert not lasting.should_throttle(500.0)
+    lasting.admitted()
+    assert lasting.should_throttle(501.0)
+    assert lasting.holds == 2
+
+
+def test_a_static_cap_and_real_time_admission_bound_the_running_set() -> None:
+    """In the virtual loop near capacity: `cap:9` never runs more than 9; real-time admission
+    on the jetson profile (N* = 12) never more than 12 once it has measured its steps; open
+    runs more than 12 at times."""
+    rate = 0.95 * JETSON.capacity_rps()
+    base = LoopPlan(profile=JETSON, rate_rps=rate, seed=2, duration_ms=60_000.0, gated=False)
+    peaks = {}
+    for name, plan in (
+        ("open", base),
+        ("cap", dataclasses.replace(base, max_num_seqs=9)),
+        ("realtime", dataclasses.replace(base, realtime=True)),
+    ):
+        result = run_loop(plan)
+        peaks[name] = result.peak_running
+    assert peaks["cap"] == 9
+    assert peaks["open"] > 12
+    assert peaks["realtime"] <= 12

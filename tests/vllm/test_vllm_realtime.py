@@ -1,0 +1,83 @@
+"""Real-time admission on vLLM's real V1 scheduler: it measures its steps (an injected clock
+plays the model's step times) and admits no request beyond the batch that fits a frame."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
+
+from realtime_cases import *  # noqa: F403 - the shared real-time admission tests run here
+from realtime_cases import ModelClock, steps
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.integrations.vllm_realtime import (
+    EdgemonRealtimeAsyncScheduler,
+    EdgemonRealtimeScheduler,
+    admission_from_environ,
+)
+
+from harness import FlagGate, build_scheduler, make_request, run_step
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@pytest.fixture(
+    params=[EdgemonRealtimeScheduler, EdgemonRealtimeAsyncScheduler], ids=lambda c: c.__name__
+)
+def flavour(request: pytest.FixtureRequest) -> type[Any]:
+    """Both flavours."""
+    cls: type[Any] = request.param
+    return cls
+
+
+def test_without_real_time_admission_it_is_vllms_own_scheduling(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`EDGEMON_REALTIME_FRAME_MS=0` and no gate: step by step what vLLM's Scheduler does."""
+    monkeypatch.setenv("EDGEMON_REALTIME_FRAME_MS", "0")
+    monkeypatch.delenv("EDGEMON_GATE_DEVICE", raising=False)
+    traces = []
+    for cls in (Scheduler, EdgemonRealtimeScheduler):
+        scheduler = build_scheduler(cls, tiny_model, max_num_seqs=4, max_num_batched_tokens=64)
+        for i in range(7):
+            scheduler.add_request(make_request(f"r-{i}", 20 + 7 * i, max_tokens=5 + i))
+        trace = []
+        for _ in range(30):
+            step = run_step(scheduler)
+            trace.append((step.scheduled, step.admitted, step.finished))
+        traces.append(trace)
+        if cls is EdgemonRealtimeScheduler:
+            assert scheduler.edgemon_realtime is None
+    assert traces[0] == traces[1]
+
+
+def test_the_gate_still_holds_everything(tiny_model: Path) -> None:
+    """With the gate throttling, no request is admitted whatever real time allows."""
+    clock = ModelClock()
+    gate = FlagGate(throttle=True)
+    scheduler = build_scheduler(
+        EdgemonRealtimeScheduler,
+        tiny_model,
+        edgemon_gate=gate,
+        edgemon_realtime=RealtimeAdmission(80.0),
+        edgemon_clock=clock,
+    )
+    scheduler.add_request(make_request("r", 8))
+    assert [step.admitted for step in steps(scheduler, clock, 3)] == [[], [], []]
+    gate.throttle = False
+    assert next(steps(scheduler, clock, 1)).admitted == ["r"]
+
+
+@pytest.mark.parametrize("value", ["-1", "fast", "nan", "inf"])
+def test_a_bad_frame_setting_is_refused_naming_the_variable(value: str) -> None:
+    """A frame that is not a number of milliseconds ≥ 0 is refused at start-up."""
+    with pytest.raises(ValueError, match="EDGEMON_REALTIME_FRAME_MS"):
+        admission_from_environ({"EDGEMON_REALTIME_FRAME_MS": value})
+    admission = admission_from_environ({})
+    assert admission is not None
+    assert admission.frame_ms == 80.0
