@@ -25,6 +25,9 @@ DUMP = {"policy", "scenario", "seed", "request", "requested_ms", "play_start_ms"
         "final", "end_ms"}  # fmt: skip
 
 
+pytestmark = pytest.mark.integration  # every test runs the benchmark as a process
+
+
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the benchmark with `args`; its output, whatever its exit status."""
     return subprocess.run(

@@ -87,7 +87,7 @@ def test_delivery_never_reorders_a_stream() -> None:
 def test_hold_gate_releases_until_a_step_admits() -> None:
     """Throttled: True until the hold is max_hold old, then False until a step admits
     (`admitted()`), then a new hold: the ThrottleGate's rule."""
-    gate = HoldGate(max_hold_ms=100.0)
+    gate = HoldGate(max_hold_ms=100.0, lasting=True)
     assert not gate.should_throttle(0.0)
     gate.set(True, 0.0)
     assert [gate.should_throttle(t) for t in (0.0, 50.0, 99.0, 100.0, 101.0)] == [
