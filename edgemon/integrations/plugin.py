@@ -48,6 +48,6 @@ def register_omni_pipelines() -> None:
     except Exception:  # noqa: BLE001 - whatever vLLM-Omni raises, vLLM must still start
         _log.warning(
             "edgemon: vLLM-Omni's pipelines could not be loaded here; "
-            "qwen3_tts_edgemon(_realtime) is not registered in this process",
+            "qwen3_tts_edgemon is not registered in this process (nor its _realtime twin)",
             exc_info=True,
         )
