@@ -64,7 +64,7 @@ bench-fleet: $(STAMP)
 # edgemon's own runtime dependencies (the end-to-end test runs `edgemon run` from these venvs).
 VLLM_TEST_DEPS = 'paho-mqtt>=2.2,<2.3' pytest pytest-asyncio 'aiohttp>=3.9,<4' \
 	'prometheus-client>=0.20' 'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' \
-	'structlog>=24.1' 'msgspec>=0.18,<1'
+	'structlog>=24.1' 'msgspec>=0.18,<1' hypothesis
 VLLM_UNMATCHED = torchvision torchaudio torchcodec
 VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 

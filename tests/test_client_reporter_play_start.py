@@ -32,7 +32,13 @@ def test_the_first_chunk_carries_the_playback_start(mosquitto_broker: tuple[str,
     later chunks without it carry none."""
     host, port = mosquitto_broker
     with probe(host, port, TOPIC) as watcher:
-        reporter = Reporter(f"mqtt://{host}:{port}", "dev1", flush_ms=500, clock=clock())
+        reporter = Reporter(
+            f"mqtt://{host}:{port}",
+            "dev1",
+            flush_ms=500,
+            clock=clock(),
+            merge_chunks=False,  # two calls, two events: what this test reads
+        )
         with reporter:
             reporter.start("req-1", margin_ms=80)
             reporter.chunk("req-1", audio_ms=400, eta_ms=1500, play_start_ms=T0 + 1350.5)
