@@ -220,8 +220,10 @@ class Scheduler:
                     self._target = math.inf
                     self._arm()
                     return
-                _fine_sleep(deadline - now)
-                continue
+                # The loop is held: nothing can move the deadline meanwhile.
+                while deadline > now:
+                    _fine_sleep(deadline - now)
+                    now = clock.now_ms()
             if stalls is not None and stalls.check(now):
                 continue  # the stall was cut out: the deadlines moved
             break
