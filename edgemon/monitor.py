@@ -110,10 +110,15 @@ class Monitor:
             mark = len(out)
             results = self.engine.apply(device, events, recv_ms, out)
             self._count_gaps(out, mark)
+            counts = self.results
+            applied = 0
             for event, result in zip(events, results, strict=True):
                 if result in APPLIED:
-                    self.events += 1
-                self._count(result, recv_ms, topic, device, out, event)
+                    applied += 1
+                    counts[result] += 1
+                else:
+                    self._count(result, recv_ms, topic, device, out, event)
+            self.events += applied
 
     def snapshot(self, wall_ms: float) -> dict[str, Any]:
         """Everything needed to continue after a restart: the engine and the counts."""

@@ -237,6 +237,61 @@ async def test_scheduler_fires_transitions_on_time_without_messages(fine_ms: flo
     assert max(late) < 1000.0
 
 
+@pytest.mark.asyncio
+async def test_a_failure_to_fire_ends_the_scheduler_task_with_it() -> None:
+    """The deadline wait is a loop timer's callback, not the task's own code: an exception
+    from acting on a transition still ends the `scheduler` task with that exception (the
+    daemon's task group sees it), and the timer fires nothing more after it."""
+    clock = MonotonicWallClock()
+    monitor = Monitor(EngineConfig())
+    calls: list[int] = []
+
+    def handle(outputs: list[Output]) -> None:
+        calls.append(len(outputs))
+        raise RuntimeError("handling failed")
+
+    scheduler = Scheduler(monitor, clock=clock, handle=handle)
+    task = asyncio.create_task(scheduler.run())
+    for n in range(3):  # three devices, underruns 50, 60 and 70 ms from now
+        now = clock.now_ms()
+        monitor.handle(f"edgemon/v1/d{n}/events", _chunk("s", now, 0, 50 + 10 * n, 0), now, [])
+    scheduler.poke()
+    async with asyncio.timeout(10):
+        with pytest.raises(RuntimeError, match="handling failed"):
+            await task
+    assert len(calls) == 1
+    fired = scheduler.fired
+    last = clock.now_ms() + 70.0  # the last underrun is due by then
+    await asyncio.sleep((last + 50.0 - clock.now_ms()) / 1000.0)  # they are past by then
+    assert scheduler.fired == fired
+
+
+@pytest.mark.asyncio
+async def test_nothing_fires_once_the_scheduler_task_is_cancelled() -> None:
+    """The daemon cancels the `scheduler` task before it computes the releases: the timer
+    armed for the next deadline is disarmed with it, so that deadline, once passed, is not
+    fired."""
+    clock = MonotonicWallClock()
+    monitor = Monitor(EngineConfig())
+    seen: list[Output] = []
+    scheduler = Scheduler(monitor, clock=clock, handle=seen.extend)
+    task = asyncio.create_task(scheduler.run())
+    now = clock.now_ms()
+    monitor.handle("edgemon/v1/d/events", _chunk("s", now, 0, 60, 0), now, [])
+    scheduler.poke()
+    deadline = monitor.next_deadline()
+    assert deadline is not None
+    await asyncio.sleep(0)  # the task arms its timer
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep((deadline + 50.0 - clock.now_ms()) / 1000.0)  # it is past by then
+    assert clock.now_ms() > deadline
+    assert seen == []
+    assert scheduler.fired == 0
+    assert monitor.next_deadline() == deadline  # still pending in the engine: never fired
+
+
 def test_a_flood_of_new_device_ids_is_logged_within_a_global_bound(
     captured_logs: list[dict[str, Any]],
 ) -> None:

@@ -1,10 +1,11 @@
-"""The deadline timer: one task sleeps until the engine's next transition and fires it.
+"""The deadline timer: one event-loop timer, armed for the engine's next transition, fires it.
 
-The engine knows every future transition instant (docs/semantics.md), so nothing polls: the task
-sleeps until `monitor.next_deadline()` and calls `advance(now)`. After each message the
-daemon calls `poke()`, which wakes the task early only when the engine's timer heaps now
-begin before the deadline it sleeps until (a message that leaves the deadline where it is
-costs a comparison, no wake-up and no recomputation).
+The engine knows every future transition instant (docs/semantics.md), so nothing polls: the
+timer is armed for `monitor.next_deadline()` and its callback calls `advance(now)`. After each
+message the daemon calls `poke()`, which re-arms the timer only when the engine's timer heaps
+now begin before the deadline it is armed for (a message that leaves the deadline where it is
+costs a comparison, no re-arming and no recomputation). The `scheduler` task only owns the
+timer: cancelling it disarms the timer, and nothing fires after that.
 
 The sleep is an `asyncio` timer, but the event loop's timers wait in whole milliseconds
 (epoll's timeout, rounded up), which alone would make a deadline up to 1 ms late. So the
@@ -87,16 +88,25 @@ class StallGuard:
 
 
 class Scheduler:
-    """Drives `monitor.advance` at each deadline; `handle` takes what it produced."""
+    """Drives `monitor.advance` at each deadline; `handle` takes what it produced.
+
+    The wait is one event-loop timer handle, re-armed in place: a wake-up is a plain callback
+    (no task switch, no future, no cancellation raised and caught), which matters when
+    deadlines come a thousand times a second (an underrun storm, docs/reliability.md).
+    """
 
     __slots__ = (
         "_clock",
+        "_failed",
         "_fine_ms",
         "_handle",
+        "_loop",
         "_monitor",
+        "_out",
         "_stalls",
         "_target",
-        "_wake",
+        "_task",
+        "_timer",
         "fired",
         "lateness",
         "lateness_ms",
@@ -117,8 +127,14 @@ class Scheduler:
         self._fine_ms = fine_ms
         self._clock = clock
         self._handle = handle
-        self._wake = asyncio.Event()
+        self._out: list[Output] = []
+        #: The deadline the timer is armed for: inf with none, -inf while one is due now
+        #: (a `_fire` is already queued, which recomputes it).
         self._target = math.inf
+        self._timer: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._failed: asyncio.Future[None] | None = None
         self.fired = 0
         #: How late each deadline was served (ms), most recent last.
         self.lateness_ms: deque[float] = deque(maxlen=keep)
@@ -128,53 +144,104 @@ class Scheduler:
     def poke(self) -> None:
         """Call after anything that may have moved the next deadline (a message, a reload).
 
-        O(1): the engine's heap heads are a lower bound of its next deadline, so when they
-        are not before the deadline the task sleeps until, nothing came earlier. A head that
-        is only a superseded entry costs one early wake-up, which recomputes the deadline.
+        O(1) when nothing came earlier: the engine's heap heads are a lower bound of its next
+        deadline, so when they are not before the deadline the timer is armed for, the timer
+        stays as it is. Otherwise the deadline is recomputed, and the timer re-armed only if
+        it moved (a head that is only a superseded entry is dropped by the recomputation).
         """
-        if self._monitor.engine.deadline_floor() < self._target:
-            self._wake.set()
+        if self._monitor.engine.deadline_floor() < self._target and self._loop is not None:
+            self._arm()
 
     async def run(self) -> None:
-        """Fire deadlines forever (the `scheduler` task)."""
-        out: list[Output] = []
-        monitor = self._monitor
-        clock = self._clock
-        while True:
-            deadline = monitor.next_deadline()
-            if deadline is not None:
-                now = clock.now_ms()
-                if deadline <= now:
-                    if self._stalls is not None and self._stalls.check(now):
-                        continue  # the stall was cut out: the deadlines moved
-                    self._target = -math.inf
-                    monitor.advance(now, out)
-                    if deadline != -math.inf:
-                        self.lateness_ms.append(now - deadline)
-                        self.lateness.observe(now - deadline)
-                    self.fired += 1
-                    if out:
-                        self._handle(out)
-                        out.clear()
-                    await asyncio.sleep(0)  # let messages in between bursts of timers
-                    continue
-            self._target = math.inf if deadline is None else deadline
-            self._wake.clear()
-            await self._sleep_until(deadline)
+        """Fire deadlines until cancelled (the `scheduler` task); a failure to fire one ends
+        it with that exception. Once the task is cancelled nothing more fires."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._task = asyncio.current_task()
+        self._failed = loop.create_future()
+        self._target = -math.inf
+        self._timer = loop.call_soon(self._fire)
+        try:
+            await self._failed
+        finally:
+            self._disarm()
+            self._loop = None
+            self._target = math.inf
 
-    async def _sleep_until(self, deadline: float | None) -> None:
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self) -> None:
+        """(Re-)arm the timer for the engine's next deadline (`_fire` soon if it is near)."""
+        deadline = self._monitor.next_deadline()
+        target = math.inf if deadline is None else deadline
+        if target == self._target and self._timer is not None:
+            return  # armed for it already
+        self._disarm()
+        self._target = target
         if deadline is None:
-            await self._wake.wait()
             return
-        delay_ms = deadline - self._clock.now_ms()
-        if delay_ms <= self._fine_ms:
-            _fine_sleep(delay_ms)
+        loop = self._loop
+        assert loop is not None
+        delay_ms = deadline - self._clock.now_ms() - self._fine_ms
+        if delay_ms <= 0:
+            self._target = -math.inf
+            self._timer = loop.call_soon(self._fire)
+        else:
+            self._timer = loop.call_later(delay_ms / 1000.0, self._fire)
+
+    def _fire(self) -> None:
+        """The timer: wait out the last `fine_ms` of the deadline, fire it, re-arm."""
+        self._timer = None
+        task = self._task
+        if task is None or task.cancelling() or task.done():
             return
         try:
-            async with asyncio.timeout((delay_ms - self._fine_ms) / 1000.0):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+            self._fire_due()
+        except Exception as exc:  # noqa: BLE001 - the task fails with it, as a task would
+            assert self._failed is not None
+            if not self._failed.done():
+                self._failed.set_exception(exc)
+
+    def _fire_due(self) -> None:
+        monitor = self._monitor
+        clock = self._clock
+        stalls = self._stalls
+        while True:
+            deadline = monitor.next_deadline()
+            if deadline is None:
+                self._target = math.inf
+                return
+            now = clock.now_ms()
+            if deadline > now:
+                if deadline - now > self._fine_ms:  # early (the deadline moved later): wait
+                    self._target = math.inf
+                    self._arm()
+                    return
+                # The loop is held: nothing can move the deadline meanwhile.
+                while deadline > now:
+                    _fine_sleep(deadline - now)
+                    now = clock.now_ms()
+            if stalls is not None and stalls.check(now):
+                continue  # the stall was cut out: the deadlines moved
+            break
+        self._target = -math.inf  # pokes from `handle` need not re-arm: `_arm` follows
+        out = self._out
+        monitor.advance(now, out)
+        if deadline != -math.inf:
+            self.lateness_ms.append(now - deadline)
+            self.lateness.observe(now - deadline)
+        self.fired += 1
+        if out:
+            try:
+                self._handle(out)
+            finally:
+                out.clear()
+        # The next deadline: a timer if it is far enough, else `_fire` again after the loop
+        # has read what arrived meanwhile (messages come in between bursts of timers).
+        self._arm()
 
 
 def _fine_sleep(delay_ms: float) -> None:
