@@ -68,6 +68,11 @@ SWITCH_INTERVAL_S = 0.0005
 #: `edgemon_wal_commit_seconds` buckets: a page-cache write is ~10 µs, a disk flush ms.
 WAL_COMMIT_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 STATUS_EVERY_S = 5.0
+#: After a restore, throttle objects wait until no message has been read for this long once
+#: subscribed (the broker's backlog for the session is in) ...
+RESUME_QUIET_MS = 250.0
+#: ... or this long after the restore at most (a backlog that never ends publishes anyway).
+RESUME_MAX_MS = 3000.0
 
 
 class Daemon:
@@ -140,6 +145,12 @@ class Daemon:
         self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)
         self._out: list[Output] = []
         self._restored = False
+        #: Between a restore and the first publication (`_resume`): decisions are taken and
+        #: logged, not published; then the state as of now is published once per device.
+        self._resuming = False
+        self._resume_from_ms = 0.0
+        self._last_message_ms = 0.0
+        self._resume = asyncio.Event()
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._reload = asyncio.Event()
@@ -201,6 +212,7 @@ class Daemon:
                 ]
                 heartbeat = group.create_task(self._heartbeat(), name="heartbeat")
                 rest.append(group.create_task(self.stalls.run(), name="stall-guard"))
+                rest.append(group.create_task(self._resumer(), name="resume"))
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
                 self.notifier.stopping()
@@ -313,6 +325,42 @@ class Daemon:
             with contextlib.suppress(PublishError):
                 await self.link.publish(topic, self._status_payload("online"), qos=1, retain=True)
 
+    async def _resumer(self) -> None:
+        """After a restore: once subscribed, wait for the broker's backlog to be read (no
+        message for `RESUME_QUIET_MS`, at most `RESUME_MAX_MS` after the restore), then
+        publish every device's throttle as of now (`_end_resume`)."""
+        await self._resume.wait()
+        await self.ready.wait()
+        while self._resuming:
+            now = self.clock.now_ms()
+            quiet_until = self._last_message_ms + RESUME_QUIET_MS
+            latest = self._resume_from_ms + RESUME_MAX_MS
+            if now >= quiet_until or now >= latest:
+                self._end_resume()
+                return
+            await asyncio.sleep((min(quiet_until, latest) - now) / 1000.0)
+
+    def _end_resume(self) -> None:
+        """Bring every device up to now, decide, then publish one object per device: its
+        throttle as of now, `t_ms` its clock now (docs/reliability.md, "After a restart")."""
+        if not self._resuming:
+            return
+        now = self.clock.now_ms()
+        self.monitor.advance(now, self._out)
+        self._dispatch(self._out)  # logged and counted, not published: still resuming
+        self._out.clear()
+        self._resuming = False
+        states = self.monitor.engine.throttle_states(now)
+        for state in states:
+            self.publisher.submit(state)
+        self.scheduler.poke()
+        self.log.info(
+            "throttle_resumed",
+            devices=len(states),
+            throttled=sum(state.active for state in states),
+            waited_ms=round(now - self._resume_from_ms, 1),
+        )
+
     async def _log_summaries(self) -> None:
         """Every second: the devices' summaries that are due, and the summary lines of the
         rejection log and of the budget, which come out even when the flood has stopped."""
@@ -357,13 +405,14 @@ class Daemon:
         ).set_function(lambda: 0 if persistence.wal is None else persistence.wal.size)
         return persistence
 
-    def _restore(self) -> None:
+    def _restore(self) -> bool:
         """Continue from the last snapshot and the log after it (a bad snapshot is set aside,
-        with a log); then log every message from here on."""
+        with a log); then log every message from here on. Whether an earlier run left any."""
         if self.state is None:
-            return
+            return False
         replayed = self.state.restore(self.clock.now_ms())
         self.link.intake.expect_redelivery(replayed)
+        return self.state.resumed
 
     def _replay(self, record: TraceRecord) -> None:
         """One logged message, through the live path at its own time; outputs were acted on
@@ -438,6 +487,7 @@ class Daemon:
         """One MQTT message: log it, record it, apply it, act on what it changed."""
         now = self.clock.now_ms()
         self.stalls.check(now)  # before the message: a stall is cut out first
+        self._last_message_ms = now
         if self.state is not None:
             self.state.append(now, topic, payload)
         if self._record is not None:
@@ -476,7 +526,8 @@ class Daemon:
             if note(output):
                 continue
             if isinstance(output, ThrottleChanged):
-                self.publisher.submit(output)
+                if not self._resuming:
+                    self.publisher.submit(output)
                 log.info(
                     "throttle_changed",
                     device=output.device,
@@ -498,7 +549,12 @@ class Daemon:
             # resume when their queued messages can flow (a broker still down at start
             # costs no buffer), and before the first of them is read.
             self._restored = True
-            self._restore()
+            if self._restore():
+                # A restart: decide first, then publish as of now. Nothing goes out before
+                # the log and the broker's backlog for the session are applied (`_resumer`).
+                self._resuming = True
+                self._resume_from_ms = self._last_message_ms = self.clock.now_ms()
+                self._resume.set()
         # Late chunks can flow again: each provisional underrun waits its whole
         # allowed_lateness_ms from now, for what the broker queued meanwhile (docs/semantics.md).
         self.monitor.engine.input_restored(self.clock.now_ms())
@@ -531,6 +587,7 @@ class Daemon:
 
     async def _farewell(self) -> None:
         """Release every throttled device, then announce `offline` (still connected)."""
+        self._end_resume()  # a stop before the backlog was in: the state as of now first
         releases: list[Output] = []
         self.monitor.engine.release_all(self.clock.now_ms(), releases)
         for release in releases:

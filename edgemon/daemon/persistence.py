@@ -55,6 +55,8 @@ class Persistence:
         #: The log, once restored (None before, or when `[state] wal = false`).
         self.wal: WriteAheadLog | None = None
         self.restored = False
+        #: Whether the restore found what an earlier run left (a snapshot or log files).
+        self.resumed = False
         self._generation = 0
         #: How long the last snapshot held the event loop to take the state (ms).
         self.capture_ms = 0.0
@@ -66,6 +68,7 @@ class Persistence:
         data = self._load()
         covered = _covered(data)
         found = recover(self.directory, covered)
+        self.resumed = data is not None or found.files > 0
         monitor = self._monitor
         if found.records:  # on top of the snapshot, restored at its own wall time
             first = found.records[0].recv_ms

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
-    from edgemon.engine.outputs import Output
+    from edgemon.engine.outputs import Output, ThrottleChanged
     from edgemon.engine.tts import TtsEngineInfo
 
 
@@ -186,6 +186,13 @@ class Engine:
         """Turn every device's throttle off now (a clean stop must leave no engine held back)."""
         for device in self._devices.values():
             device.release(device.clock.now(wall_ms), out)
+
+    def throttle_states(self, wall_ms: float) -> list[ThrottleChanged]:
+        """Every known device's throttle as it stands at wall time `wall_ms`, stamped with the
+        device's clock then (call `advance(wall_ms)` first: the decisions due by then)."""
+        return [
+            device.throttle_state(device.clock.now(wall_ms)) for device in self._devices.values()
+        ]
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, wall_ms: float) -> dict[str, Any]:
