@@ -12,6 +12,7 @@ resumed, seconds in the past) and only then the state the backlog brought.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,10 +21,16 @@ import pytest
 from edgemon_process import edgemon_process
 
 from edgemon.client import Reporter
+from edgemon.daemon import Daemon
+from edgemon.replay import replay
+from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
+from edgemon.trace import read_trace
 
+from daemons import start, stop
 from mqtt_probe import probe
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from mqtt_probe import Probe
@@ -92,3 +99,62 @@ def test_a_restart_publishes_the_state_as_of_now_once(
             reporter.end("s")
             assert reporter.flush(15)
         assert not any(o["throttle"] for o in objects(watch, before)), objects(watch, before)
+
+
+@pytest.mark.asyncio
+async def test_replay_of_a_trace_recorded_across_a_restart_gives_what_was_published(
+    mosquitto_broker: tuple[str, int], tmp_path: Path
+) -> None:
+    """The same story with an in-process daemon recording (`record`, as `run --record`
+    does) into one file across the clean stop and the restart: `edgemon replay`'s throttle
+    lines for that trace are the throttle objects the daemons published, in order, with the
+    same state and `t_ms` (`true`; the farewell's `false`; after the restart, the state as of
+    then, `false`): the trace's marks carry the stop, the restart's cut and the moment the
+    restarted daemon published. (The stream ends in the second run: nothing runs on.)"""
+    host, port = mosquitto_broker
+    url = f"mqtt://{host}:{port}"
+    state_dir = tmp_path / "state"
+    trace = tmp_path / "trace.jsonl"
+    settings = Settings(
+        mqtt=MqttSettings(url=url, client_id="edgemon-resume-record"),
+        http=HttpSettings(listen="127.0.0.1:0"),
+        state=StateSettings(dir=state_dir, snapshot_interval_s=3600),
+    )
+
+    async def run_until(done: Callable[[], bool], first: Callable[[], object] = int) -> None:
+        """A daemon recording into `trace`: started, `first()`, stopped once `done()`."""
+        with trace.open("a", encoding="utf-8", buffering=1) as record:
+            daemon = Daemon(settings, environ={}, record=record, install_signal_handlers=False)
+            task = await start(daemon)
+            try:
+                first()
+                assert await asyncio.to_thread(watch.wait_for, lambda _: done(), 30)
+            finally:
+                await stop(daemon, task)
+
+    with (
+        probe(host, port, TOPIC) as watch,
+        Reporter(url, DEVICE, client_id="recorded-reporter") as reporter,
+    ):
+
+        def at_risk() -> None:
+            reporter.start("s")
+            reporter.chunk("s", audio_ms=300, eta_ms=2000)
+
+        await run_until(lambda: any(o["throttle"] for o in objects(watch, 0)), at_risk)
+        while_down = time.monotonic()
+        while time.monotonic() - while_down < DOWN_S:
+            reporter.chunk("s", audio_ms=1000, eta_ms=50)
+            await asyncio.sleep(0.1)
+        assert await asyncio.to_thread(reporter.flush, 15)
+        before = len(objects(watch, 0))
+        await run_until(lambda: len(objects(watch, 0)) > before, lambda: reporter.end("s"))
+    published = [(o["throttle"], o["t_ms"]) for o in objects(watch, 0)]
+    with trace.open(encoding="utf-8") as lines:
+        replayed = [
+            (line["active"], line["t_ms"])
+            for line in replay(read_trace(lines), settings.engine_config(), sample_ms=None)
+            if line["kind"] == "throttle"
+        ]
+    assert [active for active, _ in published] == [True, False, False]
+    assert replayed == [(active, pytest.approx(t_ms, abs=1e-6)) for active, t_ms in published]

@@ -52,7 +52,7 @@ from edgemon.engine.outputs import (
 )
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
-from edgemon.trace import TraceRecord, encode_record
+from edgemon.trace import TraceMark, TraceRecord, encode_mark, encode_record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -350,6 +350,7 @@ class Daemon:
         self._dispatch(self._out)  # logged and counted, not published: still resuming
         self._out.clear()
         self._resuming = False
+        self._write_mark(TraceMark(now, "resumed"))
         states = self.monitor.engine.throttle_states(now)
         for state in states:
             self.publisher.submit(state)
@@ -410,8 +411,11 @@ class Daemon:
         with a log); then log every message from here on. Whether an earlier run left any."""
         if self.state is None:
             return False
-        replayed = self.state.restore(self.clock.now_ms())
+        now = self.clock.now_ms()
+        replayed = self.state.restore(now)
         self.link.intake.expect_redelivery(replayed)
+        if self.state.resumed:
+            self._write_mark(TraceMark(now, "restart", self.state.resumed_from_ms))
         return self.state.resumed
 
     def _replay(self, record: TraceRecord) -> None:
@@ -508,10 +512,19 @@ class Daemon:
             self.monitor.results["internal_error"] += 1
             self.log.exception("message_failed", topic=topic)
 
+    def _write_mark(self, mark: TraceMark) -> None:
+        """A mark in the `--record` trace: where this run broke off or resumed (replay does
+        the same there)."""
+        if self._record is not None:
+            self._write_line(encode_mark(mark))
+
     def _write_record(self, record: TraceRecord) -> None:
+        self._write_line(encode_record(record))
+
+    def _write_line(self, line: str) -> None:
         assert self._record is not None
         try:
-            self._record.write(encode_record(record) + "\n")
+            self._record.write(line + "\n")
         except OSError as exc:  # a full disk stops the recording, not the daemon
             self.log.error("record_failed", error=str(exc))  # noqa: TRY400 - no traceback
             self._record = None
@@ -572,6 +585,7 @@ class Daemon:
         (they are applied at their own `t_ms` before the timers they delayed), and the waits
         for late chunks start afresh from now."""
         self.monitor.cut(since_ms, now_ms)
+        self._write_mark(TraceMark(now_ms, "stall", since_ms))
         engine = self.monitor.engine
         if self.connection.connected:
             engine.input_restored(now_ms)
@@ -589,7 +603,9 @@ class Daemon:
         """Release every throttled device, then announce `offline` (still connected)."""
         self._end_resume()  # a stop before the backlog was in: the state as of now first
         releases: list[Output] = []
-        self.monitor.engine.release_all(self.clock.now_ms(), releases)
+        now = self.clock.now_ms()
+        self.monitor.engine.release_all(now, releases)
+        self._write_mark(TraceMark(now, "stop"))
         for release in releases:
             assert isinstance(release, ThrottleChanged)
             self.publisher.submit(release)

@@ -55,8 +55,10 @@ class Persistence:
         #: The log, once restored (None before, or when `[state] wal = false`).
         self.wal: WriteAheadLog | None = None
         self.restored = False
-        #: Whether the restore found what an earlier run left (a snapshot or log files).
+        #: Whether the restore found what an earlier run left (a snapshot or log files), and
+        #: the wall time the state restored was taken at (None: none was restored).
         self.resumed = False
+        self.resumed_from_ms: float | None = None
         self._generation = 0
         #: How long the last snapshot held the event loop to take the state (ms).
         self.capture_ms = 0.0
@@ -77,6 +79,7 @@ class Persistence:
                 self._replay(record)
             data = monitor.snapshot(max(resumed, found.records[-1].recv_ms))
         if data is not None:
+            self.resumed_from_ms = float(data["engine"]["wall_ms"])
             monitor.restore(data, now_ms)  # the device clocks resume now
             devices = list(monitor.engine.devices())
             self._log.info(

@@ -200,10 +200,19 @@ class Engine:
         return snapshot.take(self, wall_ms)
 
     @classmethod
-    def restore(cls, data: dict[str, Any], config: EngineConfig, wall_ms: float) -> Engine:
-        """An engine continuing from a snapshot, at wall time `wall_ms` (SnapshotError if bad)."""
-        engine = cls(config)
+    def restore(
+        cls,
+        data: dict[str, Any],
+        config: EngineConfig,
+        wall_ms: float,
+        *,
+        sample_every_ms: float | None = None,
+    ) -> Engine:
+        """An engine continuing from a snapshot, at wall time `wall_ms` (SnapshotError if bad);
+        with `sample_every_ms`, its devices sample again from their next event."""
+        engine = cls(config, sample_every_ms=sample_every_ms)
         for device in snapshot.restore_devices(data, config, wall_ms):
+            device.sample_every_ms = sample_every_ms
             engine._devices[device.id] = device
             engine._settle_later(device)
             engine._schedule(device)
