@@ -2,10 +2,12 @@
 
 Like uvicorn's server: signal handlers only set flags; one `asyncio.TaskGroup` owns the named
 tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog`, `log-summaries`,
-`reloader` and `snapshots`. Every message is logged (write-ahead log), applied on the loop as
-it is read, and acknowledged once the log has it on disk (`persistence`, `intake`). At the
-first CONNACK the last snapshot and the log after it are restored, before any message is
-read. On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
+`reloader`, `snapshots` and `catch-up`. Every message is logged (write-ahead log), applied
+on the loop as it is read, and acknowledged once the log has it on disk (`persistence`,
+`intake`). At the first CONNACK the last snapshot and the log after it are restored, before
+any message is read; after a restart nothing is published until the broker's backlog is in,
+then each device's throttle as of now (`edgemon.daemon.catchup`).
+On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
 the timer stops, every throttled device gets `throttle: false`, the status goes `offline`,
 the session is closed, a last snapshot is written, and `run()` returns 0, all within
 `shutdown_timeout_s` (4 s: below the 5 s promised and far below systemd's stop timeout);
@@ -35,6 +37,7 @@ from edgemon.adapters.http import (
 )
 from edgemon.adapters.metrics import DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
+from edgemon.daemon.catchup import CatchUp
 from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.digest import DeviceDigest
 from edgemon.daemon.gcpacer import GcPacer
@@ -68,11 +71,6 @@ SWITCH_INTERVAL_S = 0.0005
 #: `edgemon_wal_commit_seconds` buckets: a page-cache write is ~10 µs, a disk flush ms.
 WAL_COMMIT_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 STATUS_EVERY_S = 5.0
-#: After a restore, throttle objects wait until no message has been read for this long once
-#: subscribed (the broker's backlog for the session is in) ...
-RESUME_QUIET_MS = 250.0
-#: ... or this long after the restore at most (a backlog that never ends publishes anyway).
-RESUME_MAX_MS = 3000.0
 
 
 class Daemon:
@@ -145,12 +143,9 @@ class Daemon:
         self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)
         self._out: list[Output] = []
         self._restored = False
-        #: Between a restore and the first publication (`_resume`): decisions are taken and
-        #: logged, not published; then the state as of now is published once per device.
-        self._resuming = False
-        self._resume_from_ms = 0.0
-        self._last_message_ms = 0.0
-        self._resume = asyncio.Event()
+        #: Between a restore and the first publication: decisions are taken and logged, not
+        #: published; then the state as of now is published once per device (`_end_resume`).
+        self.catchup = CatchUp(self.clock, self._end_resume)
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._reload = asyncio.Event()
@@ -212,7 +207,7 @@ class Daemon:
                 ]
                 heartbeat = group.create_task(self._heartbeat(), name="heartbeat")
                 rest.append(group.create_task(self.stalls.run(), name="stall-guard"))
-                rest.append(group.create_task(self._resumer(), name="resume"))
+                rest.append(group.create_task(self.catchup.run(self.ready), name="catch-up"))
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
                 self.notifier.stopping()
@@ -325,31 +320,16 @@ class Daemon:
             with contextlib.suppress(PublishError):
                 await self.link.publish(topic, self._status_payload("online"), qos=1, retain=True)
 
-    async def _resumer(self) -> None:
-        """After a restore: once subscribed, wait for the broker's backlog to be read (no
-        message for `RESUME_QUIET_MS`, at most `RESUME_MAX_MS` after the restore), then
-        publish every device's throttle as of now (`_end_resume`)."""
-        await self._resume.wait()
-        await self.ready.wait()
-        while self._resuming:
-            now = self.clock.now_ms()
-            quiet_until = self._last_message_ms + RESUME_QUIET_MS
-            latest = self._resume_from_ms + RESUME_MAX_MS
-            if now >= quiet_until or now >= latest:
-                self._end_resume()
-                return
-            await asyncio.sleep((min(quiet_until, latest) - now) / 1000.0)
-
     def _end_resume(self) -> None:
         """Bring every device up to now, decide, then publish one object per device: its
         throttle as of now, `t_ms` its clock now (docs/reliability.md, "After a restart")."""
-        if not self._resuming:
+        if not self.catchup.active:
             return
         now = self.clock.now_ms()
         self.monitor.advance(now, self._out)
-        self._dispatch(self._out)  # logged and counted, not published: still resuming
+        self._dispatch(self._out)  # logged and counted, not published: still catching up
         self._out.clear()
-        self._resuming = False
+        self.catchup.end()
         self._write_mark(TraceMark(now, "resumed"))
         states = self.monitor.engine.throttle_states(now)
         for state in states:
@@ -359,7 +339,7 @@ class Daemon:
             "throttle_resumed",
             devices=len(states),
             throttled=sum(state.active for state in states),
-            waited_ms=round(now - self._resume_from_ms, 1),
+            waited_ms=round(now - self.catchup.from_ms, 1),
         )
 
     async def _log_summaries(self) -> None:
@@ -491,7 +471,7 @@ class Daemon:
         """One MQTT message: log it, record it, apply it, act on what it changed."""
         now = self.clock.now_ms()
         self.stalls.check(now)  # before the message: a stall is cut out first
-        self._last_message_ms = now
+        self.catchup.saw(now)
         if self.state is not None:
             self.state.append(now, topic, payload)
         if self._record is not None:
@@ -539,7 +519,7 @@ class Daemon:
             if note(output):
                 continue
             if isinstance(output, ThrottleChanged):
-                if not self._resuming:
+                if not self.catchup.active:
                     self.publisher.submit(output)
                 log.info(
                     "throttle_changed",
@@ -564,10 +544,8 @@ class Daemon:
             self._restored = True
             if self._restore():
                 # A restart: decide first, then publish as of now. Nothing goes out before
-                # the log and the broker's backlog for the session are applied (`_resumer`).
-                self._resuming = True
-                self._resume_from_ms = self._last_message_ms = self.clock.now_ms()
-                self._resume.set()
+                # the log and the broker's backlog for the session are applied (`CatchUp`).
+                self.catchup.begin(self.clock.now_ms())
         # Late chunks can flow again: each provisional underrun waits its whole
         # allowed_lateness_ms from now, for what the broker queued meanwhile (docs/semantics.md).
         self.monitor.engine.input_restored(self.clock.now_ms())
