@@ -13,12 +13,13 @@ All file operations run on one worker thread, in the order they are asked for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from edgemon.daemon.state import StateStore
-from edgemon.daemon.wal import WriteAheadLog, generations, recover
+from edgemon.daemon.wal import WriteAheadLog, generations, recover, wal_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,6 +101,10 @@ class Persistence:
         existing = generations(self.directory)
         self._generation = max([covered, *existing]) + 1
         if self._wal_enabled:
+            # The file from the start, not from the first commit: a run killed before it
+            # committed anything still left a trace of itself (`resumed` for the next start).
+            with contextlib.suppress(OSError):  # a write failing later says so (`wal_failed`)
+                wal_path(self.directory, self._generation).touch()
             self.wal = WriteAheadLog(
                 self.directory,
                 self._generation,
