@@ -471,7 +471,7 @@ class Daemon:
         """One MQTT message: log it, record it, apply it, act on what it changed."""
         now = self.clock.now_ms()
         self.stalls.check(now)  # before the message: a stall is cut out first
-        self.catchup.last_ms = now  # `CatchUp.saw`, inlined: the hot path
+        self.catchup.last_ms = now  # when the last message came (`CatchUp`)
         if self.state is not None:
             self.state.append(now, topic, payload)
         if self._record is not None:

@@ -24,7 +24,8 @@ MAX_MS = 3000.0
 
 
 class CatchUp:
-    """`begin` at the restore, `saw` every message; `run` calls `done` once caught up."""
+    """`begin` at the restore, `last_ms` set at every message (the daemon's hot path sets it
+    directly); `run` calls `done` once caught up."""
 
     __slots__ = ("_begun", "_clock", "_done", "active", "from_ms", "last_ms")
 
@@ -42,10 +43,6 @@ class CatchUp:
         self.active = True
         self.from_ms = self.last_ms = now_ms
         self._begun.set()
-
-    def saw(self, now_ms: float) -> None:
-        """A message read at `now_ms`."""
-        self.last_ms = now_ms
 
     def end(self) -> bool:
         """Stop catching up; whether it was (the caller then publishes the state as of now)."""
