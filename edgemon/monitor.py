@@ -28,10 +28,11 @@ APPLIED = frozenset({"accepted", "gap"})
 class Monitor:
     """Routes messages to the engine and keeps the per-result counts."""
 
-    __slots__ = ("engine", "events", "messages", "results", "topics")
+    __slots__ = ("_sample_every_ms", "engine", "events", "messages", "results", "topics")
 
     def __init__(self, config: EngineConfig, *, sample_every_ms: float | None = None) -> None:
         self.engine = Engine(config, sample_every_ms=sample_every_ms)
+        self._sample_every_ms = sample_every_ms
         self.topics = Topics(config.topic_prefix, cached=2 * config.limits.max_devices + 64)
         self.results: Counter[str] = Counter()
         self.messages = 0
@@ -132,7 +133,9 @@ class Monitor:
     def restore(self, data: dict[str, Any], wall_ms: float) -> None:
         """Continue from `snapshot`'s output (SnapshotError if it cannot be used)."""
         try:
-            engine = Engine.restore(data["engine"], self.engine.config, wall_ms)
+            engine = Engine.restore(
+                data["engine"], self.engine.config, wall_ms, sample_every_ms=self._sample_every_ms
+            )
             results = Counter({str(k): int(v) for k, v in data["results"].items()})
             messages, events = int(data["messages"]), int(data["events"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

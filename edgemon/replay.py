@@ -6,6 +6,13 @@ then retracted is written as `underrun_retracted`. At equal times messages are
 applied before timers fire and before samples are taken. After the last record the clock runs
 on until nothing is pending, so every stream ends (completed, ended or expired) and is
 summarised.
+
+A trace recorded across restarts holds the daemon's marks (`edgemon.trace.MARKS`), and replay
+does there what the daemon did: at `stop` every throttle is released (the farewell's
+`false`); at `restart` and `stall` the stretch from `since_ms` is cut out of the devices'
+timelines and the waits for late chunks start afresh; from `restart` until `resumed` no
+throttle line is written (the daemon published nothing while catching up), and at `resumed`
+one per device, its state as of then. A trace without marks replays as before.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from edgemon.engine.outputs import (
     UnderrunRetracted,
 )
 from edgemon.monitor import Monitor
+from edgemon.trace import TraceMark
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -33,7 +41,10 @@ if TYPE_CHECKING:
 
 
 def replay(
-    records: Iterable[TraceRecord], config: EngineConfig, *, sample_ms: float | None = 100.0
+    records: Iterable[TraceRecord | TraceMark],
+    config: EngineConfig,
+    *,
+    sample_ms: float | None = 100.0,
 ) -> Iterator[dict[str, Any]]:
     """Yield the JSON-line objects of README for a trace, in virtual-time order."""
     monitor = Monitor(config, sample_every_ms=sample_ms or None)
@@ -41,15 +52,24 @@ def replay(
     now = float("-inf")
     out: list[Output] = []
     forgotten: list[DeviceStats] = []  # devices forgotten on the way still count
+    catching_up = False  # between a `restart` mark and its `resumed`: no throttle line
     for record in records:
         now = max(now, record.recv_ms)
-        # Messages at one instant all come before its timers and samples: the next record
-        # (or the run-on below) takes the decision at `now` once it is later.
-        monitor.handle(record.topic, record.payload, now, out, decide=False)
-        for line in _lines(out, forgotten):
+        quiet = catching_up  # a mark's own decisions stay out if it starts or ends a catch-up
+        if isinstance(record, TraceMark):
+            catching_up = _mark(monitor, record, now, out, catching_up=catching_up)
+            quiet = quiet or catching_up
+        else:
+            # Messages at one instant all come before its timers and samples: the next
+            # record (or the run-on below) takes the decision at `now` once it is later.
+            monitor.handle(record.topic, record.payload, now, out, decide=False)
+        for line in _lines(out, forgotten, throttles=not quiet):
             rejected += line["kind"] == "rejected"
             yield line
         out.clear()
+        if isinstance(record, TraceMark) and record.mark == "resumed" and not catching_up:
+            for state in monitor.engine.throttle_states(now):
+                yield _throttle_line(state)
     while (deadline := monitor.next_deadline()) is not None:
         monitor.advance(deadline, out)
         yield from _lines(out, forgotten)
@@ -66,10 +86,34 @@ def replay(
     }
 
 
-def _lines(outputs: list[Output], forgotten: list[DeviceStats]) -> Iterator[dict[str, Any]]:
+def _mark(
+    monitor: Monitor, mark: TraceMark, now: float, out: list[Output], *, catching_up: bool
+) -> bool:
+    """What the daemon did at `mark` (module docstring); whether it is catching up after."""
+    kind = mark.mark
+    if kind == "stop":
+        monitor.advance(now, out)
+        monitor.engine.release_all(now, out)
+        return catching_up
+    if kind == "resumed":
+        monitor.advance(now, out)  # decided, not published: the lines stay out
+        return False
+    if mark.since_ms is not None:  # restart (with state restored) or stall
+        since = min(mark.since_ms, now)
+        monitor.advance(since, out)
+        monitor.cut(since, now)
+    monitor.engine.input_restored(now)
+    return catching_up or kind == "restart"
+
+
+def _lines(
+    outputs: list[Output], forgotten: list[DeviceStats], *, throttles: bool = True
+) -> Iterator[dict[str, Any]]:
     for output in outputs:
         if type(output) is DeviceForgotten:
             forgotten.append(output.stats)
+            continue
+        if not throttles and type(output) is ThrottleChanged:
             continue
         line = to_line(output)
         if line is not None:
@@ -92,14 +136,7 @@ def to_line(output: Output) -> dict[str, Any] | None:
     if isinstance(output, UnderrunConfirmed | UnderrunRetracted):
         return _underrun_line(output)
     if isinstance(output, ThrottleChanged):
-        return {
-            "kind": "throttle",
-            "t_ms": output.t_ms,
-            "device": output.device,
-            "active": output.active,
-            "streams": list(output.streams),
-            "min_headroom_ms": output.min_headroom_ms,
-        }
+        return _throttle_line(output)
     if isinstance(output, StreamEnded):
         return {
             "kind": "stream_end",
@@ -122,6 +159,17 @@ def to_line(output: Output) -> dict[str, Any] | None:
             "detail": output.detail,
         }
     return None
+
+
+def _throttle_line(output: ThrottleChanged) -> dict[str, Any]:
+    return {
+        "kind": "throttle",
+        "t_ms": output.t_ms,
+        "device": output.device,
+        "active": output.active,
+        "streams": list(output.streams),
+        "min_headroom_ms": output.min_headroom_ms,
+    }
 
 
 def _underrun_line(output: UnderrunConfirmed | UnderrunRetracted) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""The trace file of README: JSON lines `{"recv_ms", "topic", "payload" | "payload_b64"}`."""
+"""The trace file of README: JSON lines `{"recv_ms", "topic", "payload" | "payload_b64"}`,
+and the marks `edgemon run --record` adds where its run broke off or resumed
+`{"recv_ms", "mark", "since_ms"?}` (a line with `mark` and no `topic`)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,22 @@ class TraceRecord:
     payload: bytes
 
 
+#: What a mark says happened at its `recv_ms` (README, "`edgemon replay`"): the daemon
+#: stopped cleanly and released every throttle; it restarted, its devices' clocks resuming
+#: at `since_ms` (cut out: the downtime); it published the state as of now after catching
+#: up; it stood still from `since_ms` (cut out: the stall).
+MARKS = frozenset({"stop", "restart", "resumed", "stall"})
+
+
+@dataclass(frozen=True, slots=True)
+class TraceMark:
+    """Not a message: where the recording daemon's run broke off or resumed (`MARKS`)."""
+
+    recv_ms: float
+    mark: str
+    since_ms: float | None = None
+
+
 class TraceError(ValueError):
     """A trace line that is not a record; the message says which line and why."""
 
@@ -38,6 +56,14 @@ def encode_record(record: TraceRecord) -> str:
         ensure_ascii=False,
         separators=(",", ":"),
     )
+
+
+def encode_mark(mark: TraceMark) -> str:
+    """One mark line (without the newline)."""
+    body: dict[str, object] = {"recv_ms": mark.recv_ms, "mark": mark.mark}
+    if mark.since_ms is not None:
+        body["since_ms"] = mark.since_ms
+    return json.dumps(body, separators=(",", ":"))
 
 
 def encode_line(recv_ms: float, topic: str, payload: bytes) -> bytes:
@@ -57,18 +83,28 @@ def encode_line(recv_ms: float, topic: str, payload: bytes) -> bytes:
 def read_records(lines: Iterable[str], *, name: str = "trace") -> Iterator[TraceRecord]:
     """Records of a trace, in file order; blank lines are skipped; unknown keys are ignored.
 
-    Raises TraceError naming `name:line` at the first line that is not a record.
+    Raises TraceError naming `name:line` at the first line that is not a record (a mark is
+    not: `read_trace` reads both).
     """
+    for entry in read_trace(lines, name=name, marks=False):
+        assert isinstance(entry, TraceRecord)
+        yield entry
+
+
+def read_trace(
+    lines: Iterable[str], *, name: str = "trace", marks: bool = True
+) -> Iterator[TraceRecord | TraceMark]:
+    """Records and marks of a trace, in file order (`read_records`, marks included)."""
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            yield _record(line)
+            yield _entry(line, marks=marks)
         except TraceError as exc:
             raise TraceError(f"{name}:{number}: {exc}") from None
 
 
-def _record(line: str) -> TraceRecord:
+def _entry(line: str, *, marks: bool) -> TraceRecord | TraceMark:
     try:
         obj = json.loads(line)
     except ValueError as exc:
@@ -77,21 +113,34 @@ def _record(line: str) -> TraceRecord:
         raise TraceError("not JSON (nested too deeply)") from None
     if not isinstance(obj, dict):
         raise TraceError("a record must be a JSON object")
+    if marks and "mark" in obj and "topic" not in obj:
+        return _mark(obj)
     topic = obj.get("topic")
     if not isinstance(topic, str):
         raise TraceError("topic must be a string")
     return TraceRecord(_recv_ms(obj.get("recv_ms")), topic, _payload(obj))
 
 
-def _recv_ms(value: object) -> float:
+def _mark(obj: dict[str, object]) -> TraceMark:
+    mark = obj["mark"]
+    if not isinstance(mark, str) or mark not in MARKS:
+        raise TraceError(f"mark must be one of {', '.join(sorted(MARKS))}")
+    since = obj.get("since_ms")
+    if since is None and mark == "stall":
+        raise TraceError("a stall mark needs since_ms")
+    since_ms = None if since is None else _recv_ms(since, "since_ms")
+    return TraceMark(_recv_ms(obj.get("recv_ms")), mark, since_ms)
+
+
+def _recv_ms(value: object, key: str = "recv_ms") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TraceError("recv_ms must be a finite number")
+        raise TraceError(f"{key} must be a finite number")
     try:
         recv_ms = float(value)
     except OverflowError:  # an integer beyond the float range
         recv_ms = math.inf
     if not math.isfinite(recv_ms):
-        raise TraceError("recv_ms must be a finite number")
+        raise TraceError(f"{key} must be a finite number")
     return recv_ms
 
 

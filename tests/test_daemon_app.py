@@ -13,7 +13,7 @@ import pytest
 from edgemon.daemon import Daemon
 from edgemon.replay import replay
 from edgemon.settings import Settings, load_settings
-from edgemon.trace import read_records
+from edgemon.trace import TraceMark, read_trace
 
 from clients import (
     P,
@@ -252,8 +252,9 @@ async def test_recorded_trace_replays_to_the_same_throttle_transitions(
             for topic, o, _ in watcher.seen
             if topic.endswith("/throttle")
         ]
-    records = list(read_records(trace.read_text(encoding="utf-8").splitlines()))
-    assert len(records) == daemon.monitor.messages
+    records = list(read_trace(trace.read_text(encoding="utf-8").splitlines()))
+    assert [r.mark for r in records if isinstance(r, TraceMark)] == ["stop"]  # the farewell
+    assert len(records) - 1 == daemon.monitor.messages
     replayed = [
         (line["device"], line["active"], line["t_ms"])
         for line in replay(records, Settings().engine_config(), sample_ms=None)

@@ -14,7 +14,7 @@ import pytest
 
 from edgemon.engine.config import EngineConfig, SlackPolicy
 from edgemon.replay import replay
-from edgemon.trace import TraceRecord
+from edgemon.trace import TraceMark, TraceRecord
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -71,7 +71,7 @@ def at(t: float, event: dict[str, Any], topic: str = D1) -> TraceRecord:
 
 
 def run(
-    records: Iterable[TraceRecord],
+    records: Iterable[TraceRecord | TraceMark],
     config: EngineConfig | None = None,
     *,
     sample_ms: float | None = None,
@@ -410,3 +410,40 @@ def test_tiny_sample_period_does_not_hang() -> None:
             return  # refusing such a period is a fine answer too
     times = [line["t_ms"] for line in head if line["kind"] == "sample"]
     assert times == sorted(set(times))
+
+
+def test_marks_replay_a_restart_as_the_daemon_published_it() -> None:
+    """A trace recorded across a clean restart (`stop`, `restart` with the cut's `since_ms`,
+    `resumed`) replays to the throttle objects the daemon published: on at the at-risk chunk,
+    released at the stop, nothing while catching up (the restored state's `true` at the cut,
+    the queued chunk's `false`), then the state as of `resumed`. Without the marks the same
+    messages replay as one run: on until the queued chunk."""
+    messages = [
+        at(0, chunk(0, 0, 300, eta_ms=2000)),
+        at(5150, chunk(1, 5150, 1000, final=True)),
+    ]
+    marked: list[TraceRecord | TraceMark] = [
+        messages[0],
+        TraceMark(100, "stop"),
+        TraceMark(5100, "restart", 100),
+        messages[1],
+        TraceMark(5400, "resumed"),
+    ]
+    throttles = [(t["t_ms"], t["active"]) for t in kinds(run(marked, EXACT), "throttle")]
+    assert throttles == [(0, True), (100, False), (5400, False)]
+    plain = [(t["t_ms"], t["active"]) for t in kinds(run(messages, EXACT), "throttle")]
+    assert plain == [(0, True), (5150, False)]
+
+
+def test_a_stall_mark_cuts_the_stall_out() -> None:
+    """A `stall` mark cuts the stall out of the device's timeline, as the daemon does: the
+    stream whose audio would have run out during the 4 s stall does not underrun, since the
+    chunk that queued meanwhile is applied at its own time when the clock resumes."""
+    records: list[TraceRecord | TraceMark] = [
+        at(0, chunk(0, 0, 1000, eta_ms=100)),
+        TraceMark(4500, "stall", 500),
+        at(4500, chunk(1, 600, 1000, eta_ms=100, final=True)),
+    ]
+    assert kinds(run(records, EXACT), "underrun") == []
+    plain = [r for r in records if isinstance(r, TraceRecord)]
+    assert kinds(run(plain, EXACT), "underrun") != []

@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgemon.trace import TraceError, TraceRecord, encode_line, encode_record, read_records
+from edgemon.trace import (
+    TraceError,
+    TraceMark,
+    TraceRecord,
+    encode_line,
+    encode_mark,
+    encode_record,
+    read_records,
+    read_trace,
+)
 
 TOPIC = "edgemon/v1/d1/events"
 
@@ -192,3 +201,38 @@ def test_huge_integer_recv_ms_is_a_trace_error() -> None:
     text = '{"recv_ms": 1' + "0" * 400 + ', "topic": "t", "payload": "x"}'
     with pytest.raises(TraceError, match=r"^big:1: .*recv_ms"):
         list(read_records([text], name="big"))
+
+
+def test_marks_round_trip_and_stay_out_of_read_records() -> None:
+    """A mark line (`mark`, no `topic`) reads back as the mark `encode_mark` wrote, in file
+    order with the records, through `read_trace`; `read_records` (the write-ahead log's
+    reader) refuses it as a record without a topic, as it did before marks existed."""
+    record = TraceRecord(1.0, TOPIC, b"{}")
+    marks = [TraceMark(2.0, "stop"), TraceMark(3.0, "restart", 2.5), TraceMark(4.0, "resumed")]
+    lines = [encode_record(record), *(encode_mark(mark) for mark in marks)]
+    assert list(read_trace(lines)) == [record, *marks]
+    assert json.loads(encode_mark(marks[0])) == {"recv_ms": 2.0, "mark": "stop"}
+    with pytest.raises(TraceError, match="trace:2: topic must be a string"):
+        list(read_records(lines))
+
+
+def test_a_record_with_a_mark_key_is_still_a_record() -> None:
+    """An old trace line with an unknown `mark` key beside its `topic` is a record, as
+    before (unknown keys are ignored)."""
+    text = line(recv_ms=1.0, topic=TOPIC, payload="{}", mark="stop")
+    assert list(read_trace([text])) == [TraceRecord(1.0, TOPIC, b"{}")]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (line(recv_ms=1.0, mark="pause"), "mark must be one of"),
+        (line(recv_ms=1.0, mark="stall"), "a stall mark needs since_ms"),
+        (line(recv_ms=1.0, mark="restart", since_ms="x"), "since_ms must be a finite number"),
+        (line(mark="stop"), "recv_ms must be a finite number"),
+    ],
+)
+def test_a_bad_mark_names_its_line(text: str, says: str) -> None:
+    """A malformed mark stops the reading with `name:line` and what is wrong."""
+    with pytest.raises(TraceError, match=f"t.jsonl:1: {says}"):
+        list(read_trace([text], name="t.jsonl"))

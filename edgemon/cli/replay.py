@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from edgemon.cli.errors import EXIT_OK, UsageError
 from edgemon.replay import replay
 from edgemon.settings import ConfigError, load_settings
-from edgemon.trace import TraceError, read_records
+from edgemon.trace import TraceError, read_trace
 
 if TYPE_CHECKING:
     import argparse
@@ -80,10 +80,10 @@ def _records(path: Path) -> Iterator[Any]:
         if str(path) == "-":
             # The bytes, not the locale's reading of them: a trace is UTF-8 wherever it comes from.
             stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict")
-            yield from read_records(stdin, name=name)
+            yield from read_trace(stdin, name=name)
             return
         with path.open(encoding="utf-8", errors="strict") as file:
-            yield from read_records(file, name=name)
+            yield from read_trace(file, name=name)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except UnicodeDecodeError as exc:

@@ -2,10 +2,12 @@
 
 Like uvicorn's server: signal handlers only set flags; one `asyncio.TaskGroup` owns the named
 tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog`, `log-summaries`,
-`reloader` and `snapshots`. Every message is logged (write-ahead log), applied on the loop as
-it is read, and acknowledged once the log has it on disk (`persistence`, `intake`). At the
-first CONNACK the last snapshot and the log after it are restored, before any message is
-read. On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
+`reloader`, `snapshots` and `catch-up`. Every message is logged (write-ahead log), applied
+on the loop as it is read, and acknowledged once the log has it on disk (`persistence`,
+`intake`). At the first CONNACK the last snapshot and the log after it are restored, before
+any message is read; after a restart nothing is published until the broker's backlog is in,
+then each device's throttle as of now (`edgemon.daemon.catchup`).
+On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
 the timer stops, every throttled device gets `throttle: false`, the status goes `offline`,
 the session is closed, a last snapshot is written, and `run()` returns 0, all within
 `shutdown_timeout_s` (4 s: below the 5 s promised and far below systemd's stop timeout);
@@ -35,6 +37,7 @@ from edgemon.adapters.http import (
 )
 from edgemon.adapters.metrics import CallbackCounter, DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
+from edgemon.daemon.catchup import CatchUp
 from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.digest import DeviceDigest
 from edgemon.daemon.gcpacer import GcPacer
@@ -52,7 +55,7 @@ from edgemon.engine.outputs import (
 )
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
-from edgemon.trace import TraceRecord, encode_record
+from edgemon.trace import TraceMark, TraceRecord, encode_mark, encode_record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -142,6 +145,9 @@ class Daemon:
         self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)
         self._out: list[Output] = []
         self._restored = False
+        #: Between a restore and the first publication: decisions are taken and logged, not
+        #: published; then the state as of now is published once per device (`_end_resume`).
+        self.catchup = CatchUp(self.clock, self._end_resume)
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._reload = asyncio.Event()
@@ -203,6 +209,7 @@ class Daemon:
                 ]
                 heartbeat = group.create_task(self._heartbeat(), name="heartbeat")
                 rest.append(group.create_task(self.stalls.run(), name="stall-guard"))
+                rest.append(group.create_task(self.catchup.run(self.ready), name="catch-up"))
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
                 self.notifier.stopping()
@@ -315,6 +322,28 @@ class Daemon:
             with contextlib.suppress(PublishError):
                 await self.link.publish(topic, self._status_payload("online"), qos=1, retain=True)
 
+    def _end_resume(self) -> None:
+        """Bring every device up to now, decide, then publish one object per device: its
+        throttle as of now, `t_ms` its clock now (docs/reliability.md, "After a restart")."""
+        if not self.catchup.active:
+            return
+        now = self.clock.now_ms()
+        self.monitor.advance(now, self._out)
+        self._dispatch(self._out)  # logged and counted, not published: still catching up
+        self._out.clear()
+        self.catchup.end()
+        self._write_mark(TraceMark(now, "resumed"))
+        states = self.monitor.engine.throttle_states(now)
+        for state in states:
+            self.publisher.submit(state)
+        self.scheduler.poke()
+        self.log.info(
+            "throttle_resumed",
+            devices=len(states),
+            throttled=sum(state.active for state in states),
+            waited_ms=round(now - self.catchup.from_ms, 1),
+        )
+
     async def _log_summaries(self) -> None:
         """Every second: the devices' summaries that are due, and the summary lines of the
         rejection log and of the budget, which come out even when the flood has stopped."""
@@ -366,13 +395,17 @@ class Daemon:
         )
         return persistence
 
-    def _restore(self) -> None:
+    def _restore(self) -> bool:
         """Continue from the last snapshot and the log after it (a bad snapshot is set aside,
-        with a log); then log every message from here on."""
+        with a log); then log every message from here on. Whether an earlier run left any."""
         if self.state is None:
-            return
-        replayed = self.state.restore(self.clock.now_ms())
+            return False
+        now = self.clock.now_ms()
+        replayed = self.state.restore(now)
         self.link.intake.expect_redelivery(replayed)
+        if self.state.resumed:
+            self._write_mark(TraceMark(now, "restart", self.state.resumed_from_ms))
+        return self.state.resumed
 
     def _replay(self, record: TraceRecord) -> None:
         """One logged message, through the live path at its own time; outputs were acted on
@@ -447,6 +480,7 @@ class Daemon:
         """One MQTT message: log it, record it, apply it, act on what it changed."""
         now = self.clock.now_ms()
         self.stalls.check(now)  # before the message: a stall is cut out first
+        self.catchup.last_ms = now  # when the last message came (`CatchUp`)
         if self.state is not None:
             self.state.append(now, topic, payload)
         if self._record is not None:
@@ -467,10 +501,19 @@ class Daemon:
             self.monitor.results["internal_error"] += 1
             self.log.exception("message_failed", topic=topic)
 
+    def _write_mark(self, mark: TraceMark) -> None:
+        """A mark in the `--record` trace: where this run broke off or resumed (replay does
+        the same there)."""
+        if self._record is not None:
+            self._write_line(encode_mark(mark))
+
     def _write_record(self, record: TraceRecord) -> None:
+        self._write_line(encode_record(record))
+
+    def _write_line(self, line: str) -> None:
         assert self._record is not None
         try:
-            self._record.write(encode_record(record) + "\n")
+            self._record.write(line + "\n")
         except OSError as exc:  # a full disk stops the recording, not the daemon
             self.log.error("record_failed", error=str(exc))  # noqa: TRY400 - no traceback
             self._record = None
@@ -485,7 +528,8 @@ class Daemon:
             if note(output):
                 continue
             if isinstance(output, ThrottleChanged):
-                self.publisher.submit(output)
+                if not self.catchup.active:
+                    self.publisher.submit(output)
                 log.info(
                     "throttle_changed",
                     device=output.device,
@@ -507,7 +551,10 @@ class Daemon:
             # resume when their queued messages can flow (a broker still down at start
             # costs no buffer), and before the first of them is read.
             self._restored = True
-            self._restore()
+            if self._restore():
+                # A restart: decide first, then publish as of now. Nothing goes out before
+                # the log and the broker's backlog for the session are applied (`CatchUp`).
+                self.catchup.begin(self.clock.now_ms())
         # Late chunks can flow again: each provisional underrun waits its whole
         # allowed_lateness_ms from now, for what the broker queued meanwhile (docs/semantics.md).
         self.monitor.engine.input_restored(self.clock.now_ms())
@@ -525,6 +572,7 @@ class Daemon:
         (they are applied at their own `t_ms` before the timers they delayed), and the waits
         for late chunks start afresh from now."""
         self.monitor.cut(since_ms, now_ms)
+        self._write_mark(TraceMark(now_ms, "stall", since_ms))
         engine = self.monitor.engine
         if self.connection.connected:
             engine.input_restored(now_ms)
@@ -540,8 +588,11 @@ class Daemon:
 
     async def _farewell(self) -> None:
         """Release every throttled device, then announce `offline` (still connected)."""
+        self._end_resume()  # a stop before the backlog was in: the state as of now first
         releases: list[Output] = []
-        self.monitor.engine.release_all(self.clock.now_ms(), releases)
+        now = self.clock.now_ms()
+        self.monitor.engine.release_all(now, releases)
+        self._write_mark(TraceMark(now, "stop"))
         for release in releases:
             assert isinstance(release, ThrottleChanged)
             self.publisher.submit(release)

@@ -13,12 +13,13 @@ All file operations run on one worker thread, in the order they are asked for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from edgemon.daemon.state import StateStore
-from edgemon.daemon.wal import WriteAheadLog, generations, recover
+from edgemon.daemon.wal import WriteAheadLog, generations, recover, wal_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,6 +56,10 @@ class Persistence:
         #: The log, once restored (None before, or when `[state] wal = false`).
         self.wal: WriteAheadLog | None = None
         self.restored = False
+        #: Whether the restore found what an earlier run left (a snapshot or log files), and
+        #: the wall time the state restored was taken at (None: none was restored).
+        self.resumed = False
+        self.resumed_from_ms: float | None = None
         self._generation = 0
         #: How long the last snapshot held the event loop to take the state (ms).
         self.capture_ms = 0.0
@@ -66,6 +71,7 @@ class Persistence:
         data = self._load()
         covered = _covered(data)
         found = recover(self.directory, covered)
+        self.resumed = data is not None or found.files > 0
         monitor = self._monitor
         if found.records:  # on top of the snapshot, restored at its own wall time
             first = found.records[0].recv_ms
@@ -74,6 +80,7 @@ class Persistence:
                 self._replay(record)
             data = monitor.snapshot(max(resumed, found.records[-1].recv_ms))
         if data is not None:
+            self.resumed_from_ms = float(data["engine"]["wall_ms"])
             monitor.restore(data, now_ms)  # the device clocks resume now
             devices = list(monitor.engine.devices())
             self._log.info(
@@ -94,6 +101,10 @@ class Persistence:
         existing = generations(self.directory)
         self._generation = max([covered, *existing]) + 1
         if self._wal_enabled:
+            # The file from the start, not from the first commit: a run killed before it
+            # committed anything still left a trace of itself (`resumed` for the next start).
+            with contextlib.suppress(OSError):  # a write failing later says so (`wal_failed`)
+                wal_path(self.directory, self._generation).touch()
             self.wal = WriteAheadLog(
                 self.directory,
                 self._generation,

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
-    from edgemon.engine.outputs import Output
+    from edgemon.engine.outputs import Output, ThrottleChanged
     from edgemon.engine.tts import TtsEngineInfo
 
 
@@ -174,16 +174,30 @@ class Engine:
         for device in self.devices():
             device.release(device.clock.now(wall_ms), out)
 
+    def throttle_states(self, wall_ms: float) -> list[ThrottleChanged]:
+        """Every known device's throttle as it stands at wall time `wall_ms`, stamped with the
+        device's clock then (call `advance(wall_ms)` first: the decisions due by then)."""
+        return [device.throttle_state(device.clock.now(wall_ms)) for device in self.devices()]
+
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, wall_ms: float) -> dict[str, Any]:
         """The state at wall time `wall_ms` as JSON values (see `edgemon.engine.snapshot`)."""
         return snapshot.take(self, wall_ms)
 
     @classmethod
-    def restore(cls, data: dict[str, Any], config: EngineConfig, wall_ms: float) -> Engine:
-        """An engine continuing from a snapshot, at wall time `wall_ms` (SnapshotError if bad)."""
-        engine = cls(config)
+    def restore(
+        cls,
+        data: dict[str, Any],
+        config: EngineConfig,
+        wall_ms: float,
+        *,
+        sample_every_ms: float | None = None,
+    ) -> Engine:
+        """An engine continuing from a snapshot, at wall time `wall_ms` (SnapshotError if bad);
+        with `sample_every_ms`, its devices sample again from their next event."""
+        engine = cls(config, sample_every_ms=sample_every_ms)
         for device in snapshot.restore_devices(data, config, wall_ms):
+            device.sampler.every_ms = sample_every_ms
             book = engine._devices[device.id] = _Booking(device)
             engine._decide_later(book)
             engine._schedule(book)

@@ -78,6 +78,11 @@ class Throttle(DeviceState):
             self.stats.throttle_ms += now - self.throttle_since
             out.append(self._throttle_change(now))
 
+    def throttle_state(self, now: float) -> ThrottleChanged:
+        """The throttle as it stands at `now` (the device's clock), as a change object: what a
+        restarted daemon publishes once it has caught up (docs/reliability.md)."""
+        return self._throttle_change(now)
+
     def _throttle_change(self, now: float) -> ThrottleChanged:
         ranked = sorted((s.headroom_at(now), s.id) for s in self.live_streams())
         at_risk = [sid for _, sid in ranked if self.streams[sid].risk] if self.throttle_on else []
