@@ -9,8 +9,9 @@ scenario's episodes) and reports them through a real `Reporter` (`start` at the 
 real Mosquitto and a real `edgemon run` decide the throttle, which a real `ThrottleGate` reads
 for gated policies. The players score silence on their own clocks.
 
-`lasting:` policies need a gate whose release lasts until a step admits (issue 17's
-`ThrottleGate`); this stack refuses them.
+The real `ThrottleGate`'s release after `max_hold_ms` lasts until a step admits (the
+schedulers call its `admitted()`): that is `lasting:` (and `edgemon`). The one-step release
+of `gate:` exists only in the virtual loop; this stack refuses it.
 """
 
 from __future__ import annotations
@@ -112,8 +113,11 @@ class RealtimeStack:
         self, policy: Policy, scenario: Scenario, *, load: float, seed: int, duration_s: float
     ) -> tuple[Score, list[Player], float, float]:
         """Serve one run in real time: its score, players, origin and end (wall ms)."""
-        if policy.lasting:
-            raise ValueError(f"{policy.label}: the real-time stack has no lasting release")
+        if policy.gated and not policy.lasting:
+            raise ValueError(
+                f"{policy.label}: the real ThrottleGate's release lasts (use lasting:); "
+                "the one-step release is the virtual loop's only"
+            )
         profile = self.profile
         self.index += 1
         device = f"bench-{self.index}"

@@ -74,6 +74,7 @@ MINE = (
     "lasting:{m}:2000",
     "realtime+gate:{m}:2000",
     "realtime:1.2+gate:{m}:1000",
+    "realtime+gate:{m}:1000",  # edgemon's policy with the one-step release
 )
 
 

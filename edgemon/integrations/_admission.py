@@ -234,6 +234,12 @@ class GatedScheduler:
             AdmissionControl.from_environ(os.environ) if gate is None else AdmissionControl(gate)
         )
 
+    def _edgemon_none_waiting(self) -> bool:
+        """Whether no request waits for admission (then the gate is not asked, and a step
+        ends a `max_hold_ms` release). A scheduler that shows vLLM only part of its queue
+        (real-time admission) counts the part it keeps out too."""
+        return not self.waiting  # type: ignore[attr-defined]  # vLLM's queue, after this mixin
+
     @property
     def edgemon_gate(self) -> PrefillGate | None:
         """The gate asked every step (its `stats` count holds and held seconds), or None."""

@@ -82,10 +82,10 @@ class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """One scheduling step; with the gate on, running work only (see the module doc)."""
         control = self._edgemon
-        if not self.waiting or not control.should_hold():
+        if self._edgemon_none_waiting() or not control.should_hold():
             output: SchedulerOutput = super().schedule(*args, **kwargs)
             if control.releasing:
-                control.stepped(admitted=not self.waiting or admitted_any(output))
+                control.stepped(admitted=self._edgemon_none_waiting() or admitted_any(output))
             return output
         held = self.waiting
         try:

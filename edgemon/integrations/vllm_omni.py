@@ -90,7 +90,7 @@ class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[m
         if super()._should_defer_waiting_admission():
             return True
         control = self._edgemon
-        self._edgemon_deferred = bool(self.waiting) and control.should_hold()
+        self._edgemon_deferred = not self._edgemon_none_waiting() and control.should_hold()
         if self._edgemon_deferred:
             try:
                 self._edgemon_held = {request.request_id for request in self.waiting}
@@ -113,7 +113,7 @@ class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[m
                     running=len(self.running),
                 )
             elif control.releasing:
-                control.stepped(admitted=not self.waiting or admitted_any(output))
+                control.stepped(admitted=self._edgemon_none_waiting() or admitted_any(output))
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM-Omni
             control.failed("accounting for a step")
         return output

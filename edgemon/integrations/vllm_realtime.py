@@ -17,6 +17,8 @@ How it admits: when `admissible(running)` is below the number waiting, the step 
 waiting queue of only the first that many (in vLLM's own order); the rest, and whatever the
 step puts back (preemptions), are put back in order afterwards, as the gate does. With nothing
 admissible the step runs its running requests only. ``kv_holding_waiting`` is left alone.
+The requests kept out still count as waiting for the gate: it is asked while they wait, and
+a step that cannot admit them does not end its ``max_hold_ms`` release (``admitted()``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class RealtimeAdmissionMixin:
     _realtime_clock: Callable[[], float]
     _realtime_last: tuple[float, int, int] | None  # when, decodes, prefill tokens
     _realtime_limited_steps: int
+    _realtime_kept = 0  # waiting requests a step keeps out of vLLM's view
 
     def _attach_realtime(
         self, admission: RealtimeAdmission | None, clock: Callable[[], float] | None
@@ -87,6 +90,12 @@ class RealtimeAdmissionMixin:
     def edgemon_realtime(self) -> RealtimeAdmission | None:
         """The real-time admission (its `limit`, `scale`, `shape()`), or None when off."""
         return self._realtime
+
+    def _edgemon_none_waiting(self) -> bool:
+        """No request waits, counting those real-time admission keeps out of vLLM's view: a
+        step that admits nothing because the batch is full neither skips the gate nor ends
+        its `max_hold_ms` release (`ThrottleGate.admitted`), as in `edgemon.simulate`."""
+        return not self.waiting and not self._realtime_kept
 
     @property
     def edgemon_limited_steps(self) -> int:
@@ -120,9 +129,11 @@ class RealtimeAdmissionMixin:
         for _ in range(allowed):
             front.add_request(rest.pop_request())
         self.waiting = front
+        self._realtime_kept = len(rest)
         try:
             output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
+            self._realtime_kept = 0
             left = self.waiting
             if left:
                 # prepend_requests is extendleft for FCFS: reversed keeps vLLM's order.

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
+from edgemon.client import ThrottleGate
 from edgemon.integrations.realtime import RealtimeAdmission
 
 from harness import FlagGate, Step, build_scheduler, make_request, run_step, waiting_ids
+from mqtt_probe import probe
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -20,10 +24,15 @@ if TYPE_CHECKING:
 __all__ = [
     "ModelClock",
     "steps",
+    "test_a_max_hold_release_lasts_while_real_time_admission_keeps_requests_out",
     "test_admits_up_to_the_measured_real_time_batch_then_follows_a_slowdown",
 ]
 
 BASE_MS, PER_SEQ_MS, PER_TOKEN_MS = 30.0, 4.0, 0.2  # the jetson profile: N* = 12
+
+
+T = 30.0  # generous: a loaded machine
+DEVICE = "box-1"
 
 
 class ModelClock:
@@ -95,3 +104,67 @@ def test_admits_up_to_the_measured_real_time_batch_then_follows_a_slowdown(
     assert admission.limit == 7
     assert [(admitted, n) for admitted, n in during if admitted and n > 7] == []
     assert waiting_ids(scheduler) == later[4:]  # 12 running (b-* finish at 60–90 tokens: 8)
+
+
+class GateClock:
+    """The gate's monotonic clock, moved by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.integration
+def test_a_max_hold_release_lasts_while_real_time_admission_keeps_requests_out(
+    tiny_model: Path, flavour: type[Any], mosquitto_broker: tuple[str, int]
+) -> None:
+    """The real ThrottleGate throttling for good (max_hold_ms 1 s on its own clock) and a
+    real-time limit of 1 (frame 36 ms: 30 + 4n fits one stream). While one request runs, real
+    time keeps the next one out, yet the gate is asked: its hold begins, and the release that
+    max_hold_ms gives lasts through the steps that cannot admit (no new hold, the gate's clock
+    standing still) until the running request is done and a step admits the waiting one.
+    Then the next request is held again. So the engine does what `edgemon.simulate` models."""
+    host, port = mosquitto_broker
+    with probe(host, port) as edgemon:
+        edgemon.publish(
+            "edgemon/v1/_edgemon/edgemon-test/status",
+            {"state": "online", "version": "test", "t_ms": 1.0e12},
+        )
+        edgemon.publish(
+            f"edgemon/v1/{DEVICE}/throttle",
+            {"device": DEVICE, "throttle": True, "t_ms": 1.0e12, "seq": 1, "streams": []},
+        )
+        gate_clock = GateClock()
+        gate = ThrottleGate(f"mqtt://{host}:{port}", DEVICE, max_hold_ms=1_000, clock=gate_clock)
+        with gate:
+            assert gate.wait_until(lambda state: state.active, T)
+            admission = RealtimeAdmission(36.0)
+            for decodes in (1, 3) * 4:
+                admission.observe(decodes, 0, BASE_MS + PER_SEQ_MS * decodes)
+            assert admission.limit == 1
+            clock = ModelClock()
+            scheduler = build_scheduler(
+                flavour,
+                tiny_model,
+                edgemon_gate=gate,
+                edgemon_realtime=admission,
+                edgemon_clock=clock,
+            )
+            scheduler.add_request(make_request("running", 8, max_tokens=6))
+            assert next(steps(scheduler, clock, 1)).admitted == []  # the first hold begins
+            gate_clock.now += 1.0
+            assert next(steps(scheduler, clock, 1)).admitted == ["running"]
+            scheduler.add_request(make_request("late", 8))
+            assert next(steps(scheduler, clock, 1)).admitted == []  # the second hold begins
+            gate_clock.now += 1.0
+            admitted = [step.admitted for step in steps(scheduler, clock, 10)]
+            assert ["late"] in admitted, admitted  # once "running" is done, without a new hold
+            first = admitted.index(["late"])
+            assert first > 1, admitted  # steps that could not admit came before it
+            assert admitted[:first] == [[]] * first
+            scheduler.add_request(make_request("third", 8))
+            assert next(steps(scheduler, clock, 1)).admitted == []
+            stats = gate.stats
+    assert (stats.holds, stats.max_hold_releases) == (3, 2)
