@@ -399,3 +399,64 @@ FOUND_RESTART_TRACE = Scenario(
     sample_ms=50,
     in_order=False,
 )
+
+#: A second trace the restart property found (while issue 18's parts were being built, on the
+#: code before issue 19's engine fixes): min-on 250 ms, allowed lateness 0, a re-sent first
+#: chunk. Cut after the seventh message, the restored monitor turned the throttle off at
+#: 1027 where the uninterrupted run did at 1057 (a throttle decision dated before the instant
+#: the device's clock had reached). An `@example` of the property in `test_snapshot.py`.
+FOUND_RESTART_TRACE_MIN_ON = Scenario(
+    config=EngineConfig(
+        slack=SlackPolicy(
+            default_margin_ms=0,
+            hysteresis_ms=0,
+            min_on_ms=250,
+            stream_idle_timeout_ms=700,
+            allowed_lateness_ms=0,
+        ),
+    ),
+    messages=(
+        Message(
+            0,
+            "d0",
+            (_found_chunk("req:3.x-0", 0, audio_ms=1, final=True),),
+            batch=False,
+        ),
+        Message(7, "d0", (_found_chunk("req:0.x-0", 0, 7),), batch=False),
+        Message(8, "d0", (_found_chunk("req:0.x-0", 1, 7),), batch=False),
+        Message(9, "d0", (_found_chunk("req:0.x-0", 2, 7),), batch=False),
+        Message(89, "d0", (_found_chunk("req:0.x-0", 3, 7, eta_ms=0, final=True),), batch=False),
+        Message(
+            622, "edge-1.a", ({"type": "start", "stream": "req:0.x-1", "t_ms": 275},), batch=False
+        ),
+        Message(
+            777,
+            "edge-1.a",
+            (
+                _found_chunk("req:0.x-1", 0, 395, play_start_ms=395),
+                _found_chunk("req:0.x-1", 1, 395),
+                _found_chunk("req:0.x-1", 2, 395),
+            ),
+            batch=True,
+        ),
+        Message(778, "edge-1.a", (_found_chunk("req:0.x-1", 4, 431),), batch=False),
+        Message(779, "edge-1.a", (_found_chunk("req:0.x-1", 6, 431, final=True),), batch=False),
+        Message(950, "d0", (_found_chunk("req:2.x-0", 0, 950, play_start_ms=977),), batch=False),
+        Message(1000, "d0", (_found_chunk("req:2.x-0", 1, 1000),), batch=False),
+        Message(1007, "d0", ({"type": "start", "stream": "req:1.x-0", "t_ms": 1007},), batch=False),
+        Message(1008, "d0", (_found_chunk("req:1.x-0", 0, 1007),), batch=False),
+        Message(1057, "d0", (_found_chunk("req:1.x-0", 1, 1057),), batch=False),
+        Message(
+            1101,
+            "d0",
+            (_found_chunk("req:2.x-0", 2, 1100), _found_chunk("req:2.x-0", 3, 1100)),
+            batch=True,
+        ),
+        Message(1107, "d0", (_found_chunk("req:1.x-0", 2, 1107),), batch=False),
+        Message(1146, "d0", (_found_chunk("req:1.x-0", 0, 1007),), batch=False),
+        Message(1150, "d0", (_found_chunk("req:2.x-0", 4, 1150, eta_ms=0),), batch=False),
+        Message(1151, "d0", (_found_chunk("req:2.x-0", 5, 1150),), batch=False),
+    ),
+    sample_ms=50,
+    in_order=False,
+)

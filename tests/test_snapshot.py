@@ -17,7 +17,14 @@ from edgemon.monitor import Monitor
 from edgemon.simulate import Simulation
 
 from monitor_runs import drive, per_stream
-from strategies import FOUND_RESTART_TRACE, LateScenario, Scenario, late_scenarios, scenarios
+from strategies import (
+    FOUND_RESTART_TRACE,
+    FOUND_RESTART_TRACE_MIN_ON,
+    LateScenario,
+    Scenario,
+    late_scenarios,
+    scenarios,
+)
 
 if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
@@ -94,6 +101,7 @@ def test_a_restart_without_downtime_changes_nothing(split: int) -> None:
 @settings(max_examples=150, deadline=None)
 @given(sc=scenarios(), cut=st.integers(min_value=0))
 @example(sc=FOUND_RESTART_TRACE, cut=2)  # issue 19: cut after the third message
+@example(sc=FOUND_RESTART_TRACE_MIN_ON, cut=6)  # cut after the seventh message
 def test_random_traces_continue_identically_after_a_restart(sc: Scenario, cut: int) -> None:
     """Any trace — duplicates, gaps, no eta (EWMA fallbacks), finals, both players — split at
     any message and restored at once continues exactly like the uninterrupted run: the same
