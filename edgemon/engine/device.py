@@ -25,7 +25,7 @@ from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.restore import Restore
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
-from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase
+from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase, Stream
 from edgemon.engine.throttle import Throttle
 from edgemon.engine.timers import SAMPLE, TimerHeap
 from edgemon.engine.tombstones import Tombstones
@@ -37,11 +37,10 @@ if TYPE_CHECKING:
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output
-    from edgemon.engine.stream import Stream
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
+class Device(LateDelivery, Throttle, Lifecycle, Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = ()
@@ -58,10 +57,8 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         )
         self.streams = {}
         self.tombstones = Tombstones()
-        self.timers = []
+        self.timers = TimerHeap()
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
-        self._compact_above = 64
-        self._next_timer_id = 0
         self.live = 0
         self._risk_count = 0
         self._unsafe_count = 0
@@ -85,16 +82,61 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         """Streams that have audio and await a next chunk."""
         return [s for s in self.streams.values() if s.phase is Phase.LIVE]
 
+    # ------------------------------------------------------------------ timers
+    def next_timer(self) -> float:
+        """The device-clock instant of the earliest pending timer (INF if none)."""
+        return self.timers.next_due()
+
+    def catch_up(self, at: float, out: list[Output]) -> None:
+        """Fire every timer due strictly before `at` (messages at `at` come before its timers)."""
+        heap = self.timers.heap
+        while heap and heap[0][0] < at:
+            self.fire(out)
+
+    def fire(self, out: list[Output]) -> float:
+        """Fire all timers at the earliest pending instant, decide the throttle, then sample."""
+        timers = self.timers
+        heap = timers.heap
+        instant = heap[0][0]
+        wall = instant + self.clock.offset_ms
+        self.clock.reach(instant, wall)
+        self.advance_horizon(instant, wall)
+        while heap and heap[0][0] == instant and heap[0][1] <= 0:
+            what = timers.pop()
+            if type(what) is Stream:
+                if what.due == instant:  # else superseded, or removed (due is NaN)
+                    self._wake(what, instant, out)
+            elif isinstance(what, str):
+                self.dirty = True  # the minimum on-time ran out
+            else:
+                assert not isinstance(what, Stream)
+                self._timer(what, instant, out)
+        if self.dirty:
+            self._decide_throttle(instant, out)
+        if heap and heap[0][0] == instant and heap[0][3] == SAMPLE:
+            timers.pop()
+            self._sample(instant, out)
+        return instant
+
+    def decide_now(self, out: list[Output]) -> None:
+        """Decide the throttle at the current instant, once its messages have all been applied."""
+        instant = self.clock.floor_ms
+        heap = self.timers.heap
+        if heap and heap[0][0] <= instant:
+            self.fire(out)  # timers at this very instant come first, then the decision
+        elif self.dirty:
+            self._decide_throttle(instant, out)
+
     # ------------------------------------------------------------------ samples
     def _ensure_sampling(self, at: float) -> None:
         due = self.sampler.start(at)
         if due is not None:
-            self._push(due, 1, SAMPLE)
+            self.timers.push(due, 1, SAMPLE)
 
     def _sample(self, now: float, out: list[Output]) -> None:
         due = self.sampler.sample(self.id, self.live_streams(), now, out)
         if due is not None:
-            self._push(due, 1, SAMPLE)
+            self.timers.push(due, 1, SAMPLE)
 
     # ------------------------------------------------------------------ events
     def receive(self, events: Sequence[Event], recv_ms: float, out: list[Output]) -> list[str]:
@@ -116,7 +158,8 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         now = clock.now(recv_ms)
         if now > at:
             at = now
-        if self.timers and self.timers[0][0] < at:
+        heap = self.timers.heap
+        if heap and heap[0][0] < at:
             self.catch_up(at, out)
         clock.reach(at, recv_ms)
         if len(events) == 1:
@@ -311,7 +354,7 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         if due != stream.due:
             # The entry at the old instant goes stale and is skipped when it comes up.
             stream.due = due
-            self._push(due, 0, stream)
+            self.timers.push(due, 0, stream)
 
     def _live_due(self, stream: Stream, now: float, out: list[Output], *, timer: bool) -> float:
         """Update a live stream's flags and underrun at `now`; return its next instant."""
@@ -364,5 +407,5 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
             stream.margin = self._margin_for(stream.margin_from_start)
             self.live_index.note(stream)
             stream.due = min(stream.due, at)
-            self._push(at, 0, stream)
+            self.timers.push(at, 0, stream)
         self.dirty = True

@@ -67,10 +67,6 @@ class LateDelivery(DeviceState):
             self, stream: Stream, end: float, at: float, out: list[Output]
         ) -> None: ...
 
-        def _push(
-            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
-        ) -> None: ...
-
         def _chunk(
             self,
             event: ChunkEvent,
@@ -132,7 +128,7 @@ class LateDelivery(DeviceState):
         if len(held) > MAX_HELD:
             self._flush_held(stream, at, out)  # too far ahead: the holes are gaps now
         else:
-            self._push(self._hold_due(held), -1, HoldEnd(stream))
+            self.timers.push(self._hold_due(held), -1, HoldEnd(stream))
         return "accepted"
 
     def _hold_due(self, held: Held) -> float:
@@ -177,7 +173,7 @@ class LateDelivery(DeviceState):
             stream.held = None
             self._recheck(stream, now, out)
         else:
-            self._push(self._hold_due(held), -1, HoldEnd(stream))
+            self.timers.push(self._hold_due(held), -1, HoldEnd(stream))
 
     def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
         """No more waiting (an `end`, or too many held): apply them all, declaring the gaps."""
@@ -202,7 +198,7 @@ class LateDelivery(DeviceState):
             out.append(UnderrunBegan(self.id, stream.id, u))
         self.provisional[stream.id] = stream
         if not self._recheck(stream, now, out):
-            self._push(self._lateness_due(u), 0, ConfirmDeadline(stream, u))
+            self.timers.push(self._lateness_due(u), 0, ConfirmDeadline(stream, u))
 
     def _lateness_due(self, u: float) -> float:
         """When a provisional underrun at `u` stops waiting for late chunks."""
@@ -257,10 +253,10 @@ class LateDelivery(DeviceState):
         self.patient_wall = wall_ms + lateness
         for stream in self.provisional.values():
             assert stream.underrun_since is not None
-            self._push(now + lateness, 0, ConfirmDeadline(stream, stream.underrun_since))
+            self.timers.push(now + lateness, 0, ConfirmDeadline(stream, stream.underrun_since))
         for stream in self.streams.values():
             if stream.held is not None:
-                self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
+                self.timers.push(self._hold_due(stream.held), -1, HoldEnd(stream))
 
     def _timer(self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]) -> None:
         stream = what.stream
@@ -275,10 +271,10 @@ class LateDelivery(DeviceState):
                 if due <= now:
                     self._expire_held(stream, now, out)
                 else:  # the wait moved (a clock offset or a reload changed it)
-                    self._push(due, -1, HoldEnd(stream))
+                    self.timers.push(due, -1, HoldEnd(stream))
         elif stream.underrun_provisional and stream.underrun_since == what.u:
             due = self._lateness_due(what.u)
             if due > now:  # the wait moved (a clock offset or a reload changed it)
-                self._push(due, 0, ConfirmDeadline(stream, what.u))
+                self.timers.push(due, 0, ConfirmDeadline(stream, what.u))
             elif stream.held is None:  # else confirmed once its held chunks are applied
                 self._confirm(stream, now, out)

@@ -29,9 +29,6 @@ class Restore(DeviceState):
         def _margin_for(self, from_start: float | None) -> float: ...
         def _lateness_due(self, u: float) -> float: ...
         def _hold_due(self, held: Held) -> float: ...
-        def _push(
-            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
-        ) -> None: ...
         def _refresh(
             self, stream: Stream, now: float, out: list[Output], *, timer: bool = False
         ) -> None: ...
@@ -47,9 +44,9 @@ class Restore(DeviceState):
         if stream.underrun_provisional and stream.underrun_since is not None:
             self.provisional[stream.id] = stream
             u = stream.underrun_since
-            self._push(self._lateness_due(u), 0, ConfirmDeadline(stream, u))
+            self.timers.push(self._lateness_due(u), 0, ConfirmDeadline(stream, u))
         if stream.held is not None:
-            self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
+            self.timers.push(self._hold_due(stream.held), -1, HoldEnd(stream))
 
     def restore_timers(self, at: float) -> None:
         """Recompute flags, counts and timers of adopted streams from instant `at` on."""
@@ -57,5 +54,5 @@ class Restore(DeviceState):
             self._refresh(stream, at, [])
         min_on_until = self.throttle_since + self.config.slack.min_on_ms
         if self.throttle_on and min_on_until > at:
-            self._push(min_on_until, 0, MIN_ON)
+            self.timers.push(min_on_until, 0, MIN_ON)
         self.dirty = True

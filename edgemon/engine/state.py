@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from edgemon.engine.sampling import Sampler
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
-    from edgemon.engine.timers import Timer
+    from edgemon.engine.timers import TimerHeap
     from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
     from edgemon.engine.views import LiveIndex
@@ -27,8 +27,6 @@ class DeviceState:
     """Slots and types of a device's fields (`Device.__init__` sets them)."""
 
     __slots__ = (
-        "_compact_above",
-        "_next_timer_id",
         "_risk_count",
         "_unsafe_count",
         "base_margin",
@@ -64,11 +62,9 @@ class DeviceState:
     streams: dict[str, Stream]
     #: Recently removed stream ids and when: late redeliveries must not resurrect them.
     tombstones: Tombstones
-    timers: list[Timer]
+    timers: TimerHeap
     #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
     live_index: LiveIndex
-    _compact_above: int
-    _next_timer_id: int
     #: Streams in phase LIVE, and how many of them are at risk / unsafe.
     live: int
     _risk_count: int

@@ -15,7 +15,6 @@ from edgemon.engine.state import DeviceState
 from edgemon.engine.timers import MIN_ON
 
 if TYPE_CHECKING:
-    from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
     from edgemon.engine.outputs import Output
     from edgemon.engine.stream import Stream
 
@@ -33,9 +32,6 @@ class Throttle(DeviceState):
         @property
         def margin(self) -> float: ...
         def live_streams(self) -> list[Stream]: ...
-        def _push(
-            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
-        ) -> None: ...
 
     def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None:
         if risk != stream.risk:
@@ -57,7 +53,7 @@ class Throttle(DeviceState):
                 self.stats.throttle_engagements += 1
                 min_on = self.config.slack.min_on_ms
                 if min_on > 0:
-                    self._push(now + min_on, 0, MIN_ON)
+                    self.timers.push(now + min_on, 0, MIN_ON)
                 out.append(self._throttle_change(now))
         elif not self._unsafe_count and now >= self.throttle_since + self.config.slack.min_on_ms:
             self.throttle_on = False
