@@ -26,8 +26,8 @@ from edgemon.engine.restore import Restore
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
 from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase, Stream
-from edgemon.engine.throttle import Throttle
-from edgemon.engine.timers import SAMPLE, TimerHeap
+from edgemon.engine.throttle import ThrottleState, throttle_change
+from edgemon.engine.timers import MIN_ON, SAMPLE, TimerHeap
 from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.views import LiveIndex
 
@@ -36,11 +36,11 @@ if TYPE_CHECKING:
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
-    from edgemon.engine.outputs import Output
+    from edgemon.engine.outputs import Output, ThrottleChanged
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(LateDelivery, Throttle, Lifecycle, Restore):
+class Device(LateDelivery, Lifecycle, Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = ()
@@ -60,11 +60,7 @@ class Device(LateDelivery, Throttle, Lifecycle, Restore):
         self.timers = TimerHeap()
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
         self.live = 0
-        self._risk_count = 0
-        self._unsafe_count = 0
-        self.dirty = False
-        self.throttle_on = False
-        self.throttle_since = 0.0
+        self.throttle = ThrottleState()
         self.gap_ewma = None
         self.engine_info = None
         self.base_margin = config.slack.default_margin_ms
@@ -77,6 +73,16 @@ class Device(LateDelivery, Throttle, Lifecycle, Restore):
     def margin(self) -> float:
         """The margin of this device's streams that did not ask for their own."""
         return self._margin_for(None)
+
+    @property
+    def throttle_on(self) -> bool:
+        """Whether the device's throttle is on."""
+        return self.throttle.on
+
+    @property
+    def throttle_since(self) -> float:
+        """Since when the throttle is on (device-clock ms; the last onset once off)."""
+        return self.throttle.since
 
     def live_streams(self) -> list[Stream]:
         """Streams that have audio and await a next chunk."""
@@ -107,11 +113,11 @@ class Device(LateDelivery, Throttle, Lifecycle, Restore):
                 if what.due == instant:  # else superseded, or removed (due is NaN)
                     self._wake(what, instant, out)
             elif isinstance(what, str):
-                self.dirty = True  # the minimum on-time ran out
+                self.throttle.dirty = True  # the minimum on-time ran out
             else:
                 assert not isinstance(what, Stream)
                 self._timer(what, instant, out)
-        if self.dirty:
+        if self.throttle.dirty:
             self._decide_throttle(instant, out)
         if heap and heap[0][0] == instant and heap[0][3] == SAMPLE:
             timers.pop()
@@ -124,8 +130,32 @@ class Device(LateDelivery, Throttle, Lifecycle, Restore):
         heap = self.timers.heap
         if heap and heap[0][0] <= instant:
             self.fire(out)  # timers at this very instant come first, then the decision
-        elif self.dirty:
+        elif self.throttle.dirty:
             self._decide_throttle(instant, out)
+
+    # ------------------------------------------------------------------ throttle
+    def _decide_throttle(self, now: float, out: list[Output]) -> None:
+        throttle = self.throttle
+        min_on = self.config.slack.min_on_ms
+        if throttle.decide(now, min_on):
+            if throttle.on:
+                self.stats.throttle_engagements += 1
+                if min_on > 0:
+                    self.timers.push(now + min_on, 0, MIN_ON)
+            else:
+                self.stats.throttle_ms += now - throttle.since
+            out.append(self._throttle_change(now))
+
+    def release(self, now: float, out: list[Output]) -> None:
+        """Turn the throttle off at `now` whatever the streams say (edgemon is stopping)."""
+        if self.throttle.release():
+            self.stats.throttle_ms += now - self.throttle.since
+            out.append(self._throttle_change(now))
+
+    def _throttle_change(self, now: float) -> ThrottleChanged:
+        return throttle_change(
+            self.id, now, active=self.throttle.on, live=self.live_streams(), margin_ms=self.margin
+        )
 
     # ------------------------------------------------------------------ samples
     def _ensure_sampling(self, at: float) -> None:
@@ -347,7 +377,7 @@ class Device(LateDelivery, Throttle, Lifecycle, Restore):
         elif phase is Phase.WAITING:
             due = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         else:
-            self._set_flags(stream, risk=False, unsafe=False)
+            self.throttle.note(stream, risk=False, unsafe=False)
             due = stream.empties_at
         if due < now:
             due = now  # an instant already passed is handled now, never in the past
@@ -361,7 +391,7 @@ class Device(LateDelivery, Throttle, Lifecycle, Restore):
         empties = stream.start + stream.buffered
         risk, unsafe, due = stream.flags_at(now, self.config.slack.hysteresis_ms)
         if risk != stream.risk or unsafe != stream.unsafe:
-            self._set_flags(stream, risk=risk, unsafe=unsafe)
+            self.throttle.note(stream, risk=risk, unsafe=unsafe)
         if stream.underrun_since is None and empties > now:
             # Expiry comes an idle timeout after the buffer empties: never first here.
             return empties if empties < due else due
@@ -408,4 +438,4 @@ class Device(LateDelivery, Throttle, Lifecycle, Restore):
             self.live_index.note(stream)
             stream.due = min(stream.due, at)
             self.timers.push(at, 0, stream)
-        self.dirty = True
+        self.throttle.dirty = True

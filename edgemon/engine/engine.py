@@ -117,7 +117,7 @@ class Engine:
         device = book.device
         device.last_message_wall_ms = recv_ms
         results = device.receive(events, recv_ms, out)
-        if device.dirty and not book.decision_pending:
+        if device.throttle.dirty and not book.decision_pending:
             book.decision_pending = True
             self._pending.append(book)
         self._schedule(book)
@@ -220,7 +220,7 @@ class Engine:
                     self._forget(book, wall_ms, out)
 
     def _decide_later(self, book: _Booking) -> None:
-        if book.device.dirty and not book.decision_pending:
+        if book.device.throttle.dirty and not book.decision_pending:
             book.decision_pending = True
             self._pending.append(book)
 

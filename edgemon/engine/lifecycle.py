@@ -30,7 +30,6 @@ class Lifecycle(DeviceState):
 
         def _margin_for(self, from_start: float | None) -> float: ...
         def _confirm(self, stream: Stream, now: float, out: list[Output]) -> None: ...
-        def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None: ...
 
     def _new_stream(
         self, stream_id: str, t_ms: float, *, start: StartEvent | None
@@ -70,10 +69,10 @@ class Lifecycle(DeviceState):
             self._confirm(stream, now, out)  # nothing can undo it once the stream is gone
         if stream.underrun_since is not None:
             self._end_underrun(stream, now, now, out)
-        self._set_flags(stream, risk=False, unsafe=False)
+        self.throttle.note(stream, risk=False, unsafe=False)
         if stream.phase is Phase.LIVE:
             self.live -= 1
-        self.dirty = True
+        self.throttle.dirty = True
         stream.due = math.nan  # its timer entries are stale from now on
         del self.streams[stream.id]
         self.live_index.note(stream)

@@ -52,7 +52,7 @@ class Restore(DeviceState):
         """Recompute flags, counts and timers of adopted streams from instant `at` on."""
         for stream in list(self.streams.values()):
             self._refresh(stream, at, [])
-        min_on_until = self.throttle_since + self.config.slack.min_on_ms
-        if self.throttle_on and min_on_until > at:
+        min_on_until = self.throttle.since + self.config.slack.min_on_ms
+        if self.throttle.on and min_on_until > at:
             self.timers.push(min_on_until, 0, MIN_ON)
-        self.dirty = True
+        self.throttle.dirty = True

@@ -160,8 +160,8 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
     clock.offset_ms = wall_ms - resumed  # the device's clock resumes where it had reached
     clock.reach(resumed, wall_ms)
     device.gap_ewma = item["gap_ewma"]
-    device.throttle_on = bool(item["throttle_on"])
-    device.throttle_since = float(item["throttle_since"])
+    device.throttle.on = bool(item["throttle_on"])
+    device.throttle.since = float(item["throttle_since"])
     device.last_message_wall_ms = float(item["last_message_wall_ms"])
     event_time = item.get("event_time")
     device.event_time = -INF if event_time is None else float(event_time)

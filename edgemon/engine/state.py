@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from edgemon.engine.sampling import Sampler
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
+    from edgemon.engine.throttle import ThrottleState
     from edgemon.engine.timers import TimerHeap
     from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
@@ -27,13 +28,10 @@ class DeviceState:
     """Slots and types of a device's fields (`Device.__init__` sets them)."""
 
     __slots__ = (
-        "_risk_count",
-        "_unsafe_count",
         "base_margin",
         "clock",
         "config",
         "confirm_held",
-        "dirty",
         "engine_info",
         "event_time",
         "gap_ewma",
@@ -49,8 +47,7 @@ class DeviceState:
         "sampler",
         "stats",
         "streams",
-        "throttle_on",
-        "throttle_since",
+        "throttle",
         "timers",
         "tombstones",
     )
@@ -65,14 +62,10 @@ class DeviceState:
     timers: TimerHeap
     #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
     live_index: LiveIndex
-    #: Streams in phase LIVE, and how many of them are at risk / unsafe.
+    #: Streams in phase LIVE.
     live: int
-    _risk_count: int
-    _unsafe_count: int
-    #: Something changed that the throttle decision of the current instant must see.
-    dirty: bool
-    throttle_on: bool
-    throttle_since: float
+    #: The throttle, and the counts of at-risk and unsafe streams it is decided from.
+    throttle: ThrottleState
     gap_ewma: float | None
     engine_info: TtsEngineInfo | None
     base_margin: float
