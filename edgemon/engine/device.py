@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
-from edgemon.engine.lateness import LateDelivery
+from edgemon.engine.lateness import ConfirmDeadline, HoldEnd, LatenessState
 from edgemon.engine.lifecycle import Lifecycle
+from edgemon.engine.outputs import GapDeclared
+from edgemon.engine.reorder import MAX_HELD, Held
 from edgemon.engine.restore import Restore
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(LateDelivery, Lifecycle, Restore):
+class Device(Lifecycle, Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = ()
@@ -65,6 +67,10 @@ class Device(LateDelivery, Lifecycle, Restore):
         self.engine_info = None
         self.base_margin = config.slack.default_margin_ms
         self.stats = DeviceStats()
+        self.lateness = LatenessState(
+            device_id, allowed_ms=config.slack.allowed_lateness_ms, clock=self.clock,
+            stats=self.stats, timers=self.timers,
+        )  # fmt: skip
         self.sampler = Sampler(sample_every_ms)
         self.last_message_wall_ms = 0.0
 
@@ -106,7 +112,7 @@ class Device(LateDelivery, Lifecycle, Restore):
         instant = heap[0][0]
         wall = instant + self.clock.offset_ms
         self.clock.reach(instant, wall)
-        self.advance_horizon(instant, wall)
+        self.lateness.advance_horizon(instant, wall)
         while heap and heap[0][0] == instant and heap[0][1] <= 0:
             what = timers.pop()
             if type(what) is Stream:
@@ -178,7 +184,8 @@ class Device(LateDelivery, Lifecycle, Restore):
         if not all(clock.admits(recv_ms, event.t_ms) for event in events):
             return self._receive_admitted(events, recv_ms, out)
         at = clock.floor_ms
-        latest = self.event_time
+        lateness = self.lateness
+        latest = lateness.event_time
         for event in events:
             clock.observe(recv_ms, event.t_ms)
             if event.t_ms > latest:
@@ -196,11 +203,11 @@ class Device(LateDelivery, Lifecycle, Restore):
             results = [self.apply(events[0], at, out)]
         else:
             results = [self.apply(event, at, out) for event in events]
-        if latest > self.event_time:
-            self.event_time = latest
-            if self.provisional:
-                self.pass_event_time(at, out)
-        self.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
+        if latest > lateness.event_time:
+            lateness.event_time = latest
+            if lateness.provisional:
+                lateness.pass_event_time(at, out)
+        lateness.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
         return results
 
     def _receive_admitted(
@@ -241,9 +248,9 @@ class Device(LateDelivery, Lifecycle, Restore):
         if stream.underrun_provisional:
             assert stream.underrun_since is not None
             if event.t_ms <= stream.underrun_since:
-                self._retract(stream, at, out)  # ended before its buffer ran dry
+                self.lateness.retract(stream, at, out)  # ended before its buffer ran dry
             else:
-                self._confirm(stream, at, out)
+                self.lateness.confirm(stream, at, out)
         self._remove(stream, event.reason or "completed", at, out)
         return "accepted"
 
@@ -308,7 +315,9 @@ class Device(LateDelivery, Lifecycle, Restore):
                     eta = self.config.slack.default_chunk_gap_ms
         stream.expected = t + eta
         if stream.underrun_since is not None:
-            self._chunk_in_underrun(stream, t, at, out, floor if in_order else self.horizon)
+            self.lateness.chunk_in_underrun(
+                stream, t, at, out, floor if in_order else self.lateness.horizon
+            )
         if stream.phase is Phase.LIVE:
             if event.final:
                 stream.phase = Phase.DRAINING
@@ -404,9 +413,97 @@ class Device(LateDelivery, Lifecycle, Restore):
                 # Empty from now on after a message: judged with this instant's timers, after
                 # every message of the instant (a later one may refill the buffer).
                 return now
-            self._begin_underrun(stream, u, now, out)
+            self.lateness.begin_underrun(stream, u, now, out)
         expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         return expiry if expiry < due else due
+
+    # ---------------------------------------------------------- reorder buffers (lateness)
+    def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
+        """Keep a chunk that arrived ahead of a missing `seq` (docs/semantics.md)."""
+        held = stream.held
+        if held is None:
+            held = stream.held = Held()
+        if not held.add(event, at, self.lateness.horizon):
+            return "duplicate"
+        if len(held) > MAX_HELD:
+            self._flush_held(stream, at, out)  # too far ahead: the holes are gaps now
+        else:
+            self.timers.push(self.lateness.hold_due(held), -1, HoldEnd(stream))
+        return "accepted"
+
+    def _release_held(self, stream: Stream, at: float, out: list[Output]) -> None:
+        """Apply the held chunks that now follow in `seq` order."""
+        held = stream.held
+        assert held is not None
+        while (pair := held.take(stream.last_seq + 1)) is not None:
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                held.drain()
+                break
+            self._chunk(pair[0], at, out, in_order=True, floor=pair[1])
+        self._held_left(stream, held, at, out)
+
+    def _expire_held(self, stream: Stream, now: float, out: list[Output]) -> None:
+        """Holes whose next chunk has waited `allowed_lateness_ms` are gaps: apply on."""
+        held = stream.held
+        assert held is not None
+        while len(held) and self.lateness.hold_due(held) <= now:
+            event, floor = held.take_first()
+            out.append(GapDeclared(self.id, stream.id, now, stream.last_seq + 1, event.seq - 1))
+            self._chunk(event, now, out, in_order=True, floor=floor)
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                held.drain()
+                break
+            while (follows := held.take(stream.last_seq + 1)) is not None:
+                self._chunk(follows[0], now, out, in_order=True, floor=follows[1])
+        self._held_left(stream, held, now, out)
+
+    def _held_left(self, stream: Stream, held: Held, now: float, out: list[Output]) -> None:
+        """After applying held chunks: none left, the stream's underrun may be confirmed now;
+        else the wait for the lowest one left is armed."""
+        if not len(held):
+            stream.held = None
+            self.lateness.recheck(stream, now, out)
+        else:
+            self.timers.push(self.lateness.hold_due(held), -1, HoldEnd(stream))
+
+    def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
+        """No more waiting (an `end`, or too many held): apply them all, declaring the gaps."""
+        held = stream.held
+        assert held is not None
+        for event, floor in held.drain():  # still held meanwhile: nothing confirmed half-way
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                break
+            if event.seq > stream.last_seq + 1:
+                out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
+            self._chunk(event, at, out, in_order=True, floor=floor)
+        stream.held = None
+        self.lateness.recheck(stream, at, out)
+
+    def _timer(self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]) -> None:
+        stream = what.stream
+        if self.streams.get(stream.id) is not stream:
+            return
+        if self.lateness.confirm_held:
+            return  # waits: `resume_confirmations` arms these afresh
+        if isinstance(what, HoldEnd):
+            held = stream.held
+            if held is not None:
+                due = self.lateness.hold_due(held)
+                if due <= now:
+                    self._expire_held(stream, now, out)
+                else:  # the wait moved (a clock offset or a reload changed it)
+                    self.timers.push(due, -1, HoldEnd(stream))
+        else:
+            self.lateness.deadline(what, now, out)
+
+    def hold_confirmations(self) -> None:
+        """edgemon's input is interrupted: late chunks cannot arrive, so lateness waits."""
+        self.lateness.hold_confirmations()
+
+    def resume_confirmations(self, now: float, wall_ms: float) -> None:
+        """Input flows again at `now` (wall time `wall_ms`): every wait for late chunks starts
+        afresh from then."""
+        self.lateness.resume_confirmations(now, wall_ms, self.streams.values())
 
     # ------------------------------------------------------------------ margins
     def _margin_for(self, from_start: float | None) -> float:
@@ -426,6 +523,7 @@ class Device(LateDelivery, Lifecycle, Restore):
     def reconfigure(self, config: EngineConfig, at: float) -> None:
         """Take a reloaded configuration without losing any stream."""
         self.config = config
+        self.lateness.allowed_ms = config.slack.allowed_lateness_ms
         self.override = config.devices.get(self.id)
         info = self.engine_info
         margin = None if info is None else info.margin

@@ -96,8 +96,8 @@ class Engine:
             if len(self._devices) >= self._config.limits.max_devices:
                 return None
             device = Device(device_id, self._config, sample_every_ms=self._sample_every_ms)
-            device.confirm_held = self._input_down
-            device.patient_wall = self._patient_wall
+            device.lateness.confirm_held = self._input_down
+            device.lateness.patient_wall = self._patient_wall
             book = self._devices[device_id] = _Booking(device)
         return book
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from edgemon.engine.outputs import StreamEnded, UnderrunEnded
+from edgemon.engine.outputs import StreamEnded
 from edgemon.engine.state import DeviceState
 from edgemon.engine.stats import fold_reason
 from edgemon.engine.stream import Phase, Stream
@@ -29,7 +29,6 @@ class Lifecycle(DeviceState):
     if TYPE_CHECKING:
 
         def _margin_for(self, from_start: float | None) -> float: ...
-        def _confirm(self, stream: Stream, now: float, out: list[Output]) -> None: ...
 
     def _new_stream(
         self, stream_id: str, t_ms: float, *, start: StartEvent | None
@@ -53,22 +52,12 @@ class Lifecycle(DeviceState):
         self.stats.streams_started += 1
         return stream
 
-    def _end_underrun(self, stream: Stream, end: float, at: float, out: list[Output]) -> None:
-        since = stream.underrun_since
-        assert since is not None
-        duration = max(0.0, end - since)
-        stream.underrun_since = None
-        self.open_underruns.pop(stream.id, None)
-        stream.underrun_ms += duration
-        self.stats.underrun_ms += duration
-        out.append(UnderrunEnded(self.id, stream.id, at, duration))
-
     def _remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
         stream.held = None
         if stream.underrun_provisional:
-            self._confirm(stream, now, out)  # nothing can undo it once the stream is gone
+            self.lateness.confirm(stream, now, out)  # nothing can undo it once the stream is gone
         if stream.underrun_since is not None:
-            self._end_underrun(stream, now, now, out)
+            self.lateness.end_underrun(stream, now, now, out)
         self.throttle.note(stream, risk=False, unsafe=False)
         if stream.phase is Phase.LIVE:
             self.live -= 1

@@ -15,7 +15,6 @@ from edgemon.engine.timers import MIN_ON
 
 if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
-    from edgemon.engine.reorder import Held
     from edgemon.engine.stream import Stream
 
 
@@ -27,8 +26,6 @@ class Restore(DeviceState):
     if TYPE_CHECKING:
 
         def _margin_for(self, from_start: float | None) -> float: ...
-        def _lateness_due(self, u: float) -> float: ...
-        def _hold_due(self, held: Held) -> float: ...
         def _refresh(
             self, stream: Stream, now: float, out: list[Output], *, timer: bool = False
         ) -> None: ...
@@ -40,13 +37,13 @@ class Restore(DeviceState):
         if stream.phase is Phase.LIVE:
             self.live += 1
         if stream.underrun_since is not None and not stream.underrun_provisional:
-            self.open_underruns[stream.id] = stream
+            self.lateness.open_underruns[stream.id] = stream
         if stream.underrun_provisional and stream.underrun_since is not None:
-            self.provisional[stream.id] = stream
+            self.lateness.provisional[stream.id] = stream
             u = stream.underrun_since
-            self.timers.push(self._lateness_due(u), 0, ConfirmDeadline(stream, u))
+            self.timers.push(self.lateness.lateness_due(u), 0, ConfirmDeadline(stream, u))
         if stream.held is not None:
-            self.timers.push(self._hold_due(stream.held), -1, HoldEnd(stream))
+            self.timers.push(self.lateness.hold_due(stream.held), -1, HoldEnd(stream))
 
     def restore_timers(self, at: float) -> None:
         """Recompute flags, counts and timers of adopted streams from instant `at` on."""

@@ -101,8 +101,8 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
         "throttle_on": device.throttle_on,
         "throttle_since": device.throttle_since,
         "last_message_wall_ms": device.last_message_wall_ms,
-        "event_time": _finite(device.event_time),
-        "horizon": _finite(device.horizon),
+        "event_time": _finite(device.lateness.event_time),
+        "horizon": _finite(device.lateness.horizon),
         "engine_info": None if info is None else _engine_info(info),
         "stats": {
             **{name: getattr(stats, name) for name in _STAT_FIELDS},
@@ -164,9 +164,9 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
     device.throttle.since = float(item["throttle_since"])
     device.last_message_wall_ms = float(item["last_message_wall_ms"])
     event_time = item.get("event_time")
-    device.event_time = -INF if event_time is None else float(event_time)
+    device.lateness.event_time = -INF if event_time is None else float(event_time)
     horizon = item.get("horizon")
-    device.horizon = -INF if horizon is None else float(horizon)
+    device.lateness.horizon = -INF if horizon is None else float(horizon)
     info = item["engine_info"]
     if info is not None:
         kv = info["kv"]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from edgemon.engine.clock import DeviceClock
     from edgemon.engine.config import DeviceOverride, EngineConfig
+    from edgemon.engine.lateness import LatenessState
     from edgemon.engine.sampling import Sampler
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
@@ -31,19 +32,14 @@ class DeviceState:
         "base_margin",
         "clock",
         "config",
-        "confirm_held",
         "engine_info",
-        "event_time",
         "gap_ewma",
-        "horizon",
         "id",
         "last_message_wall_ms",
+        "lateness",
         "live",
         "live_index",
-        "open_underruns",
         "override",
-        "patient_wall",
-        "provisional",
         "sampler",
         "stats",
         "streams",
@@ -73,10 +69,5 @@ class DeviceState:
     sampler: Sampler
     #: When the last message of the device was received (wall ms).
     last_message_wall_ms: float
-    # Late delivery (`edgemon.engine.lateness`, which documents them).
-    event_time: float
-    provisional: dict[str, Stream]
-    open_underruns: dict[str, Stream]
-    horizon: float
-    confirm_held: bool
-    patient_wall: float
+    #: Late delivery (`edgemon.engine.lateness`).
+    lateness: LatenessState

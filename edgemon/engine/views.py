@@ -328,13 +328,13 @@ class DeviceView:
     def underrun_ms(self) -> float:
         """Time spent in confirmed underrun (a provisional one counts once confirmed,
         docs/semantics.md), ongoing ones up to the device's lateness horizon
-        (`LateDelivery.horizon`), or to the earliest end a held chunk could give. Never
+        (`LatenessState.horizon`), or to the earliest end a held chunk could give. Never
         decreases: no underrun ends before either. O(ongoing confirmed underruns), not
         O(streams)."""
         device = self._device
         total = device.stats.underrun_ms
-        horizon = device.horizon
-        for stream in device.open_underruns.values():
+        horizon = device.lateness.horizon
+        for stream in device.lateness.open_underruns.values():
             since = stream.underrun_since
             assert since is not None
             held = stream.held
