@@ -21,7 +21,6 @@ from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
 from edgemon.engine.lateness import ConfirmDeadline, HoldEnd, LatenessState
-from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.outputs import GapDeclared
 from edgemon.engine.reorder import MAX_HELD, Held
 from edgemon.engine.restore import Restore
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(Lifecycle, Restore):
+class Device(Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = ()
@@ -505,14 +504,17 @@ class Device(Lifecycle, Restore):
         afresh from then."""
         self.lateness.resume_confirmations(now, wall_ms, self.streams.values())
 
-    # ------------------------------------------------------------------ margins
-    def _margin_for(self, from_start: float | None) -> float:
-        """docs/semantics.md order: device config, start event, engine object, hardware, default."""
-        override = self.override
-        if override is not None and override.margin_ms is not None:
-            return override.margin_ms
-        return self.base_margin if from_start is None else from_start
+    # ------------------------------------------------------------------ restore
+    def restore_timers(self, at: float) -> None:
+        """Recompute flags, counts and timers of adopted streams from instant `at` on."""
+        for stream in list(self.streams.values()):
+            self._refresh(stream, at, [])
+        min_on_until = self.throttle.since + self.config.slack.min_on_ms
+        if self.throttle.on and min_on_until > at:
+            self.timers.push(min_on_until, 0, MIN_ON)
+        self.throttle.dirty = True
 
+    # ------------------------------------------------------------------ margins
     def set_engine_info(self, info: TtsEngineInfo, at: float) -> None:
         """Take a new engine object: margins of streams without their own may change."""
         self.engine_info = info

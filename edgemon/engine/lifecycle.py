@@ -22,13 +22,17 @@ if TYPE_CHECKING:
 
 
 class Lifecycle(DeviceState):
-    """The part of a `Device` that creates and removes streams (a base class of `Device`)."""
+    """A `Device` creating and removing streams, with the margins they take (the root of
+    `Device`'s bases, on `DeviceState`)."""
 
     __slots__ = ()
 
-    if TYPE_CHECKING:
-
-        def _margin_for(self, from_start: float | None) -> float: ...
+    def _margin_for(self, from_start: float | None) -> float:
+        """docs/semantics.md order: device config, start event, engine object, hardware, default."""
+        override = self.override
+        if override is not None and override.margin_ms is not None:
+            return override.margin_ms
+        return self.base_margin if from_start is None else from_start
 
     def _new_stream(
         self, stream_id: str, t_ms: float, *, start: StartEvent | None
