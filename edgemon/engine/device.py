@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
-from edgemon.engine.lateness import ConfirmDeadline, HoldEnd, LatenessState
+from edgemon.engine.lateness import LatenessState
+from edgemon.engine.live_index import LiveIndex
 from edgemon.engine.outputs import GapDeclared
 from edgemon.engine.reorder import MAX_HELD, Held
 from edgemon.engine.restore import Restore
@@ -28,9 +29,8 @@ from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
 from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase, Stream
 from edgemon.engine.throttle import ThrottleState, throttle_change
-from edgemon.engine.timers import MIN_ON, SAMPLE, TimerHeap
+from edgemon.engine.timers import MIN_ON, SAMPLE, ConfirmDeadline, HoldEnd, TimerHeap
 from edgemon.engine.tombstones import Tombstones
-from edgemon.engine.views import LiveIndex
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -177,7 +177,7 @@ class Engine:
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, wall_ms: float) -> dict[str, Any]:
         """The state at wall time `wall_ms` as JSON values (see `edgemon.engine.snapshot`)."""
-        return snapshot.take(self, wall_ms)
+        return snapshot.take(self.devices(), wall_ms)
 
     @classmethod
     def restore(cls, data: dict[str, Any], config: EngineConfig, wall_ms: float) -> Engine:

@@ -26,6 +26,7 @@ from edgemon.engine.outputs import (
     UnderrunEnded,
     UnderrunRetracted,
 )
+from edgemon.engine.timers import ConfirmDeadline, HoldEnd
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -36,26 +37,6 @@ if TYPE_CHECKING:
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
     from edgemon.engine.timers import TimerHeap
-
-
-class ConfirmDeadline:
-    """The confirmation deadline of a stream's provisional underrun at `u`: when it is
-    confirmed for want of late chunks."""
-
-    __slots__ = ("stream", "u")
-
-    def __init__(self, stream: Stream, u: float) -> None:
-        self.stream = stream
-        self.u = u
-
-
-class HoldEnd:
-    """When a stream's held chunks may have waited long enough (a gap is declared then)."""
-
-    __slots__ = ("stream",)
-
-    def __init__(self, stream: Stream) -> None:
-        self.stream = stream
 
 
 class LatenessState:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
 from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.stream import Phase
+from edgemon.engine.timers import ConfirmDeadline, HoldEnd
 
 if TYPE_CHECKING:
     from edgemon.engine.stream import Stream

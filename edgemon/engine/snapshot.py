@@ -26,8 +26,9 @@ from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.tts import TtsEngineInfo
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from edgemon.engine.config import EngineConfig
-    from edgemon.engine.engine import Engine
     from edgemon.engine.histogram import Histogram
 
 FORMAT = 1
@@ -68,12 +69,12 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be restored (wrong format or version, missing fields)."""
 
 
-def take(engine: Engine, wall_ms: float) -> dict[str, Any]:
-    """The engine's state at wall time `wall_ms`, as JSON-ready values."""
+def take(devices: Iterable[Device], wall_ms: float) -> dict[str, Any]:
+    """The engine's state (its `devices`) at wall time `wall_ms`, as JSON-ready values."""
     return {
         "format": FORMAT,
         "wall_ms": wall_ms,
-        "devices": [_device(device, wall_ms) for device in engine.devices()],
+        "devices": [_device(device, wall_ms) for device in devices],
     }
 
 

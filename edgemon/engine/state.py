@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from edgemon.engine.clock import DeviceClock
     from edgemon.engine.config import DeviceOverride, EngineConfig
     from edgemon.engine.lateness import LatenessState
+    from edgemon.engine.live_index import LiveIndex
     from edgemon.engine.sampling import Sampler
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from edgemon.engine.timers import TimerHeap
     from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
-    from edgemon.engine.views import LiveIndex
 
 
 class DeviceState:

@@ -1,27 +1,45 @@
 """A device's timers: one heap on the device's clock, in time order.
 
 Each entry is `(instant, priority, id, what)`: a stream (its next crossing, expiry or
-completion), a late-delivery wait (`ConfirmDeadline`, `HoldEnd`), the end of the throttle's minimum
-on-time or a sample. At equal instants priority -1 (held chunks: messages) comes first, then 0
-(timers), then 1 (samples); the device fires them (`Device.fire`) and decides the throttle
-once, after every change at the instant. A stream's superseded entries stay in the heap,
-stale, until they surface or a compaction.
+completion), a late-delivery wait (`ConfirmDeadline`, `HoldEnd`: `edgemon.engine.lateness`),
+the end of the throttle's minimum on-time or a sample. At equal instants priority -1 (held
+chunks: messages) comes first, then 0 (timers), then 1 (samples); the device fires them
+(`Device.fire`) and decides the throttle once, after every change at the instant. A
+stream's superseded entries stay in the heap, stale, until they surface or a compaction.
 """
 
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from edgemon.engine.headroom import INF
 from edgemon.engine.stream import Stream
 
-if TYPE_CHECKING:
-    from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
-
 #: Timer kinds besides streams and late-delivery waits.
 MIN_ON: Final = "min_on"
 SAMPLE: Final = "sample"
+
+
+class ConfirmDeadline:
+    """The confirmation deadline of a stream's provisional underrun at `u`: when it is
+    confirmed for want of late chunks."""
+
+    __slots__ = ("stream", "u")
+
+    def __init__(self, stream: Stream, u: float) -> None:
+        self.stream = stream
+        self.u = u
+
+
+class HoldEnd:
+    """When a stream's held chunks may have waited long enough (a gap is declared then)."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+
 
 Timer = tuple[float, int, int, "Stream | str | ConfirmDeadline | HoldEnd"]
 
