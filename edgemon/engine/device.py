@@ -1,16 +1,18 @@
 """One device: its streams, its clock, its timers and its throttle (docs/semantics.md).
 
 Each stream keeps two right-limit flags, "at risk" (`headroom < margin`) and "unsafe"
-(`headroom < margin + hysteresis`), and the device keeps how many of its live streams have
-each. A flag only changes at an event or at an instant known in advance, so the device keeps
-one timer per stream in a heap and never scans its streams on the hot path. The throttle is
-decided from the two counts once per instant, after every change at that instant.
+(`headroom < margin + hysteresis`), and the throttle state counts how many of the live
+streams have each. A flag only changes at an event or at an instant known in advance, so
+the device keeps one timer per stream in a heap and never scans its streams on the hot
+path. The throttle is decided from the two counts once per instant, after every change at
+that instant.
 
-This module applies events and brings streams to an instant; the other concerns are base
-classes of `Device`, each in its module: the timer heap (`timers`), the throttle
-(`throttle`), streams coming and going (`lifecycle`), late delivery (`lateness`) and
-restoring from a snapshot (`restore`). The removed stream ids (`tombstones`) and the sampling
-period (`sampling`) are parts the device holds, each with its own state.
+This module applies events, brings streams to an instant, fires the timers and orchestrates
+the parts the device holds, each owning its state: the timer heap (`timers`), the throttle
+state (`throttle`), late delivery (`lateness`; the device applies the chunks of the reorder
+buffers itself), the removed stream ids (`tombstones`) and the sampler (`sampling`).
+Creating and removing streams (`lifecycle`) and adopting restored ones (`restore`) are its
+base classes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""The fields of one device, declared once for every part of `edgemon.engine.device.Device`.
+"""The fields of one device, declared once for `edgemon.engine.device.Device` and its bases.
 
-`Device` is put together from base classes, one per concern (timers, throttle, lifecycle,
-late delivery, restore), which all read and write the same state. They derive from
-`DeviceState`, which holds every slot, so the device stays one slotted object (only one base
-may add slots) and each part is type-checked against the same fields. The tombstones and the
-sampler are parts the device holds instead, each owning its own fields.
+`Device` holds parts, each owning its own fields: the timer heap (`TimerHeap`), the throttle
+state (`ThrottleState`), late delivery (`LatenessState`), the tombstones and the sampler.
+What is left here is the device's own: identity, configuration, clock, streams, the live
+index, stats and the slots of those parts. `Device` and its two bases (`Lifecycle`, which
+creates and removes streams, and `Restore`, which adopts restored ones) derive from
+`DeviceState`, so the device stays one slotted object and each base is type-checked against
+the same fields; a base calls only its own methods and those of the bases below it.
 """
 
 from __future__ import annotations
