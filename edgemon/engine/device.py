@@ -96,10 +96,6 @@ class Device(Restore):
         return [s for s in self.streams.values() if s.phase is Phase.LIVE]
 
     # ------------------------------------------------------------------ timers
-    def next_timer(self) -> float:
-        """The device-clock instant of the earliest pending timer (INF if none)."""
-        return self.timers.next_due()
-
     def catch_up(self, at: float, out: list[Output]) -> None:
         """Fire every timer due strictly before `at` (messages at `at` come before its timers)."""
         heap = self.timers.heap

@@ -205,7 +205,7 @@ class Engine:
                 continue  # superseded by an earlier entry
             book.wall_due = INF
             device = book.device
-            instant = device.next_timer()
+            instant = device.timers.next_due()
             if instant != INF:
                 top = device.clock.to_wall(instant)
                 if top <= wall_ms if inclusive else top < wall_ms:
@@ -269,7 +269,7 @@ class Engine:
 
     def _schedule(self, book: _Booking) -> None:
         device = book.device
-        instant = device.next_timer()
+        instant = device.timers.next_due()
         if instant != INF:
             due = device.clock.to_wall(instant)
             if due < book.wall_due:
