@@ -646,8 +646,8 @@ def check_invariants(monitor: Monitor, before: dict[str, tuple[float, ...]]) -> 
         assert len(dev.tombstones) <= 4 * LIMITS.max_streams_per_device
         live = [s for s in streams if s.phase is Phase.LIVE]
         assert dev.live == len(live)
-        assert dev._risk_count == sum(s.risk for s in live)
-        assert dev._unsafe_count == sum(s.unsafe for s in live)
+        assert dev.throttle.risk_count == sum(s.risk for s in live)
+        assert dev.throttle.unsafe_count == sum(s.unsafe for s in live)
         assert not any(s.risk or s.unsafe for s in streams if s.phase is not Phase.LIVE)
         totals = device_totals(dev)
         previous = before.get(dev.id)

@@ -1,16 +1,18 @@
 """One device: its streams, its clock, its timers and its throttle (docs/semantics.md).
 
 Each stream keeps two right-limit flags, "at risk" (`headroom < margin`) and "unsafe"
-(`headroom < margin + hysteresis`), and the device keeps how many of its live streams have
-each. A flag only changes at an event or at an instant known in advance, so the device keeps
-one timer per stream in a heap and never scans its streams on the hot path. The throttle is
-decided from the two counts once per instant, after every change at that instant.
+(`headroom < margin + hysteresis`), and the throttle state counts how many of the live
+streams have each. A flag only changes at an event or at an instant known in advance, so
+the device keeps one timer per stream in a heap and never scans its streams on the hot
+path. The throttle is decided from the two counts once per instant, after every change at
+that instant.
 
-This module applies events and brings streams to an instant; the other concerns are base
-classes of `Device`, each in its module: the timer heap (`timers`), the throttle
-(`throttle`), streams coming and going (`lifecycle`), late delivery (`lateness`) and
-restoring from a snapshot (`restore`). The removed stream ids (`tombstones`) and the sampling
-period (`sampling`) are parts the device holds, each with its own state.
+This module applies events, brings streams to an instant, fires the timers and orchestrates
+the parts the device holds, each owning its state: the timer heap (`timers`), the throttle
+state (`throttle`), late delivery (`lateness`; the device applies the chunks of the reorder
+buffers itself), the removed stream ids (`tombstones`) and the sampler (`sampling`).
+Creating and removing streams (`lifecycle`) and adopting restored ones (`restore`) are its
+base classes.
 """
 
 from __future__ import annotations
@@ -20,28 +22,28 @@ from typing import TYPE_CHECKING
 from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
-from edgemon.engine.lateness import LateDelivery
-from edgemon.engine.lifecycle import Lifecycle
+from edgemon.engine.lateness import LatenessState
+from edgemon.engine.live_index import LiveIndex
+from edgemon.engine.outputs import GapDeclared
+from edgemon.engine.reorder import MAX_HELD, Held
 from edgemon.engine.restore import Restore
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
-from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase
-from edgemon.engine.throttle import Throttle
-from edgemon.engine.timers import SAMPLE, TimerHeap
+from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase, Stream
+from edgemon.engine.throttle import ThrottleState, throttle_change
+from edgemon.engine.timers import MIN_ON, SAMPLE, ConfirmDeadline, HoldEnd, TimerHeap
 from edgemon.engine.tombstones import Tombstones
-from edgemon.engine.views import LiveIndex
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
-    from edgemon.engine.outputs import Output
-    from edgemon.engine.stream import Stream
+    from edgemon.engine.outputs import Output, ThrottleChanged
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
+class Device(Restore):
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = ()
@@ -58,20 +60,18 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         )
         self.streams = {}
         self.tombstones = Tombstones()
-        self.timers = []
+        self.timers = TimerHeap()
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
-        self._compact_above = 64
-        self._next_timer_id = 0
         self.live = 0
-        self._risk_count = 0
-        self._unsafe_count = 0
-        self.dirty = False
-        self.throttle_on = False
-        self.throttle_since = 0.0
+        self.throttle = ThrottleState()
         self.gap_ewma = None
         self.engine_info = None
         self.base_margin = config.slack.default_margin_ms
         self.stats = DeviceStats()
+        self.lateness = LatenessState(
+            device_id, allowed_ms=config.slack.allowed_lateness_ms, clock=self.clock,
+            stats=self.stats, timers=self.timers,
+        )  # fmt: skip
         self.sampler = Sampler(sample_every_ms)
         self.last_message_wall_ms = 0.0
 
@@ -81,20 +81,107 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         """The margin of this device's streams that did not ask for their own."""
         return self._margin_for(None)
 
+    @property
+    def throttle_on(self) -> bool:
+        """Whether the device's throttle is on."""
+        return self.throttle.on
+
+    @property
+    def throttle_since(self) -> float:
+        """Since when the throttle is on (device-clock ms; the last onset once off)."""
+        return self.throttle.since
+
     def live_streams(self) -> list[Stream]:
         """Streams that have audio and await a next chunk."""
         return [s for s in self.streams.values() if s.phase is Phase.LIVE]
+
+    # ------------------------------------------------------------------ timers
+    def catch_up(self, at: float, out: list[Output]) -> None:
+        """Fire every timer due strictly before `at` (messages at `at` come before its timers)."""
+        heap = self.timers.heap
+        while heap and heap[0][0] < at:
+            self.fire(out)
+
+    def fire(self, out: list[Output]) -> float:
+        """Fire all timers at the earliest pending instant, decide the throttle, then sample."""
+        timers = self.timers
+        heap = timers.heap
+        instant = heap[0][0]
+        wall = instant + self.clock.offset_ms
+        self.clock.reach(instant, wall)
+        self.lateness.advance_horizon(instant, wall)
+        while heap and heap[0][0] == instant and heap[0][1] <= 0:
+            what = timers.pop()
+            if type(what) is Stream:
+                if what.due == instant:  # else superseded, or removed (due is NaN)
+                    self._wake(what, instant, out)
+            elif isinstance(what, str):
+                self.throttle.dirty = True  # the minimum on-time ran out
+            else:
+                assert not isinstance(what, Stream)
+                self._timer(what, instant, out)
+        if self.throttle.dirty:
+            self._decide_throttle(instant, out)
+        if heap and heap[0][0] == instant and heap[0][3] == SAMPLE:
+            timers.pop()
+            self._sample(instant, out)
+        return instant
+
+    def decide_now(self, out: list[Output]) -> None:
+        """Decide the throttle at the current instant, once its messages have all been applied."""
+        instant = self.clock.floor_ms
+        heap = self.timers.heap
+        if heap and heap[0][0] <= instant:
+            self.fire(out)  # timers at this very instant come first, then the decision
+        elif self.throttle.dirty:
+            self._decide_throttle(instant, out)
+
+    # ------------------------------------------------------------------ throttle
+    def _decide_throttle(self, now: float, out: list[Output]) -> None:
+        """The throttle decision at `now`, never at an instant before the one the device's
+        clock has reached: a timer found overdue there (fired by `catch_up` after a late chunk
+        moved the clock on) changes the throttle now, else a change dated earlier would lower
+        the time already counted."""
+        reached = self.clock.floor_ms
+        if now < reached:
+            now = reached
+        throttle = self.throttle
+        min_on = self.config.slack.min_on_ms
+        if throttle.decide(now, min_on):
+            if throttle.on:
+                self.stats.throttle_engagements += 1
+                if min_on > 0:
+                    self.timers.push(now + min_on, 0, MIN_ON)
+            else:
+                self.stats.throttle_ms += now - throttle.since
+            out.append(self._throttle_change(now))
+
+    def release(self, now: float, out: list[Output]) -> None:
+        """Turn the throttle off at `now` whatever the streams say (edgemon is stopping)."""
+        if self.throttle.release():
+            self.stats.throttle_ms += now - self.throttle.since
+            out.append(self._throttle_change(now))
+
+    def throttle_state(self, now: float) -> ThrottleChanged:
+        """The throttle as it stands at `now` (the device's clock), as a change object: what a
+        restarted daemon publishes once it has caught up (docs/reliability.md)."""
+        return self._throttle_change(now)
+
+    def _throttle_change(self, now: float) -> ThrottleChanged:
+        return throttle_change(
+            self.id, now, active=self.throttle.on, live=self.live_streams(), margin_ms=self.margin
+        )
 
     # ------------------------------------------------------------------ samples
     def _ensure_sampling(self, at: float) -> None:
         due = self.sampler.start(at)
         if due is not None:
-            self._push(due, 1, SAMPLE)
+            self.timers.push(due, 1, SAMPLE)
 
     def _sample(self, now: float, out: list[Output]) -> None:
         due = self.sampler.sample(self.id, self.live_streams(), now, out)
         if due is not None:
-            self._push(due, 1, SAMPLE)
+            self.timers.push(due, 1, SAMPLE)
 
     # ------------------------------------------------------------------ events
     def receive(self, events: Sequence[Event], recv_ms: float, out: list[Output]) -> list[str]:
@@ -106,7 +193,8 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         if not all(clock.admits(recv_ms, event.t_ms) for event in events):
             return self._receive_admitted(events, recv_ms, out)
         at = clock.floor_ms
-        latest = self.event_time
+        lateness = self.lateness
+        latest = lateness.event_time
         for event in events:
             clock.observe(recv_ms, event.t_ms)
             if event.t_ms > latest:
@@ -116,18 +204,19 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         now = clock.now(recv_ms)
         if now > at:
             at = now
-        if self.timers and self.timers[0][0] < at:
+        heap = self.timers.heap
+        if heap and heap[0][0] < at:
             self.catch_up(at, out)
         clock.reach(at, recv_ms)
         if len(events) == 1:
             results = [self.apply(events[0], at, out)]
         else:
             results = [self.apply(event, at, out) for event in events]
-        if latest > self.event_time:
-            self.event_time = latest
-            if self.provisional:
-                self.pass_event_time(at, out)
-        self.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
+        if latest > lateness.event_time:
+            lateness.event_time = latest
+            if lateness.provisional:
+                lateness.pass_event_time(at, out)
+        lateness.advance_horizon(at, recv_ms)  # after the events: they ended under the old one
         return results
 
     def _receive_admitted(
@@ -168,9 +257,9 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         if stream.underrun_provisional:
             assert stream.underrun_since is not None
             if event.t_ms <= stream.underrun_since:
-                self._retract(stream, at, out)  # ended before its buffer ran dry
+                self.lateness.retract(stream, at, out)  # ended before its buffer ran dry
             else:
-                self._confirm(stream, at, out)
+                self.lateness.confirm(stream, at, out)
         self._remove(stream, event.reason or "completed", at, out)
         return "accepted"
 
@@ -237,7 +326,9 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
                     eta = self.config.slack.default_chunk_gap_ms
         stream.expected = t + eta
         if stream.underrun_since is not None:
-            self._chunk_in_underrun(stream, t, at, out, floor if in_order else self.horizon)
+            self.lateness.chunk_in_underrun(
+                stream, t, at, out, floor if in_order else self.lateness.horizon
+            )
         if stream.phase is Phase.LIVE:
             if event.final:
                 stream.phase = Phase.DRAINING
@@ -306,21 +397,21 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
         elif phase is Phase.WAITING:
             due = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         else:
-            self._set_flags(stream, risk=False, unsafe=False)
+            self.throttle.note(stream, risk=False, unsafe=False)
             due = stream.empties_at
         if due < now:
             due = now  # an instant already passed is handled now, never in the past
         if due != stream.due:
             # The entry at the old instant goes stale and is skipped when it comes up.
             stream.due = due
-            self._push(due, 0, stream)
+            self.timers.push(due, 0, stream)
 
     def _live_due(self, stream: Stream, now: float, out: list[Output], *, timer: bool) -> float:
         """Update a live stream's flags and underrun at `now`; return its next instant."""
         empties = stream.start + stream.buffered
         risk, unsafe, due = stream.flags_at(now, self.config.slack.hysteresis_ms)
         if risk != stream.risk or unsafe != stream.unsafe:
-            self._set_flags(stream, risk=risk, unsafe=unsafe)
+            self.throttle.note(stream, risk=risk, unsafe=unsafe)
         if stream.underrun_since is None and empties > now:
             # Expiry comes an idle timeout after the buffer empties: never first here.
             return empties if empties < due else due
@@ -333,18 +424,109 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
                 # Empty from now on after a message: judged with this instant's timers, after
                 # every message of the instant (a later one may refill the buffer).
                 return now
-            self._begin_underrun(stream, u, now, out)
+            self.lateness.begin_underrun(stream, u, now, out)
         expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
         return expiry if expiry < due else due
 
-    # ------------------------------------------------------------------ margins
-    def _margin_for(self, from_start: float | None) -> float:
-        """docs/semantics.md order: device config, start event, engine object, hardware, default."""
-        override = self.override
-        if override is not None and override.margin_ms is not None:
-            return override.margin_ms
-        return self.base_margin if from_start is None else from_start
+    # ---------------------------------------------------------- reorder buffers (lateness)
+    def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
+        """Keep a chunk that arrived ahead of a missing `seq` (docs/semantics.md)."""
+        held = stream.held
+        if held is None:
+            held = stream.held = Held()
+        if not held.add(event, at, self.lateness.horizon):
+            return "duplicate"
+        if len(held) > MAX_HELD:
+            self._flush_held(stream, at, out)  # too far ahead: the holes are gaps now
+        else:
+            self.timers.push(self.lateness.hold_due(held), -1, HoldEnd(stream))
+        return "accepted"
 
+    def _release_held(self, stream: Stream, at: float, out: list[Output]) -> None:
+        """Apply the held chunks that now follow in `seq` order."""
+        held = stream.held
+        assert held is not None
+        while (pair := held.take(stream.last_seq + 1)) is not None:
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                held.drain()
+                break
+            self._chunk(pair[0], at, out, in_order=True, floor=pair[1])
+        self._held_left(stream, held, at, out)
+
+    def _expire_held(self, stream: Stream, now: float, out: list[Output]) -> None:
+        """Holes whose next chunk has waited `allowed_lateness_ms` are gaps: apply on."""
+        held = stream.held
+        assert held is not None
+        while len(held) and self.lateness.hold_due(held) <= now:
+            event, floor = held.take_first()
+            out.append(GapDeclared(self.id, stream.id, now, stream.last_seq + 1, event.seq - 1))
+            self._chunk(event, now, out, in_order=True, floor=floor)
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                held.drain()
+                break
+            while (follows := held.take(stream.last_seq + 1)) is not None:
+                self._chunk(follows[0], now, out, in_order=True, floor=follows[1])
+        self._held_left(stream, held, now, out)
+
+    def _held_left(self, stream: Stream, held: Held, now: float, out: list[Output]) -> None:
+        """After applying held chunks: none left, the stream's underrun may be confirmed now;
+        else the wait for the lowest one left is armed."""
+        if not len(held):
+            stream.held = None
+            self.lateness.recheck(stream, now, out)
+        else:
+            self.timers.push(self.lateness.hold_due(held), -1, HoldEnd(stream))
+
+    def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
+        """No more waiting (an `end`, or too many held): apply them all, declaring the gaps."""
+        held = stream.held
+        assert held is not None
+        for event, floor in held.drain():  # still held meanwhile: nothing confirmed half-way
+            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
+                break
+            if event.seq > stream.last_seq + 1:
+                out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
+            self._chunk(event, at, out, in_order=True, floor=floor)
+        stream.held = None
+        self.lateness.recheck(stream, at, out)
+
+    def _timer(self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]) -> None:
+        stream = what.stream
+        if self.streams.get(stream.id) is not stream:
+            return
+        if self.lateness.confirm_held:
+            return  # waits: `resume_confirmations` arms these afresh
+        if isinstance(what, HoldEnd):
+            held = stream.held
+            if held is not None:
+                due = self.lateness.hold_due(held)
+                if due <= now:
+                    self._expire_held(stream, now, out)
+                else:  # the wait moved (a clock offset or a reload changed it)
+                    self.timers.push(due, -1, HoldEnd(stream))
+        else:
+            self.lateness.deadline(what, now, out)
+
+    def hold_confirmations(self) -> None:
+        """edgemon's input is interrupted: late chunks cannot arrive, so lateness waits."""
+        self.lateness.hold_confirmations()
+
+    def resume_confirmations(self, now: float, wall_ms: float) -> None:
+        """Input flows again at `now` (wall time `wall_ms`): every wait for late chunks starts
+        afresh from then."""
+        self.lateness.resume_confirmations(now, wall_ms, self.streams.values())
+
+    # ------------------------------------------------------------------ restore
+    def restore_timers(self, at: float) -> None:
+        """Recompute flags, counts and timers of adopted streams from instant `at` on."""
+        for stream in list(self.streams.values()):
+            self._refresh(stream, at, [])
+        min_on_until = self.throttle.since + self.config.slack.min_on_ms
+        if self.throttle.on and min_on_until > at:
+            self.timers.push(min_on_until, 0, MIN_ON)
+        self.throttle.dirty = True
+
+    # ------------------------------------------------------------------ margins
     def set_engine_info(self, info: TtsEngineInfo, at: float) -> None:
         """Take a new engine object: margins of streams without their own may change."""
         self.engine_info = info
@@ -355,6 +537,7 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
     def reconfigure(self, config: EngineConfig, at: float) -> None:
         """Take a reloaded configuration without losing any stream."""
         self.config = config
+        self.lateness.allowed_ms = config.slack.allowed_lateness_ms
         self.override = config.devices.get(self.id)
         info = self.engine_info
         margin = None if info is None else info.margin
@@ -366,5 +549,5 @@ class Device(LateDelivery, TimerHeap, Throttle, Lifecycle, Restore):
             stream.margin = self._margin_for(stream.margin_from_start)
             self.live_index.note(stream)
             stream.due = min(stream.due, at)
-            self._push(at, 0, stream)
-        self.dirty = True
+            self.timers.push(at, 0, stream)
+        self.throttle.dirty = True

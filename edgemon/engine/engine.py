@@ -96,8 +96,8 @@ class Engine:
             if len(self._devices) >= self._config.limits.max_devices:
                 return None
             device = Device(device_id, self._config, sample_every_ms=self._sample_every_ms)
-            device.confirm_held = self._input_down
-            device.patient_wall = self._patient_wall
+            device.lateness.confirm_held = self._input_down
+            device.lateness.patient_wall = self._patient_wall
             book = self._devices[device_id] = _Booking(device)
         return book
 
@@ -117,7 +117,7 @@ class Engine:
         device = book.device
         device.last_message_wall_ms = recv_ms
         results = device.receive(events, recv_ms, out)
-        if device.dirty and not book.decision_pending:
+        if device.throttle.dirty and not book.decision_pending:
             book.decision_pending = True
             self._pending.append(book)
         self._schedule(book)
@@ -182,7 +182,7 @@ class Engine:
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, wall_ms: float) -> dict[str, Any]:
         """The state at wall time `wall_ms` as JSON values (see `edgemon.engine.snapshot`)."""
-        return snapshot.take(self, wall_ms)
+        return snapshot.take(self.devices(), wall_ms)
 
     @classmethod
     def restore(
@@ -219,7 +219,7 @@ class Engine:
                 continue  # superseded by an earlier entry
             book.wall_due = INF
             device = book.device
-            instant = device.next_timer()
+            instant = device.timers.next_due()
             # Fired only if the device's earliest timer is still due when its entry said: a
             # message at the entry's instant may have moved it later, and then another
             # device's earlier timer must fire first (outputs come in wall-time order).
@@ -235,7 +235,7 @@ class Engine:
                     self._forget(book, wall_ms, out)
 
     def _decide_later(self, book: _Booking) -> None:
-        if book.device.dirty and not book.decision_pending:
+        if book.device.throttle.dirty and not book.decision_pending:
             book.decision_pending = True
             self._pending.append(book)
 
@@ -284,7 +284,7 @@ class Engine:
 
     def _schedule(self, book: _Booking) -> None:
         device = book.device
-        instant = device.next_timer()
+        instant = device.timers.next_due()
         if instant != INF:
             due = device.clock.to_wall(instant)
             if due < book.wall_due:

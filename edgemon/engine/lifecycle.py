@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from edgemon.engine.outputs import StreamEnded, UnderrunEnded
+from edgemon.engine.outputs import StreamEnded
 from edgemon.engine.state import DeviceState
 from edgemon.engine.stats import fold_reason
 from edgemon.engine.stream import Phase, Stream
@@ -22,15 +22,17 @@ if TYPE_CHECKING:
 
 
 class Lifecycle(DeviceState):
-    """The part of a `Device` that creates and removes streams (a base class of `Device`)."""
+    """A `Device` creating and removing streams, with the margins they take (the root of
+    `Device`'s bases, on `DeviceState`)."""
 
     __slots__ = ()
 
-    if TYPE_CHECKING:
-
-        def _margin_for(self, from_start: float | None) -> float: ...
-        def _confirm(self, stream: Stream, now: float, out: list[Output]) -> None: ...
-        def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None: ...
+    def _margin_for(self, from_start: float | None) -> float:
+        """docs/semantics.md order: device config, start event, engine object, hardware, default."""
+        override = self.override
+        if override is not None and override.margin_ms is not None:
+            return override.margin_ms
+        return self.base_margin if from_start is None else from_start
 
     def _new_stream(
         self, stream_id: str, t_ms: float, *, start: StartEvent | None
@@ -54,26 +56,16 @@ class Lifecycle(DeviceState):
         self.stats.streams_started += 1
         return stream
 
-    def _end_underrun(self, stream: Stream, end: float, at: float, out: list[Output]) -> None:
-        since = stream.underrun_since
-        assert since is not None
-        duration = max(0.0, end - since)
-        stream.underrun_since = None
-        self.open_underruns.pop(stream.id, None)
-        stream.underrun_ms += duration
-        self.stats.underrun_ms += duration
-        out.append(UnderrunEnded(self.id, stream.id, at, duration))
-
     def _remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
         stream.held = None
         if stream.underrun_provisional:
-            self._confirm(stream, now, out)  # nothing can undo it once the stream is gone
+            self.lateness.confirm(stream, now, out)  # nothing can undo it once the stream is gone
         if stream.underrun_since is not None:
-            self._end_underrun(stream, now, now, out)
-        self._set_flags(stream, risk=False, unsafe=False)
+            self.lateness.end_underrun(stream, now, now, out)
+        self.throttle.note(stream, risk=False, unsafe=False)
         if stream.phase is Phase.LIVE:
             self.live -= 1
-        self.dirty = True
+        self.throttle.dirty = True
         stream.due = math.nan  # its timer entries are stale from now on
         del self.streams[stream.id]
         self.live_index.note(stream)

@@ -21,7 +21,7 @@ MAX_HELD: Final = 32
 
 class Held:
     """Chunks of one stream waiting for a missing `seq`, with when each arrived (device clock)
-    and the device's lateness horizon then (`LateDelivery.horizon`): an underrun the chunk
+    and the device's lateness horizon then (`LatenessState.horizon`): an underrun the chunk
     ends is not ended before that horizon."""
 
     __slots__ = ("arrived", "chunks", "floors")

@@ -1,40 +1,26 @@
 """A device taking its streams back from a snapshot (`edgemon.engine.snapshot`).
 
 A snapshot holds what events built up; what can be derived (risk flags, counts, timers) is
-recomputed here, from the instant the device's clock resumes at.
+recomputed by the device (`Device.restore_timers`), from the instant its clock resumes at.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
-from edgemon.engine.state import DeviceState
+from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.stream import Phase
-from edgemon.engine.timers import MIN_ON
+from edgemon.engine.timers import ConfirmDeadline, HoldEnd
 
 if TYPE_CHECKING:
-    from edgemon.engine.outputs import Output
-    from edgemon.engine.reorder import Held
     from edgemon.engine.stream import Stream
 
 
-class Restore(DeviceState):
-    """The part of a `Device` that adopts restored streams (a base class of `Device`)."""
+class Restore(Lifecycle):
+    """A `Device` adopting restored streams (its base class; creating and removing them,
+    `Lifecycle`, is this one's)."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _margin_for(self, from_start: float | None) -> float: ...
-        def _lateness_due(self, u: float) -> float: ...
-        def _hold_due(self, held: Held) -> float: ...
-        def _push(
-            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
-        ) -> None: ...
-        def _refresh(
-            self, stream: Stream, now: float, out: list[Output], *, timer: bool = False
-        ) -> None: ...
 
     def adopt(self, stream: Stream) -> None:
         """Take a restored stream; its margin follows the configuration in force now."""
@@ -43,19 +29,10 @@ class Restore(DeviceState):
         if stream.phase is Phase.LIVE:
             self.live += 1
         if stream.underrun_since is not None and not stream.underrun_provisional:
-            self.open_underruns[stream.id] = stream
+            self.lateness.open_underruns[stream.id] = stream
         if stream.underrun_provisional and stream.underrun_since is not None:
-            self.provisional[stream.id] = stream
+            self.lateness.provisional[stream.id] = stream
             u = stream.underrun_since
-            self._push(self._lateness_due(u), 0, ConfirmDeadline(stream, u))
+            self.timers.push(self.lateness.lateness_due(u), 0, ConfirmDeadline(stream, u))
         if stream.held is not None:
-            self._push(self._hold_due(stream.held), -1, HoldEnd(stream))
-
-    def restore_timers(self, at: float) -> None:
-        """Recompute flags, counts and timers of adopted streams from instant `at` on."""
-        for stream in list(self.streams.values()):
-            self._refresh(stream, at, [])
-        min_on_until = self.throttle_since + self.config.slack.min_on_ms
-        if self.throttle_on and min_on_until > at:
-            self._push(min_on_until, 0, MIN_ON)
-        self.dirty = True
+            self.timers.push(self.lateness.hold_due(stream.held), -1, HoldEnd(stream))

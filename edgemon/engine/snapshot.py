@@ -26,8 +26,9 @@ from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.tts import TtsEngineInfo
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from edgemon.engine.config import EngineConfig
-    from edgemon.engine.engine import Engine
     from edgemon.engine.histogram import Histogram
 
 FORMAT = 1
@@ -70,12 +71,12 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be restored (wrong format or version, missing fields)."""
 
 
-def take(engine: Engine, wall_ms: float) -> dict[str, Any]:
-    """The engine's state at wall time `wall_ms`, as JSON-ready values."""
+def take(devices: Iterable[Device], wall_ms: float) -> dict[str, Any]:
+    """The engine's state (its `devices`) at wall time `wall_ms`, as JSON-ready values."""
     return {
         "format": FORMAT,
         "wall_ms": wall_ms,
-        "devices": [_device(device, wall_ms) for device in engine.devices()],
+        "devices": [_device(device, wall_ms) for device in devices],
     }
 
 
@@ -103,8 +104,8 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
         "throttle_on": device.throttle_on,
         "throttle_since": device.throttle_since,
         "last_message_wall_ms": device.last_message_wall_ms,
-        "event_time": _finite(device.event_time),
-        "horizon": _finite(device.horizon),
+        "event_time": _finite(device.lateness.event_time),
+        "horizon": _finite(device.lateness.horizon),
         "engine_info": None if info is None else _engine_info(info),
         "stats": {
             **{name: getattr(stats, name) for name in _STAT_FIELDS},
@@ -162,13 +163,13 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
     clock.offset_ms = wall_ms - resumed  # the device's clock resumes where it had reached
     clock.reach(resumed, wall_ms)
     device.gap_ewma = item["gap_ewma"]
-    device.throttle_on = bool(item["throttle_on"])
-    device.throttle_since = float(item["throttle_since"])
+    device.throttle.on = bool(item["throttle_on"])
+    device.throttle.since = float(item["throttle_since"])
     device.last_message_wall_ms = float(item["last_message_wall_ms"])
     event_time = item.get("event_time")
-    device.event_time = -INF if event_time is None else float(event_time)
+    device.lateness.event_time = -INF if event_time is None else float(event_time)
     horizon = item.get("horizon")
-    device.horizon = -INF if horizon is None else float(horizon)
+    device.lateness.horizon = -INF if horizon is None else float(horizon)
     info = item["engine_info"]
     if info is not None:
         kv = info["kv"]

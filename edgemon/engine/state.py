@@ -1,10 +1,12 @@
-"""The fields of one device, declared once for every part of `edgemon.engine.device.Device`.
+"""The fields of one device, declared once for `edgemon.engine.device.Device` and its bases.
 
-`Device` is put together from base classes, one per concern (timers, throttle, lifecycle,
-late delivery, restore), which all read and write the same state. They derive from
-`DeviceState`, which holds every slot, so the device stays one slotted object (only one base
-may add slots) and each part is type-checked against the same fields. The tombstones and the
-sampler are parts the device holds instead, each owning its own fields.
+`Device` holds parts, each owning its own fields: the timer heap (`TimerHeap`), the throttle
+state (`ThrottleState`), late delivery (`LatenessState`), the tombstones and the sampler.
+What is left here is the device's own: identity, configuration, clock, streams, the live
+index, stats and the slots of those parts. `Device` and its two bases (`Lifecycle`, which
+creates and removes streams, and `Restore`, which adopts restored ones) derive from
+`DeviceState`, so the device stays one slotted object and each base is type-checked against
+the same fields; a base calls only its own methods and those of the bases below it.
 """
 
 from __future__ import annotations
@@ -14,45 +16,36 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from edgemon.engine.clock import DeviceClock
     from edgemon.engine.config import DeviceOverride, EngineConfig
+    from edgemon.engine.lateness import LatenessState
+    from edgemon.engine.live_index import LiveIndex
     from edgemon.engine.sampling import Sampler
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
-    from edgemon.engine.timers import Timer
+    from edgemon.engine.throttle import ThrottleState
+    from edgemon.engine.timers import TimerHeap
     from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
-    from edgemon.engine.views import LiveIndex
 
 
 class DeviceState:
     """Slots and types of a device's fields (`Device.__init__` sets them)."""
 
     __slots__ = (
-        "_compact_above",
-        "_next_timer_id",
-        "_risk_count",
-        "_unsafe_count",
         "base_margin",
         "clock",
         "config",
-        "confirm_held",
-        "dirty",
         "engine_info",
-        "event_time",
         "gap_ewma",
-        "horizon",
         "id",
         "last_message_wall_ms",
+        "lateness",
         "live",
         "live_index",
-        "open_underruns",
         "override",
-        "patient_wall",
-        "provisional",
         "sampler",
         "stats",
         "streams",
-        "throttle_on",
-        "throttle_since",
+        "throttle",
         "timers",
         "tombstones",
     )
@@ -64,19 +57,13 @@ class DeviceState:
     streams: dict[str, Stream]
     #: Recently removed stream ids and when: late redeliveries must not resurrect them.
     tombstones: Tombstones
-    timers: list[Timer]
+    timers: TimerHeap
     #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
     live_index: LiveIndex
-    _compact_above: int
-    _next_timer_id: int
-    #: Streams in phase LIVE, and how many of them are at risk / unsafe.
+    #: Streams in phase LIVE.
     live: int
-    _risk_count: int
-    _unsafe_count: int
-    #: Something changed that the throttle decision of the current instant must see.
-    dirty: bool
-    throttle_on: bool
-    throttle_since: float
+    #: The throttle, and the counts of at-risk and unsafe streams it is decided from.
+    throttle: ThrottleState
     gap_ewma: float | None
     engine_info: TtsEngineInfo | None
     base_margin: float
@@ -84,10 +71,5 @@ class DeviceState:
     sampler: Sampler
     #: When the last message of the device was received (wall ms).
     last_message_wall_ms: float
-    # Late delivery (`edgemon.engine.lateness`, which documents them).
-    event_time: float
-    provisional: dict[str, Stream]
-    open_underruns: dict[str, Stream]
-    horizon: float
-    confirm_held: bool
-    patient_wall: float
+    #: Late delivery (`edgemon.engine.lateness`).
+    lateness: LatenessState

@@ -1,9 +1,9 @@
 """A device's throttle (docs/semantics.md), decided from two counts the streams keep up to date.
 
 Each live stream has two right-limit flags, "at risk" (`headroom < margin`) and "unsafe"
-(`headroom < margin + hysteresis`); the device counts how many of its streams have each, so
-the decision never scans the streams. ON on any risk; OFF when none is unsafe once the
-minimum on-time has passed.
+(`headroom < margin + hysteresis`); the throttle state counts how many of the device's streams
+have each (`ThrottleState.note`), so the decision (`ThrottleState.decide`) never scans the
+streams. ON on any risk; OFF when none is unsafe once the minimum on-time has passed.
 """
 
 from __future__ import annotations
@@ -11,86 +11,79 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from edgemon.engine.outputs import ThrottleChanged
-from edgemon.engine.state import DeviceState
-from edgemon.engine.timers import MIN_ON
 
 if TYPE_CHECKING:
-    from edgemon.engine.lateness import ConfirmDeadline, HoldEnd
-    from edgemon.engine.outputs import Output
+    from collections.abc import Iterable
+
     from edgemon.engine.stream import Stream
 
 #: Most at-risk stream ids a throttle object lists (docs/protocol.md).
 MAX_LISTED_STREAMS: Final = 16
 
 
-class Throttle(DeviceState):
-    """The part of a `Device` that decides its throttle (a base class of `Device`)."""
+class ThrottleState:
+    """A device's throttle: a part a `Device` holds, owning the two counts, whether something
+    changed that the decision of the current instant must see, and the throttle itself."""
 
-    __slots__ = ()
+    __slots__ = ("dirty", "on", "risk_count", "since", "unsafe_count")
 
-    if TYPE_CHECKING:
+    def __init__(self) -> None:
+        #: How many of the device's streams are at risk / unsafe.
+        self.risk_count = 0
+        self.unsafe_count = 0
+        #: Something changed that the throttle decision of the current instant must see.
+        self.dirty = False
+        #: Whether the throttle is on, and since when (device-clock ms) if so.
+        self.on = False
+        self.since = 0.0
 
-        @property
-        def margin(self) -> float: ...
-        def live_streams(self) -> list[Stream]: ...
-        def _push(
-            self, due: float, priority: int, what: Stream | str | ConfirmDeadline | HoldEnd
-        ) -> None: ...
-
-    def _set_flags(self, stream: Stream, *, risk: bool, unsafe: bool) -> None:
+    def note(self, stream: Stream, *, risk: bool, unsafe: bool) -> None:
+        """Set a stream's two flags, keeping the counts."""
         if risk != stream.risk:
-            self._risk_count += 1 if risk else -1
+            self.risk_count += 1 if risk else -1
             stream.risk = risk
             self.dirty = True
         if unsafe != stream.unsafe:
-            self._unsafe_count += 1 if unsafe else -1
+            self.unsafe_count += 1 if unsafe else -1
             stream.unsafe = unsafe
             self.dirty = True
 
-    def _decide_throttle(self, now: float, out: list[Output]) -> None:
-        """semantics.md from the two counts: ON on any risk, OFF when none unsafe after min-on.
-
-        Never at an instant before the one the device's clock has reached: a timer found
-        overdue there (fired by `settle` after a late chunk moved the clock on) changes the
-        throttle now, else a change dated earlier would lower the time already counted."""
+    def decide(self, now: float, min_on_ms: float) -> bool:
+        """semantics.md from the two counts: ON on any risk, OFF when none unsafe after the
+        minimum on-time. Whether the throttle changed (`since` still holds the onset after
+        an OFF)."""
         self.dirty = False
-        reached = self.clock.floor_ms
-        if now < reached:
-            now = reached
-        if not self.throttle_on:
-            if self._risk_count:
-                self.throttle_on = True
-                self.throttle_since = now
-                self.stats.throttle_engagements += 1
-                min_on = self.config.slack.min_on_ms
-                if min_on > 0:
-                    self._push(now + min_on, 0, MIN_ON)
-                out.append(self._throttle_change(now))
-        elif not self._unsafe_count and now >= self.throttle_since + self.config.slack.min_on_ms:
-            self.throttle_on = False
-            self.stats.throttle_ms += now - self.throttle_since
-            out.append(self._throttle_change(now))
+        if not self.on:
+            if self.risk_count:
+                self.on = True
+                self.since = now
+                return True
+        elif not self.unsafe_count and now >= self.since + min_on_ms:
+            self.on = False
+            return True
+        return False
 
-    def release(self, now: float, out: list[Output]) -> None:
-        """Turn the throttle off at `now` whatever the streams say (edgemon is stopping)."""
-        if self.throttle_on:
-            self.throttle_on = False
-            self.stats.throttle_ms += now - self.throttle_since
-            out.append(self._throttle_change(now))
+    def release(self) -> bool:
+        """Turn the throttle off whatever the streams say (edgemon is stopping); whether it
+        was on."""
+        if self.on:
+            self.on = False
+            return True
+        return False
 
-    def throttle_state(self, now: float) -> ThrottleChanged:
-        """The throttle as it stands at `now` (the device's clock), as a change object: what a
-        restarted daemon publishes once it has caught up (docs/reliability.md)."""
-        return self._throttle_change(now)
 
-    def _throttle_change(self, now: float) -> ThrottleChanged:
-        ranked = sorted((s.headroom_at(now), s.id) for s in self.live_streams())
-        at_risk = [sid for _, sid in ranked if self.streams[sid].risk] if self.throttle_on else []
-        return ThrottleChanged(
-            device=self.id,
-            t_ms=now,
-            active=self.throttle_on,
-            streams=tuple(at_risk[:MAX_LISTED_STREAMS]),
-            min_headroom_ms=ranked[0][0] if ranked else None,
-            margin_ms=self.margin,
-        )
+def throttle_change(
+    device_id: str, now: float, *, active: bool, live: Iterable[Stream], margin_ms: float
+) -> ThrottleChanged:
+    """The throttle object at `now`: the `live` streams' lowest headroom and, while active,
+    the at-risk ones, lowest headroom first."""
+    ranked = sorted((s.headroom_at(now), s.id, s.risk) for s in live)  # ids are unique
+    at_risk = [sid for _, sid, risk in ranked if risk] if active else []
+    return ThrottleChanged(
+        device=device_id,
+        t_ms=now,
+        active=active,
+        streams=tuple(at_risk[:MAX_LISTED_STREAMS]),
+        min_headroom_ms=ranked[0][0] if ranked else None,
+        margin_ms=margin_ms,
+    )
