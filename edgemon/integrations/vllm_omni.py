@@ -49,7 +49,7 @@ from edgemon.integrations._admission import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, MutableMapping
+    from collections.abc import Callable, Iterable, MutableMapping
 
 __all__ = [
     "PIPELINE_SUFFIX",
@@ -59,6 +59,8 @@ __all__ = [
     "EdgemonOmniARScheduler",
     "edgemon_pipeline",
     "register_pipelines",
+    "register_talker_pipelines",
+    "talker_pipeline",
 ]
 
 # The one hook edgemon overrides: a vLLM-Omni without it fails here, not silently ungated.
@@ -135,13 +137,17 @@ def edgemon_pipeline(pipeline: PipelineConfig, *, async_scheduling: bool = True)
     deploy config turns ``async_scheduling`` off for the stage).
     """
     scheduler = EdgemonOmniARAsyncScheduler if async_scheduling else EdgemonOmniARScheduler
+    return talker_pipeline(pipeline, scheduler, PIPELINE_SUFFIX)
+
+
+def talker_pipeline(pipeline: PipelineConfig, scheduler: type[Any], suffix: str) -> PipelineConfig:
+    """A copy of `pipeline` named `<model_type><suffix>` whose stage 0 (the talker) runs
+    `scheduler`; other stages as is (holding stage 1, code2wav, would starve audio)."""
     stages = tuple(
         dataclasses.replace(stage, scheduler_cls=_path(scheduler)) if stage.stage_id == 0 else stage
         for stage in pipeline.stages
     )
-    return dataclasses.replace(
-        pipeline, model_type=pipeline.model_type + PIPELINE_SUFFIX, stages=stages
-    )
+    return dataclasses.replace(pipeline, model_type=pipeline.model_type + suffix, stages=stages)
 
 
 def register_pipelines(
@@ -155,12 +161,25 @@ def register_pipelines(
     defaults to vLLM-Omni's ``OMNI_PIPELINES`` (imported here, not
     at module load: importing it imports every model vLLM-Omni ships).
     """
+    register_talker_pipelines(model_types, PIPELINE_SUFFIX, edgemon_pipeline, registry=registry)
+
+
+def register_talker_pipelines(
+    model_types: Iterable[str],
+    suffix: str,
+    build: Callable[[PipelineConfig], PipelineConfig],
+    *,
+    registry: MutableMapping[str, Any] | None = None,
+) -> None:
+    """Add `build(pipeline)` as ``<model_type><suffix>`` for each of `model_types` whose
+    pipeline is registered (idempotent; never replaces a pipeline). ``registry`` defaults to
+    vLLM-Omni's ``OMNI_PIPELINES``, imported here: it imports every model vLLM-Omni ships."""
     if registry is None:
         from vllm_omni.config.pipeline_registry import OMNI_PIPELINES  # noqa: PLC0415
 
         registry = OMNI_PIPELINES
     for model_type in model_types:
         base = registry.get(model_type)
-        name = model_type + PIPELINE_SUFFIX
+        name = model_type + suffix
         if isinstance(base, PipelineConfig) and name not in registry:
-            registry[name] = edgemon_pipeline(base)
+            registry[name] = build(base)

@@ -13,17 +13,22 @@ configure it.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from vllm_omni.config.stage_config import PipelineConfig
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler
 
-from edgemon.integrations.vllm_omni import TALKER_PIPELINES, EdgemonOmniARScheduler
+from edgemon.integrations.vllm_omni import (
+    TALKER_PIPELINES,
+    EdgemonOmniARScheduler,
+    register_talker_pipelines,
+    talker_pipeline,
+)
 from edgemon.integrations.vllm_realtime import RealtimeAdmissionMixin
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, MutableMapping
+
+    from vllm_omni.config.stage_config import PipelineConfig
 
     from edgemon.integrations.realtime import RealtimeAdmission
 
@@ -62,14 +67,7 @@ def realtime_pipeline(pipeline: PipelineConfig, *, async_scheduling: bool = True
     scheduler = (
         EdgemonOmniRealtimeAsyncScheduler if async_scheduling else EdgemonOmniRealtimeScheduler
     )
-    path = f"{scheduler.__module__}.{scheduler.__qualname__}"
-    stages = tuple(
-        dataclasses.replace(stage, scheduler_cls=path) if stage.stage_id == 0 else stage
-        for stage in pipeline.stages
-    )
-    return dataclasses.replace(
-        pipeline, model_type=pipeline.model_type + REALTIME_SUFFIX, stages=stages
-    )
+    return talker_pipeline(pipeline, scheduler, REALTIME_SUFFIX)
 
 
 def register_realtime_pipelines(
@@ -79,12 +77,4 @@ def register_realtime_pipelines(
 ) -> None:
     """Add ``<model_type>_edgemon_realtime`` for each of `model_types` (idempotent; never
     replaces a pipeline); ``registry`` defaults to vLLM-Omni's ``OMNI_PIPELINES``."""
-    if registry is None:
-        from vllm_omni.config.pipeline_registry import OMNI_PIPELINES  # noqa: PLC0415
-
-        registry = OMNI_PIPELINES
-    for model_type in model_types:
-        base = registry.get(model_type)
-        name = model_type + REALTIME_SUFFIX
-        if isinstance(base, PipelineConfig) and name not in registry:
-            registry[name] = realtime_pipeline(base)
+    register_talker_pipelines(model_types, REALTIME_SUFFIX, realtime_pipeline, registry=registry)
