@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test test-fast test-fleet test-vllm lint typecheck unit demo bench bench-fleet bench-loop clean
+.PHONY: test test-fast test-fleet test-vllm coverage lint typecheck unit demo bench bench-fleet bench-loop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,7 +64,7 @@ bench-fleet: $(STAMP)
 # edgemon's own runtime dependencies (the end-to-end test runs `edgemon run` from these venvs).
 VLLM_TEST_DEPS = 'paho-mqtt>=2.2,<2.3' pytest pytest-asyncio 'aiohttp>=3.9,<4' \
 	'prometheus-client>=0.20' 'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' \
-	'structlog>=24.1' 'msgspec>=0.18,<1' hypothesis
+	'structlog>=24.1' 'msgspec>=0.18,<1' hypothesis coverage pytest-cov
 VLLM_UNMATCHED = torchvision torchaudio torchcodec
 VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 
@@ -89,9 +89,21 @@ VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 	.venv-$*/bin/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+# The tier's coverage is appended to the data of `make test` (.coverage, same source tree), so
+# that `make coverage` afterwards reports the two combined: the vLLM modules are measured
+# only here.
+VLLM_COV = --cov --cov-append --cov-report= --cov-fail-under=0
+
 test-vllm: .venv-vllm/.installed .venv-omni/.installed
-	$(VLLM_TEST_ENV) .venv-vllm/bin/pytest -p no:cacheprovider tests/vllm --ignore=tests/vllm/test_vllm_omni.py
-	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider tests/vllm
+	$(VLLM_TEST_ENV) .venv-vllm/bin/pytest -p no:cacheprovider $(VLLM_COV) tests/vllm \
+	  --ignore=tests/vllm/test_vllm_omni.py
+	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_COV) tests/vllm
+
+# `make test` then `make test-vllm`, combined: every module of edgemon, the vLLM integrations
+# included (the unit run's own report leaves those out: it cannot import vLLM).
+COMBINED_FAIL_UNDER = 94
+coverage: $(STAMP)
+	$(BIN)/coverage report --omit=no-file-is-left-out --fail-under=$(COMBINED_FAIL_UNDER)
 
 # Does edgemon help? (README "Does it help?") 1. The virtual sweep in the project's venv (no
 # vLLM): every baseline and policy, 4 scenarios, loads 0.8 and 0.9, 10 seeds (jetson: 180 s
