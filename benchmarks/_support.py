@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -17,10 +18,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
+    from multiprocessing.connection import Connection
+    from multiprocessing.synchronize import Event as MpEvent
 
 ROOT = Path(__file__).resolve().parents[1]
 # The tests' helper modules (starting Mosquitto, parsing /metrics) serve the benchmarks too.
@@ -214,3 +217,44 @@ def percentile(values: list[float], p: float) -> float:
     if not ordered:
         return math.nan
     return ordered[max(0, math.ceil(p / 100.0 * len(ordered)) - 1)]
+
+
+class JobProcess:
+    """A load process of its own, and the main process's handle on it: `main(port, conn, stop)`
+    sends "ready" once connected, then answers each job received over `conn` until it gets
+    None; `stop` (an event) asks the running job to end."""
+
+    def __init__(
+        self, main: Callable[[int, Connection, MpEvent], None], port: int, *, name: str
+    ) -> None:
+        context = mp.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self.stop = context.Event()
+        self._process = context.Process(
+            target=main, args=(port, child, self.stop), name=name, daemon=True
+        )
+        self._process.start()
+
+    def ready(self, timeout: float = 30) -> None:
+        """Wait until it said it is connected."""
+        if not self._conn.poll(timeout) or self._conn.recv() != "ready":
+            raise RuntimeError(f"{self._process.name}: the load process did not start")
+
+    def send(self, job: Any) -> None:
+        """Begin a job (the stop event cleared first)."""
+        self.stop.clear()
+        self._conn.send(job)
+
+    def result(self, timeout: float) -> Any:
+        """Wait for the running job's answer."""
+        if not self._conn.poll(timeout):
+            raise RuntimeError(f"{self._process.name}: no answer")
+        return self._conn.recv()
+
+    def close(self) -> None:
+        """End the process."""
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.terminate()

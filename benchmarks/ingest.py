@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import multiprocessing as mp
@@ -51,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import aiomqtt
 from _support import (
     Edgemon,
+    JobProcess,
     Window,
     cpu_seconds,
     dumps,
@@ -338,48 +338,27 @@ def loadgen_main(port: int, conn: Connection, stop_flag: MpEvent) -> None:
         conn.send(publisher.run(job))
 
 
-class LoadGen:
+class LoadGen(JobProcess):
     """The main process's handle on the load generator process."""
 
     def __init__(self, port: int) -> None:
-        context = mp.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self.stop_flag = context.Event()
-        self._process = context.Process(
-            target=loadgen_main, args=(port, child, self.stop_flag), name="loadgen", daemon=True
-        )
-        self._process.start()
-
-    def ready(self) -> None:
-        """Wait until it is connected."""
-        _expect(self._conn, "ready", 30)
+        super().__init__(loadgen_main, port, name="loadgen")
 
     def start(self, **job: Any) -> None:
         """Begin a job: kind burst/load (prefix, devices, streams, rate, messages, seconds,
         batch, seed, churn) or end (the streams of the last job)."""
-        self.stop_flag.clear()
         defaults = {"kind": "burst", "batch": 1, "churn": False, "messages": 10**9, "seconds": 1e9}
-        self._conn.send(defaults | job)
+        self.send(defaults | job)
 
     def result(self, timeout: float = 120) -> Json:
         """Wait for the job to finish: what it sent."""
-        if not self._conn.poll(timeout):
-            raise RuntimeError("load generator: no answer")
-        result: Json = self._conn.recv()
+        result: Json = super().result(timeout)
         return result
 
     def run(self, **job: Any) -> Json:
         """Do a job and wait for it."""
         self.start(**job)
         return self.result()
-
-    def close(self) -> None:
-        """End the process."""
-        with contextlib.suppress(OSError):
-            self._conn.send(None)
-        self._process.join(10)
-        if self._process.is_alive():
-            self._process.terminate()
 
 
 def _expect(conn: Connection, what: str, timeout: float) -> None:
@@ -687,7 +666,7 @@ def part_latency(
     probe.close()
     line = "  no other traffic"
     if background:
-        loadgen.stop_flag.set()
+        loadgen.stop.set()
         sent_bg = loadgen.result()
         _end_streams(loadgen, None, 0.0)
         line = (
@@ -750,7 +729,7 @@ def measure_shares(scale: Scale, loadgen: LoadGen, edgemon: Edgemon, bare: Bare)
     cpu1, bare1, wall1 = edgemon.cpu(), cpu_seconds(bare.pid), time.perf_counter()
     rss = rss_bytes(edgemon.pid)
     total1 = sum(edgemon.results().values())
-    loadgen.stop_flag.set()
+    loadgen.stop.set()
     sent = loadgen.result()
     wall = wall1 - wall0
     return Shares(

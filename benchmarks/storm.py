@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import itertools
 import json
-import multiprocessing as mp
 import os
 import tempfile
 import time
@@ -36,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _support import Edgemon, cpu_seconds, http_get, mosquitto, samples
+from _support import Edgemon, JobProcess, cpu_seconds, http_get, mosquitto, samples
 from ingest import EDGE, MOSQUITTO_OPTIONS, PREFIX, Bare
 
 from edgemon.client import Reporter
@@ -108,40 +107,22 @@ def _play(port: int, stop: MpEvent, prebuffer_ms: float, name: str) -> dict[str,
     }
 
 
-class Players:
+class Players(JobProcess):
     """The main process's handle on the load process."""
 
     def __init__(self, port: int) -> None:
-        context = mp.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self.stop = context.Event()
-        self._process = context.Process(
-            target=players_main, args=(port, child, self.stop), name="players", daemon=True
-        )
-        self._process.start()
-        if not self._conn.poll(30) or self._conn.recv() != "ready":
-            raise RuntimeError("the load process did not start")
+        super().__init__(players_main, port, name="players")
+        self.ready()
 
     def begin(self, *, prebuffer_ms: float, name: str) -> None:
         """Start the streams."""
-        self.stop.clear()
-        self._conn.send({"prebuffer_ms": prebuffer_ms, "name": name})
+        self.send({"prebuffer_ms": prebuffer_ms, "name": name})
 
     def end(self) -> dict[str, Any]:
         """Stop and end the streams: what the Reporter sent."""
         self.stop.set()
-        if not self._conn.poll(60):
-            raise RuntimeError("the load process did not answer")
-        result: dict[str, Any] = self._conn.recv()
+        result: dict[str, Any] = self.result(60)
         return result
-
-    def close(self) -> None:
-        """End the process."""
-        with contextlib.suppress(OSError):
-            self._conn.send(None)
-        self._process.join(10)
-        if self._process.is_alive():
-            self._process.terminate()
 
 
 # ---------------------------------------------------------------------------- measuring
