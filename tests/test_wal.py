@@ -13,10 +13,10 @@ import pytest
 
 from edgemon.daemon.persistence import WAL_GENERATION
 from edgemon.daemon.state import SNAPSHOT_NAME, StateStore, resolve_state_dir
-from edgemon.daemon.wal import generations, wal_path
+from edgemon.daemon.wal import generations
 from edgemon.settings import DEFAULT_STATE_DIR
 
-from wal_nodes import T0, Node
+from wal_nodes import T0, Node, closed_log
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -90,13 +90,7 @@ async def test_a_torn_last_line_is_skipped_and_counted_not_fatal(
 ) -> None:
     """A crash in the middle of a write leaves half a line at the end of the log: the next
     start replays every whole record, skips the torn one, and logs how many it skipped."""
-    first = Node(tmp_path)
-    first.persistence.restore(T0)
-    for seq in range(3):
-        first.receive(seq, T0 + seq * 100)
-    await first.durable()
-    await first.persistence.close()
-    (path,) = [wal_path(tmp_path, g) for g in generations(tmp_path)]
+    path = await closed_log(tmp_path)
     with path.open("ab") as file:
         file.write(b'{"recv_ms":1700000000300.0,"topic":"edgemon/v1/d1/ev')
     second = Node(tmp_path)

@@ -20,7 +20,7 @@ from edgemon.daemon.state import SNAPSHOT_NAME, StateStore
 from edgemon.daemon.wal import generations, wal_path
 
 from daemons import logged
-from wal_nodes import T0, Node
+from wal_nodes import T0, Node, closed_log
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -124,13 +124,7 @@ async def test_a_torn_line_that_is_not_utf8_is_skipped_and_counted(
     """A crash can leave any bytes at the end of a log, not only the start of a record: a line
     that is not UTF-8 is skipped and counted like any torn line; the whole records before it
     are replayed."""
-    first = Node(tmp_path)
-    first.persistence.restore(T0)
-    for seq in range(3):
-        first.receive(seq, T0 + seq * 100)
-    await first.durable()
-    await first.persistence.close()
-    (path,) = [wal_path(tmp_path, g) for g in generations(tmp_path)]
+    path = await closed_log(tmp_path)
     with path.open("ab") as file:
         file.write(b'{"recv_ms":1700000000300.0,"topic":"edgemon/v1/d1/\xff\xfe\xc3')
     second = Node(tmp_path)

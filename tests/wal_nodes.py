@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from edgemon.daemon.persistence import Persistence
+from edgemon.daemon.wal import generations, wal_path
 from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
 
@@ -65,3 +66,16 @@ class Node:
         """Chunks applied to device d1 (0 if unknown)."""
         device = self.monitor.engine.device("d1")
         return 0 if device is None else device.stats.chunks
+
+
+async def closed_log(directory: Path, records: int = 3) -> Path:
+    """A node in `directory` that made `records` chunks (seq 0, 1, …) durable and closed: the
+    path of its one log file, for a test to tear or corrupt."""
+    node = Node(directory)
+    node.persistence.restore(T0)
+    for seq in range(records):
+        node.receive(seq, T0 + seq * 100)
+    await node.durable()
+    await node.persistence.close()
+    (path,) = [wal_path(directory, g) for g in generations(directory)]
+    return path
