@@ -11,7 +11,7 @@ import aiomqtt
 import pytest
 
 from edgemon.simulate import Simulation
-from edgemon.simulate.publisher import publish_simulation, wall_ms
+from edgemon.simulate.publisher import PublishError, publish_simulation, wall_ms
 from edgemon.wire.decode import Problem, decode_engine, decode_events
 
 from load import LoopLag, skip_unless_kept_up
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from edgemon.simulate import Message
+
+    from ports import MosquittoServer
 
 pytestmark = pytest.mark.integration
 
@@ -173,7 +175,28 @@ async def test_stop_event_ends_the_run_early(mosquitto_broker: tuple[str, int]) 
 
 
 @pytest.mark.asyncio
-async def test_unreachable_broker_raises_mqtt_error() -> None:
-    """No broker listening: the publisher raises aiomqtt.MqttError (the CLI reports it)."""
-    with pytest.raises(aiomqtt.MqttError):
+async def test_unreachable_broker_raises_publish_error() -> None:
+    """No broker listening: the publisher raises PublishError (the CLI reports it)."""
+    with pytest.raises(PublishError):
         await publish_simulation(_sim(wall_ms()), hostname="127.0.0.1", port=1, duration_s=1.0)
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_broker_that_goes_away_ends_the_run_with_publish_error(
+    mosquitto_server: MosquittoServer,
+) -> None:
+    """The broker stops mid-run: the publisher raises PublishError instead of waiting forever
+    for acknowledgements that cannot come (the commands print it as one line)."""
+    server = mosquitto_server
+    run = asyncio.ensure_future(
+        publish_simulation(_sim(wall_ms()), hostname=server.host, port=server.port, duration_s=None)
+    )
+    async with aiomqtt.Client(server.host, server.port, identifier="watch") as watch:
+        await watch.subscribe(f"{PREFIX}/+/events", qos=1)
+        async with asyncio.timeout(30):
+            await anext(aiter(watch.messages))  # the run is publishing
+    server.stop()
+    with pytest.raises(PublishError, match="went away"):
+        async with asyncio.timeout(60):
+            await run

@@ -35,7 +35,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiomqtt
 from rich.console import Console
 from rich.live import Live
 
@@ -45,6 +44,7 @@ from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from edgemon.cli.signals import on_stop_signals
 from edgemon.monitor import APPLIED
 from edgemon.settings import HttpSettings, LogSettings, MqttSettings, Settings, parse_listen
+from edgemon.simulate.mqtt_link import PublishError
 from edgemon.simulate.profiles import PROFILES
 from edgemon.view import DeviceTotals, render_view, status_line
 
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
             outcome = asyncio.run(_demo(plan, console))
         except EmbeddedBrokerError as exc:
             raise UsageError(str(exc)) from None
-        except aiomqtt.MqttError as exc:
+        except PublishError as exc:
             print(f"edgemon demo: the simulator lost the embedded broker: {exc}", file=sys.stderr)
             return EXIT_FAILURE
     _print_summary(plan, outcome, log_path)

@@ -15,13 +15,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import aiomqtt
-
 from edgemon.broker import EmbeddedBrokerError, embedded_broker
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from edgemon.cli.signals import on_stop_signals
 from edgemon.simulate.model import Simulation
-from edgemon.simulate.publisher import publish_simulation, wall_ms
+from edgemon.simulate.publisher import PublishError, publish_simulation, wall_ms
 from edgemon.wire.topics import valid_device_id
 
 if TYPE_CHECKING:
@@ -90,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         report = asyncio.run(_main(args, address, rtf, seed))
     except EmbeddedBrokerError as exc:
         raise UsageError(str(exc)) from None
-    except aiomqtt.MqttError as exc:
+    except PublishError as exc:
         host, port = address or EMBEDDED_ADDRESS
         print(f"edgemon simulate: broker {host}:{port}: {exc}", file=sys.stderr)
         return EXIT_FAILURE

@@ -15,14 +15,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiomqtt
+from edgemon.simulate.mqtt_link import PublishError, PublishLink
+
+__all__ = ["PublishError", "PublishReport", "publish_simulation", "wall_ms"]
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from edgemon.simulate.model import Message, Simulation
-
-QOS = 1
 
 
 def wall_ms() -> float:
@@ -92,15 +92,15 @@ async def publish_simulation(  # noqa: PLR0913 - keyword-only knobs of one run
     """Publish `simulation` in real time until `duration_s` has passed or `stop` is set.
 
     `simulation.start_ms` should be about `clock()` now: events are sent when `clock()`
-    reaches their `t_ms`. Raises `aiomqtt.MqttError` if the broker cannot be reached.
+    reaches their `t_ms`. Raises `PublishError` if the broker cannot be reached or goes away.
     """
     stop = stop or asyncio.Event()
     end = None if duration_s is None else clock() + duration_s * 1000.0
     tally = _Tally()
-    async with aiomqtt.Client(hostname, port, identifier=identifier) as client:
+    async with PublishLink(hostname, port, identifier=identifier) as client:
         await asyncio.gather(
             *(
-                client.publish(f"{topic_prefix}/{device}/engine", _json(obj), qos=QOS, retain=True)
+                client.publish(f"{topic_prefix}/{device}/engine", _json(obj), retain=True)
                 for device, obj in simulation.engine_objects().items()
             )
         )
@@ -121,7 +121,7 @@ async def publish_simulation(  # noqa: PLR0913 - keyword-only knobs of one run
 
 
 async def _send(
-    client: aiomqtt.Client,
+    client: PublishLink,
     messages: list[Message],
     prefix: str,
     batch: bool,
@@ -141,7 +141,7 @@ async def _send(
         outgoing = [(message.device, _json(message.payload)) for message in messages]
     tally.messages += len(outgoing)
     await asyncio.gather(
-        *(client.publish(f"{prefix}/{device}/events", body, qos=QOS) for device, body in outgoing)
+        *(client.publish(f"{prefix}/{device}/events", body) for device, body in outgoing)
     )
 
 
