@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -19,7 +20,7 @@ from daemons import logged
 from fake_broker import PINGREQ, FakeBroker
 
 if TYPE_CHECKING:
-    from collections.abc import MutableMapping
+    from collections.abc import AsyncIterator, MutableMapping
 
 
 def test_connect_3_1_1_with_will_and_credentials() -> None:
@@ -85,17 +86,20 @@ def test_decode_publish_and_acks() -> None:
     assert "not authorised" in codec.reason_text(5, version=codec.V311)
 
 
-@pytest.mark.asyncio
-async def test_an_idle_session_pings_the_broker() -> None:
-    """With a keep-alive of 1 s and nothing else to send, the link sends PINGREQ (the broker
-    would otherwise drop it after 1.5 keep-alives) and stays connected on the PINGRESPs."""
+@contextlib.asynccontextmanager
+async def running_link(
+    client_id: str, log_name: str, **settings: Any
+) -> AsyncIterator[tuple[MqttLink, FakeBroker]]:
+    """The daemon's link (`MqttSettings(**settings)`) running against a FakeBroker; on exit
+    it is stopped (within 30 s) and the broker closed."""
     broker = FakeBroker()
-    settings = MqttSettings(url=f"mqtt://127.0.0.1:{broker.port}", client_id="idle", keepalive_s=1)
-    hooks = LinkHooks(on_message=lambda *_: None, status_payload=lambda state: state.encode())
     link = MqttLink(
-        settings, topics=Topics(), connection=ConnectionState(), hooks=hooks,
-        log=structlog.get_logger("idle"),
-    )  # fmt: skip
+        MqttSettings(url=f"mqtt://127.0.0.1:{broker.port}", client_id=client_id, **settings),
+        topics=Topics(),
+        connection=ConnectionState(),
+        hooks=LinkHooks(on_message=lambda *_: None, status_payload=lambda state: state.encode()),
+        log=structlog.get_logger(log_name),
+    )
     stop = asyncio.Event()
 
     async def farewell() -> None:
@@ -103,16 +107,24 @@ async def test_an_idle_session_pings_the_broker() -> None:
 
     task = asyncio.create_task(link.run(stop, farewell))
     try:
-        async with asyncio.timeout(30):
-            while sum(p.kind == PINGREQ for p in list(broker.packets)) < 2:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        assert link.connection.subscribed
-        assert link.connection.reconnects == 0
+        yield link, broker
     finally:
         stop.set()
         async with asyncio.timeout(30):
             await task
         broker.close()
+
+
+@pytest.mark.asyncio
+async def test_an_idle_session_pings_the_broker() -> None:
+    """With a keep-alive of 1 s and nothing else to send, the link sends PINGREQ (the broker
+    would otherwise drop it after 1.5 keep-alives) and stays connected on the PINGRESPs."""
+    async with running_link("idle", "idle", keepalive_s=1) as (link, broker):
+        async with asyncio.timeout(30):
+            while sum(p.kind == PINGREQ for p in list(broker.packets)) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert link.connection.subscribed
+        assert link.connection.reconnects == 0
 
 
 @pytest.mark.asyncio
@@ -123,33 +135,13 @@ async def test_a_v5_takeover_is_reported_from_the_brokers_reason_code(
     taken over"): the link reports the takeover at once, naming that cause, without waiting
     for a streak of short sessions. (Mosquitto 2.0.11 closes without saying it, so a broker
     that records the wire says it here.)"""
-    broker = FakeBroker()
-    settings = MqttSettings(
-        url=f"mqtt://127.0.0.1:{broker.port}", client_id="v5-twin", protocol="5"
-    )
-    hooks = LinkHooks(on_message=lambda *_: None, status_payload=lambda state: state.encode())
-    link = MqttLink(
-        settings, topics=Topics(), connection=ConnectionState(), hooks=hooks,
-        log=structlog.get_logger("edgemon"),
-    )  # fmt: skip
-    stop = asyncio.Event()
-
-    async def farewell() -> None:
-        return None
-
-    task = asyncio.create_task(link.run(stop, farewell))
-    try:
+    async with running_link("v5-twin", "edgemon", protocol="5") as (link, broker):
         async with asyncio.timeout(30):
             while not link.connection.subscribed:  # noqa: ASYNC110 - state set by the link
                 await asyncio.sleep(0.01)
             broker.disconnect(142)
             while not logged(captured_logs, "mqtt_session_taken_over"):  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
-    finally:
-        stop.set()
-        async with asyncio.timeout(30):
-            await task
-        broker.close()
     report = logged(captured_logs, "mqtt_session_taken_over")[0]
     assert report["cause"] == "the broker reported the session taken over"
     assert report["sessions_lost"] == 1
