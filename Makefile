@@ -108,8 +108,8 @@ coverage: $(STAMP)
 # Does edgemon help? (README "Does it help?") 1. The virtual sweep in the project's venv (no
 # vLLM): every baseline and policy, 4 scenarios, loads 0.8 and 0.9, 10 seeds (jetson: 180 s
 # runs, about 6 minutes on 2 busy cores; x86-gpu: 120 s, about 8 minutes). 2. Real-time spot checks: vLLM's real scheduler,
-# Mosquitto, `edgemon run`, Reporters and ThrottleGate (.venv-vllm, 10 runs of 120 s, about
-# 25 minutes), against the virtual seeds of the same points. 3. The tables, and one plot per
+# Mosquitto, `edgemon run`, Reporters and ThrottleGate (.venv-vllm, 14 runs of 120 s, about
+# 35 minutes), against the virtual seeds of the same points. 3. The tables, and one plot per
 # scenario (matplotlib, which only .venv-vllm gets). Everything lands in benchmarks/out/.
 BENCH_LOOP = benchmarks/closed_loop.py
 BENCH_OUT = benchmarks/out
@@ -121,6 +121,9 @@ X86_POLICIES = --policy open --policy cap:65 --policy cap:66 --policy cap:67 --p
 SPOTS_A = --policy open --policy cap:12 --policy edgemon --scenario steady --scenario slowdown
 SPOTS_B = --policy open --policy edgemon --scenario burst --scenario network
 SPOT = --profile jetson --load 0.8 --duration 120 --json
+# At load 0.9 the loop and the open box, steady and slowing down.
+SPOTS_C = --policy open --policy edgemon --scenario steady --scenario slowdown
+SPOT_09 = --profile jetson --load 0.9 --duration 120 --json
 .venv-vllm/.matplotlib: .venv-vllm/.installed
 	.venv-vllm/bin/python -m pip install --quiet matplotlib
 	touch $@
@@ -135,8 +138,10 @@ bench-loop: $(STAMP) .venv-vllm/.matplotlib
 	  --out $(BENCH_OUT)/loop-virtual-x86-gpu.jsonl > /dev/null
 	$(BIN)/python $(BENCH_LOOP) --virtual $(SPOTS_A) $(SPOT) --seeds 1-10 > $(BENCH_OUT)/loop-spots-virtual.jsonl
 	$(BIN)/python $(BENCH_LOOP) --virtual $(SPOTS_B) $(SPOT) --seeds 1-10 >> $(BENCH_OUT)/loop-spots-virtual.jsonl
+	$(BIN)/python $(BENCH_LOOP) --virtual $(SPOTS_C) $(SPOT_09) --seeds 1-10 >> $(BENCH_OUT)/loop-spots-virtual.jsonl
 	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(BENCH_LOOP) $(SPOTS_A) $(SPOT) --seeds 1 > $(BENCH_OUT)/loop-spots-realtime.jsonl
 	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(BENCH_LOOP) $(SPOTS_B) $(SPOT) --seeds 1 >> $(BENCH_OUT)/loop-spots-realtime.jsonl
+	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(BENCH_LOOP) $(SPOTS_C) $(SPOT_09) --seeds 1 >> $(BENCH_OUT)/loop-spots-realtime.jsonl
 	.venv-vllm/bin/python $(BENCH_LOOP) --report $(BENCH_OUT)/loop-virtual-*.jsonl --plot $(BENCH_OUT)
 	.venv-vllm/bin/python $(BENCH_LOOP) --spots $(BENCH_OUT)/loop-spots-*.jsonl
 
