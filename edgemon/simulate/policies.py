@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 BUDGET_ARGS = ("FRAMES", "ALLOW_MS", "MODE")
 """What `budget:` takes, in order, each optional."""
 
-EDGEMON = "realtime+lasting:{margin}:1000"
-"""The shipped policy: real-time admission and edgemon's gate (the players' margin) with
-`max_hold_ms` 1000; see README "Does it help?"."""
+EDGEMON = "realtime:1.02+lasting:{margin}:1100"
+"""The shipped policy: real-time admission with steps up to 1.02 frames
+(`edgemon.integrations.realtime.STEP_FRAMES`) and edgemon's gate (the players' margin) with
+`max_hold_ms` 1100; see README "Does it help?". Until issue 16's retune it was
+`realtime+lasting:{margin}:1000` (the sweep still runs it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,9 +73,7 @@ def policy(text: str, profile: Profile) -> Policy:
     """Parse `text` (see the module doc)."""
     label = text.strip()
     shipped = EDGEMON.format(margin=f"{profile.margin_ms:g}")
-    expanded = "+".join(
-        shipped if part.strip() == "edgemon" else part for part in label.split("+")
-    )
+    expanded = "+".join(shipped if part.strip() == "edgemon" else part for part in label.split("+"))
     cap: int | None = None
     gate: tuple[float, float, bool] | None = None  # margin, hold, lasting
     realtime = False
