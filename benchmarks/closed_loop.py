@@ -74,7 +74,10 @@ MINE = (
     "lasting:{m}:2000",
     "realtime+gate:{m}:2000",
     "realtime:1.2+gate:{m}:1000",
-    "realtime+gate:{m}:1000",  # edgemon's policy with the one-step release
+    "realtime:1.02+gate:{m}:1100",  # edgemon's policy with the one-step release
+    "realtime+lasting:{m}:1000",  # edgemon's policy before issue 16's retune
+    "edgemon+budget",  # budget-aware admission (edgemon.simulate.budget): measured, not shipped
+    "edgemon+budget:0:120:fresh",  # its upper bound: the budget fresh at every step
 )
 
 
@@ -135,9 +138,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--policy",
         action="append",
-        help="open | cap:N | gate:MARGIN_MS:HOLD_MS | lasting:MARGIN_MS:HOLD_MS | realtime | "
+        help="open | cap:N | gate:MARGIN_MS:HOLD_MS | lasting:MARGIN_MS:HOLD_MS | realtime[:F] "
+        "(steps up to F frames) | budget[:FRAMES[:ALLOW_MS[:MODE]]] (budget-aware admission: "
+        "admit while the prefill plus FRAMES decodes (12) fit the spendable headroom of "
+        "edgemon's last throttle object plus ALLOW_MS (0); MODE refill, stale or fresh; see "
+        "edgemon/simulate/budget.py) | "
         f"edgemon (= {EDGEMON.format(margin='MARGIN')}, the profile's margin); parts joined "
-        "by '+'; repeatable (default edgemon)",
+        "by '+' (edgemon+budget); repeatable (default edgemon)",
     )
     parser.add_argument("--sweep", action="store_true", help="every policy of the report")
     parser.add_argument(

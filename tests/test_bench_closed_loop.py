@@ -162,6 +162,7 @@ def test_every_run_prints_its_parameters_without_json() -> None:
         (["--seeds", "x"], "--seeds"),
         (["--policy", "cap:0"], "cap:0"),
         (["--policy", "gate:80"], "unknown policy"),
+        (["--policy", "edgemon+budget:0:40:often"], "budget"),
         (["--scenario", "slowdown", "--slowdown", "1.3:70:60"], "--slowdown"),
         (["--scenario", "burst", "--burst", "2.5:10"], "--burst"),
         (["--load", "-1"], "--load"),

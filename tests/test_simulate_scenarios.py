@@ -63,7 +63,18 @@ def test_a_network_episode_delays_deliveries_inside_its_windows_only() -> None:
         ("gate:80:2000", {"gated": True, "margin_ms": 80.0, "max_hold_ms": 2000.0}),
         ("lasting:40:500", {"gated": True, "lasting": True, "max_hold_ms": 500.0}),
         ("realtime:1.2+gate:80:1000", {"realtime": True, "realtime_frames": 1.2}),
-        ("edgemon", {"realtime": True, "gated": True, "margin_ms": 80.0, "max_hold_ms": 1000}),
+        (
+            "edgemon",
+            {
+                "realtime": True,
+                "realtime_frames": 1.02,
+                "gated": True,
+                "lasting": True,
+                "margin_ms": 80.0,
+                "max_hold_ms": 1100,
+                "budget": None,
+            },
+        ),
     ],
 )
 def test_policies_parse_into_what_the_engine_applies(text: str, fields: dict[str, object]) -> None:

@@ -23,10 +23,11 @@ True the step admits nothing (running work continues), as `EdgemonScheduler` doe
 `ThrottleGate.should_throttle_prefills`; `admitted`, when given, is told of every step that
 was not held and admitted a request or had none waiting (`ThrottleGate.admitted`, which ends
 a `max_hold_ms` release). `seats`, if given, bounds the running set further at each step
-(real-time admission: how many requests may run now); `max_num_seqs` replaces the profile's
-(a static cap); `step_factor(now_ms)` stretches every step (a box that slows down). A step
-with nothing to run returns None: the caller
-waits for the next arrival, or a short poll when everything is held (no busy spinning).
+(real-time admission: how many requests may run now); `fits`, if given, is asked about the
+head of the queue before each admission (budget-aware admission); `max_num_seqs` replaces
+the profile's (a static cap); `step_factor(now_ms)` stretches every step (a box that slows
+down). A step with nothing to run returns None: the caller waits for the next arrival, or a
+short poll when everything is held (no busy spinning).
 
 Each chunk carries an `eta_ms` hint: the frames until the next chunk times the engine's
 running estimate of its step time (an EWMA). A server could send this along with the audio;
@@ -145,6 +146,7 @@ class TtsEngine:
 
     __slots__ = (
         "_admitted",
+        "_fits",
         "_gate",
         "_running",
         "_seats",
@@ -164,6 +166,7 @@ class TtsEngine:
         seats: Callable[[int], int | None] | None = None,
         step_factor: Callable[[float], float] | None = None,
         admitted: Callable[[], None] | None = None,
+        fits: Callable[[Request, int], bool] | None = None,
     ) -> None:
         self.profile = profile
         self._gate = gate
@@ -175,6 +178,9 @@ class TtsEngine:
         #: Told after a step that was not held and admitted a request or had none waiting
         #: (`ThrottleGate.admitted`: it ends a `max_hold_ms` release).
         self._admitted = admitted
+        #: Asked before each admission with the request and the running count: whether it
+        #: fits (budget-aware admission); a refusal ends the step's admissions (FCFS).
+        self._fits = fits
         self._waiting: deque[Request] = deque()
         self._running: list[_Running] = []
         #: The engine's running estimate of a step's duration (for the `eta_ms` hints).
@@ -208,6 +214,25 @@ class TtsEngine:
                 seats = min(seats, len(self._running) + more)
         return seats
 
+    def _admit(self, budget: int, framed: list[_Running], admitted: list[str]) -> int:
+        """Admit waiting requests in order within the token `budget` and the seats; the
+        prompt tokens they take this step (`framed` and `admitted` are appended to)."""
+        seats = self._seats_now()
+        fits = self._fits
+        taken = 0
+        while self._waiting and budget > taken and len(self._running) < seats:
+            if fits is not None and not fits(self._waiting[0], len(self._running)):
+                break
+            run = _Running(self._waiting.popleft(), self.profile)
+            take = min(run.request.prompt_tokens, budget - taken)
+            run.prefilled = take
+            taken += take
+            self._running.append(run)
+            admitted.append(run.request.id)
+            if take == run.request.prompt_tokens:
+                framed.append(run)
+        return taken
+
     def step(self, now_ms: float) -> Step | None:
         """Plan and account one step starting at `now_ms`; None when there is nothing to run."""
         profile = self.profile
@@ -232,17 +257,7 @@ class TtsEngine:
         held = bool(self._waiting) and self._gate is not None and self._gate()
         admitted: list[str] = []
         if not held:
-            seats = self._seats_now()
-            while self._waiting and budget > 0 and len(self._running) < seats:
-                run = _Running(self._waiting.popleft(), profile)
-                take = min(run.request.prompt_tokens, budget)
-                run.prefilled = take
-                prefill_tokens += take
-                budget -= take
-                self._running.append(run)
-                admitted.append(run.request.id)
-                if take == run.request.prompt_tokens:
-                    framed.append(run)
+            prefill_tokens += self._admit(budget, framed, admitted)
             self._report(admitted)
         if prefill_tokens == 0 and decode_seqs == 0:
             return None

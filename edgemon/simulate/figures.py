@@ -49,6 +49,7 @@ def run_virtual(
             realtime=policy.realtime,
             realtime_frames=policy.realtime_frames,
             scenario=scenario,
+            budget=policy.budget,
         )
     )
 

@@ -27,6 +27,7 @@ from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import ThrottleChanged
 from edgemon.integrations.realtime import RealtimeAdmission
 from edgemon.monitor import Monitor
+from edgemon.simulate.budget import BudgetSetting, SpendableBudget
 from edgemon.simulate.engine import TtsEngine
 from edgemon.simulate.players import Delivery, Player, Score, score
 from edgemon.simulate.scenarios import STEADY, RequestSource
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from edgemon.simulate.engine import Chunk
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.scenarios import Scenario
+    from edgemon.simulate.workload import Request
 
 DEVICE = "box"
 TOPIC = f"edgemon/v1/{DEVICE}/events"
@@ -133,6 +135,8 @@ class LoopPlan:
     realtime_frames: float = 1.0
     """Real-time admission's allowed decode step, in frames."""
     scenario: Scenario = STEADY
+    budget: BudgetSetting | None = None
+    """Budget-aware admission (`edgemon.simulate.budget`), fed the throttle objects."""
 
 
 def run_loop(plan: LoopPlan) -> LoopResult:
@@ -145,8 +149,10 @@ class _VirtualLoop:
 
     __slots__ = (
         "arrivals",
+        "budget",
         "delivery",
         "engine",
+        "fresh_step",
         "gate",
         "margin_ms",
         "monitor",
@@ -157,6 +163,7 @@ class _VirtualLoop:
         "players",
         "queue",
         "realtime",
+        "refusing_since",
         "requests",
         "steps",
         "throttle_since",
@@ -177,9 +184,15 @@ class _VirtualLoop:
         self.realtime = (
             RealtimeAdmission(profile.frame_ms * plan.realtime_frames) if plan.realtime else None
         )
+        self.budget = (
+            None if plan.budget is None else SpendableBudget(plan.budget, frame_ms=profile.frame_ms)
+        )
+        self.refusing_since: float | None = None
+        self.fresh_step = -1
         self.engine = TtsEngine(
             profile,
             gate=gate,
+            fits=None if self.budget is None else self._fits,
             max_num_seqs=plan.max_num_seqs,
             seats=None if self.realtime is None else self.realtime.admissible,
             step_factor=None if scenario.slowdown is None else scenario.step_factor,
@@ -245,6 +258,8 @@ class _VirtualLoop:
         self.peak_running = max(self.peak_running, engine.running + len(step.finished))
         if self.realtime is not None:
             self.realtime.observe(step.decode_seqs, step.prefill_tokens, step.ms)
+        if self.budget is not None:
+            self.budget.observe(step.decode_seqs, step.prefill_tokens, step.ms)
         if step.admitted or not engine.waiting:
             self.gate.admitted()
         network = self.plan.scenario.network
@@ -299,7 +314,9 @@ class _VirtualLoop:
     def _outputs(self, out: list[Output]) -> None:
         for output in out:
             if isinstance(output, ThrottleChanged):
-                self._at(self.now + self.plan.gate_latency_ms, "gate", output.active)
+                low = output.min_headroom_ms
+                budget = None if low is None else low - output.margin_ms
+                self._at(self.now + self.plan.gate_latency_ms, "gate", (output.active, budget))
         deadline = self.monitor.next_deadline()
         if deadline is not None:
             at = max(deadline, self.now)
@@ -308,10 +325,43 @@ class _VirtualLoop:
                 self.timer_at = at
                 self._at(at, "timer", at)
 
-    def _gate(self, throttle: bool) -> None:
+    def _fits(self, request: Request, running: int) -> bool:
+        """Budget-aware admission of the queue's head; a refusal lasts `max_hold_ms` at most
+        (then the head is admitted and its cost spent), and nothing running means no limit."""
+        budget = self.budget
+        assert budget is not None
+        if budget.setting.mode == "fresh" and self.fresh_step != self.steps:
+            self.fresh_step = self.steps  # once per step: later admissions spend from it
+            budget.published(self._spendable())
+        if self.gate.throttle:
+            # The throttle is on and the gate let this step through (its max_hold_ms
+            # release): the budget, negative while on, does not hold it a second time.
+            budget.spend(request.prompt_tokens)
+            return True
+        if running == 0 or budget.admit(request.prompt_tokens):
+            self.refusing_since = None
+            return True
+        if self.refusing_since is None:
+            self.refusing_since = self.now
+        if self.now - self.refusing_since >= self.plan.max_hold_ms:
+            self.refusing_since = None
+            budget.spend(request.prompt_tokens)
+            return True
+        return False
+
+    def _spendable(self) -> float | None:
+        """The device's spendable headroom now, as edgemon's monitor knows it."""
+        device = self.monitor.engine.device(DEVICE)
+        live = [] if device is None else device.live_streams()
+        return min((s.headroom_at(self.now) - s.margin for s in live), default=None)
+
+    def _gate(self, change: tuple[bool, float | None]) -> None:
         """A throttle change reaches the engine's gate."""
         t = self.now
+        throttle, spendable = change
         self.gate.set(throttle, t)
+        if self.budget is not None:
+            self.budget.published(spendable)
         if throttle and self.throttle_since is None:
             self.throttle_since = t
         elif not throttle and self.throttle_since is not None:

@@ -11,7 +11,12 @@ A policy is written as parts joined by `+`:
   request or the queue is empty;
 - `realtime` or `realtime:F`: real-time admission (`edgemon.integrations.realtime`): never
   more requests running than the measured decode step fits in F frames (default 1);
-- `edgemon`: the policy edgemon ships, `EDGEMON` below.
+- `budget`, `budget:FRAMES`, `budget:FRAMES:ALLOW_MS` or `budget:FRAMES:ALLOW_MS:MODE`:
+  budget-aware admission (`edgemon.simulate.budget`): a waiting request is admitted only if
+  its predicted cost (its prefill plus FRAMES more decodes, default 12) fits the spendable
+  headroom edgemon's last throttle object carried, plus ALLOW_MS (default 0); MODE `refill`
+  (default), `stale` or `fresh` (an upper bound, see there). Measured, not shipped;
+- `edgemon`: the policy edgemon ships, `EDGEMON` below (also as a part: `edgemon+budget`).
 
 So `cap:11`, `gate:80:2000`, `realtime+lasting:80:2000`. Pure; `policy(text, profile)`
 raises ValueError naming what is wrong (`profile` gives `edgemon` its margin).
@@ -23,12 +28,19 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edgemon.simulate.budget import AHEAD_FRAMES, BUDGET_MODES, BudgetSetting
+
 if TYPE_CHECKING:
     from edgemon.simulate.profiles import Profile
 
-EDGEMON = "realtime+lasting:{margin}:1000"
-"""The shipped policy: real-time admission and edgemon's gate (the players' margin) with
-`max_hold_ms` 1000; see README "Does it help?"."""
+BUDGET_ARGS = ("FRAMES", "ALLOW_MS", "MODE")
+"""What `budget:` takes, in order, each optional."""
+
+EDGEMON = "realtime:1.02+lasting:{margin}:1100"
+"""The shipped policy: real-time admission with steps up to 1.02 frames
+(`edgemon.integrations.realtime.STEP_FRAMES`) and edgemon's gate (the players' margin) with
+`max_hold_ms` 1100; see README "Does it help?". Until issue 16's retune it was
+`realtime+lasting:{margin}:1000` (the sweep still runs it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,11 +56,13 @@ class Policy:
     realtime: bool = False
     realtime_frames: float = 1.0
     """Real-time admission's allowed step, in frames."""
+    budget: BudgetSetting | None = None
+    """Budget-aware admission (`edgemon.simulate.budget`)."""
 
     @property
     def kind(self) -> str:
         """`open`, `cap`, `gate` or `mine` (the families the report compares)."""
-        if self.realtime or self.lasting:
+        if self.realtime or self.lasting or self.budget is not None:
             return "mine"
         if self.gated:
             return "gate"
@@ -58,11 +72,13 @@ class Policy:
 def policy(text: str, profile: Profile) -> Policy:
     """Parse `text` (see the module doc)."""
     label = text.strip()
-    expanded = EDGEMON.format(margin=f"{profile.margin_ms:g}") if label == "edgemon" else label
+    shipped = EDGEMON.format(margin=f"{profile.margin_ms:g}")
+    expanded = "+".join(shipped if part.strip() == "edgemon" else part for part in label.split("+"))
     cap: int | None = None
     gate: tuple[float, float, bool] | None = None  # margin, hold, lasting
     realtime = False
     frames = 1.0
+    budget: BudgetSetting | None = None
     for part in expanded.split("+"):
         name, _, rest = part.strip().partition(":")
         args = rest.split(":") if rest else []
@@ -80,13 +96,18 @@ def policy(text: str, profile: Profile) -> Policy:
             frames = _number(args[0], text) if args else 1.0
             if frames <= 0:
                 raise ValueError(f"policy {text!r}: the frames must be > 0")
+        elif name == "budget" and len(args) <= len(BUDGET_ARGS):
+            budget = _budget(args, text)
         else:
             raise ValueError(
                 f"unknown policy {text!r}: open, cap:N, gate:MARGIN_MS:HOLD_MS, "
-                "lasting:MARGIN_MS:HOLD_MS, realtime, edgemon, or parts joined by '+'"
+                "lasting:MARGIN_MS:HOLD_MS, realtime[:F], budget[:FRAMES[:ALLOW_MS[:MODE]]], "
+                "edgemon, or parts joined by '+'"
             )
     if gate is None:
-        return Policy(label=label, max_num_seqs=cap, realtime=realtime, realtime_frames=frames)
+        return Policy(
+            label=label, max_num_seqs=cap, realtime=realtime, realtime_frames=frames, budget=budget
+        )
     margin, hold, lasting = gate
     return Policy(
         label=label,
@@ -97,6 +118,20 @@ def policy(text: str, profile: Profile) -> Policy:
         lasting=lasting,
         realtime=realtime,
         realtime_frames=frames,
+        budget=budget,
+    )
+
+
+def _budget(args: list[str], whole: str) -> BudgetSetting:
+    """`budget[:FRAMES[:ALLOW_MS[:MODE]]]` (`args`: the words after `budget:`)."""
+    word = args[2] if len(args) == len(BUDGET_ARGS) else "refill"
+    mode = next((m for m in BUDGET_MODES if m == word), None)
+    if mode is None:
+        raise ValueError(f"policy {whole!r}: the budget's mode is one of {', '.join(BUDGET_MODES)}")
+    return BudgetSetting(
+        ahead_frames=_number(args[0], whole) if args else AHEAD_FRAMES,
+        allowance_ms=_number(args[1], whole) if len(args) > 1 else 0.0,
+        mode=mode,
     )
 
 
