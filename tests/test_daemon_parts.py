@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import random
@@ -12,6 +13,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import structlog
 from pydantic import ValidationError
 from structlog.testing import capture_logs
 
@@ -19,12 +21,14 @@ from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.logs import RejectionLog
 from edgemon.daemon.mqtt import Backoff, subscriptions
 from edgemon.daemon.publisher import SeqSource, throttle_payload
+from edgemon.daemon.recorder import TraceRecorder
 from edgemon.daemon.scheduler import Scheduler
 from edgemon.daemon.systemd import Notifier
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import Rejected, ThrottleChanged, UnderrunBegan
 from edgemon.monitor import Monitor
 from edgemon.settings import MqttSettings
+from edgemon.trace import TraceMark, TraceRecord, read_trace
 from edgemon.wire.topics import Topics
 
 if TYPE_CHECKING:
@@ -326,3 +330,40 @@ def test_a_flood_of_new_device_ids_is_logged_within_a_global_bound(
         assert sum(summary["suppressed"].values()) == summary["total"]
         suppressed.update(summary["suppressed"])
     assert set(suppressed) == {"device_limit", "invalid_json"}
+
+
+def test_the_recorder_writes_records_and_marks_that_replay_reads(tmp_path: Path) -> None:
+    """`--record`: a message and the marks around it come back from `read_trace` as written,
+    in order; with no file the recorder is off and writes nothing."""
+    path = tmp_path / "trace.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        recorder = TraceRecorder(out, structlog.get_logger())
+        assert recorder.on
+        recorder.mark(TraceMark(1.0, "restart", 0.5))
+        recorder.record(TraceRecord(2.0, "p/d1/events", b'{"type":"start"}'))
+        recorder.mark(TraceMark(3.0, "stop"))
+    with path.open(encoding="utf-8") as lines:
+        assert list(read_trace(lines)) == [
+            TraceMark(1.0, "restart", 0.5),
+            TraceRecord(2.0, "p/d1/events", b'{"type":"start"}'),
+            TraceMark(3.0, "stop"),
+        ]
+    off = TraceRecorder(None, structlog.get_logger())
+    off.mark(TraceMark(1.0, "stop"))
+    assert not off.on
+
+
+def test_a_full_disk_stops_the_recording_with_one_error_not_the_daemon() -> None:
+    """Writing to a full device (`/dev/full`, line-buffered so each line reaches it) fails:
+    the recorder logs `record_failed` once and is off from then on; nothing is raised."""
+    out = open("/dev/full", "w", buffering=1, encoding="utf-8")  # noqa: PTH123, SIM115
+    try:
+        with capture_logs() as logs:
+            recorder = TraceRecorder(out, structlog.get_logger())
+            recorder.record(TraceRecord(1.0, "p/d1/events", b"{}"))
+            recorder.mark(TraceMark(2.0, "stop"))
+            assert not recorder.on
+    finally:
+        with contextlib.suppress(OSError):  # the unwritten line is still buffered
+            out.close()
+    assert [(e["event"], e["log_level"]) for e in logs] == [("record_failed", "error")]

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
-from prometheus_client import Gauge, Histogram
 
 from edgemon import __version__
 from edgemon.adapters.clearance import clear_of_deadlines
@@ -35,27 +33,25 @@ from edgemon.adapters.http import (
     serve,
     ssl_context_from_files,
 )
-from edgemon.adapters.metrics import CallbackCounter, DeadlineLatenessCollector, build_registry
+from edgemon.adapters.metrics import DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.catchup import CatchUp
 from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.digest import DeviceDigest
+from edgemon.daemon.dispatch import Dispatcher
 from edgemon.daemon.gcpacer import GcPacer
 from edgemon.daemon.logs import LogBudget, RejectionLog
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
-from edgemon.daemon.persistence import Persistence
+from edgemon.daemon.persistence import open_persistence
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
+from edgemon.daemon.recorder import TraceRecorder
 from edgemon.daemon.scheduler import Scheduler, StallGuard
-from edgemon.daemon.state import resolve_state_dir
+from edgemon.daemon.status import status_line, status_payload
 from edgemon.daemon.systemd import Notifier
-from edgemon.engine.outputs import (
-    DeviceForgotten,
-    Rejected,
-    ThrottleChanged,
-)
+from edgemon.engine.outputs import ThrottleChanged
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
-from edgemon.trace import TraceMark, TraceRecord, encode_mark, encode_record
+from edgemon.trace import TraceMark, TraceRecord
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -68,8 +64,6 @@ SHUTDOWN_TIMEOUT_S = 4.0
 SNAPSHOT_CLEARANCE_MS = 50.0
 #: The interpreter's switch interval while the daemon runs (Python's default: 5 ms).
 SWITCH_INTERVAL_S = 0.0005
-#: `edgemon_wal_commit_seconds` buckets: a page-cache write is ~10 µs, a disk flush ms.
-WAL_COMMIT_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 STATUS_EVERY_S = 5.0
 
 
@@ -101,7 +95,8 @@ class Daemon:
         #: Per-stream transitions: at debug each, at info a summary per device.
         self._digest = DeviceDigest(self.log, now_ms=self.clock.now_ms)
         self._reload_settings = reload
-        self._record = record
+        #: `--record`: every message and the marks where the run broke off or resumed.
+        self.recorder = TraceRecorder(record, self.log)
         self._shutdown_timeout_s = shutdown_timeout_s
         self._install_signals = install_signal_handlers
         self.monitor = Monitor(settings.engine_config())
@@ -116,7 +111,14 @@ class Daemon:
         )
         self._rejections = RejectionLog(self.log, now_ms=self.clock.now_ms)
         #: Snapshots and the write-ahead log (None: no state directory, or `snapshots=False`).
-        self.state = self._persistence(environ) if snapshots else None
+        self.state = (
+            open_persistence(
+                settings.state, environ=environ, monitor=self.monitor, replay=self._replay,
+                registry=self.registry, log=self.log,
+            )
+            if snapshots
+            else None
+        )  # fmt: skip
         self.link = MqttLink(
             settings.mqtt,
             topics=self.monitor.topics,
@@ -136,6 +138,14 @@ class Daemon:
             self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle,
             devices=None if owned is None else frozenset(owned),
         )  # fmt: skip
+        #: Between a restore and the first publication: decisions are taken and logged, not
+        #: published; then the state as of now is published once per device (`_end_resume`).
+        self.catchup = CatchUp(self.clock, self._end_resume)
+        #: Acts on the engine's outputs (`edgemon.daemon.dispatch`).
+        self._dispatch = Dispatcher(
+            digest=self._digest, rejections=self._rejections, publisher=self.publisher,
+            catchup=self.catchup, log=self.log,
+        )  # fmt: skip
         #: Notices that the process stood still (SIGSTOP, a VM pause): `_on_stall`.
         self.stalls = StallGuard(self.clock, self._on_stall)
         self.scheduler = Scheduler(
@@ -145,9 +155,6 @@ class Daemon:
         self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)
         self._out: list[Output] = []
         self._restored = False
-        #: Between a restore and the first publication: decisions are taken and logged, not
-        #: published; then the state as of now is published once per device (`_end_resume`).
-        self.catchup = CatchUp(self.clock, self._end_resume)
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._reload = asyncio.Event()
@@ -332,7 +339,7 @@ class Daemon:
         self._dispatch(self._out)  # logged and counted, not published: still catching up
         self._out.clear()
         self.catchup.end()
-        self._write_mark(TraceMark(now, "resumed"))
+        self.recorder.mark(TraceMark(now, "resumed"))
         states = self.monitor.engine.throttle_states(now)
         for state in states:
             self.publisher.submit(state)
@@ -361,40 +368,6 @@ class Daemon:
             self.reload()
 
     # ------------------------------------------------------------------ state
-    def _persistence(self, environ: Mapping[str, str]) -> Persistence | None:
-        directory, chosen = resolve_state_dir(self.settings.state.dir, environ)
-        if directory is None:
-            self.log.warning("state_disabled", reason=chosen, dir=str(self.settings.state.dir))
-            return None
-        self.log.info("state_dir", dir=str(directory), chosen=chosen)
-        commit = Histogram(
-            "edgemon_wal_commit_seconds",
-            "Time to write and fdatasync one group of messages to the write-ahead log.",
-            buckets=WAL_COMMIT_BUCKETS_S,
-            registry=self.registry,
-        )
-        persistence = Persistence(
-            directory,
-            monitor=self.monitor,
-            replay=self._replay,
-            wal=self.settings.state.wal,
-            log=self.log,
-            on_commit=commit.observe,
-        )
-        Gauge(
-            "edgemon_wal_bytes",
-            "Bytes in the write-ahead log now: what a start would replay.",
-            registry=self.registry,
-        ).set_function(lambda: 0 if persistence.wal is None else persistence.wal.size)
-        self.registry.register(
-            CallbackCounter(
-                "edgemon_wal_appended_bytes",
-                "Bytes committed to the write-ahead log since the start (never truncated).",
-                lambda: 0 if persistence.wal is None else persistence.wal.appended,
-            )
-        )
-        return persistence
-
     def _restore(self) -> bool:
         """Continue from the last snapshot and the log after it (a bad snapshot is set aside,
         with a log); then log every message from here on. Whether an earlier run left any."""
@@ -404,7 +377,7 @@ class Daemon:
         replayed = self.state.restore(now)
         self.link.intake.expect_redelivery(replayed)
         if self.state.resumed:
-            self._write_mark(TraceMark(now, "restart", self.state.resumed_from_ms))
+            self.recorder.mark(TraceMark(now, "restart", self.state.resumed_from_ms))
         return self.state.resumed
 
     def _replay(self, record: TraceRecord) -> None:
@@ -483,8 +456,8 @@ class Daemon:
         self.catchup.last_ms = now  # when the last message came (`CatchUp`)
         if self.state is not None:
             self.state.append(now, topic, payload)
-        if self._record is not None:
-            self._write_record(TraceRecord(now, topic, payload))
+        if self.recorder.on:
+            self.recorder.record(TraceRecord(now, topic, payload))
         self._apply(topic, payload, now)
         out = self._out
         if out:
@@ -500,49 +473,6 @@ class Daemon:
         except Exception:  # no message may stop the daemon
             self.monitor.results["internal_error"] += 1
             self.log.exception("message_failed", topic=topic)
-
-    def _write_mark(self, mark: TraceMark) -> None:
-        """A mark in the `--record` trace: where this run broke off or resumed (replay does
-        the same there)."""
-        if self._record is not None:
-            self._write_line(encode_mark(mark))
-
-    def _write_record(self, record: TraceRecord) -> None:
-        self._write_line(encode_record(record))
-
-    def _write_line(self, line: str) -> None:
-        assert self._record is not None
-        try:
-            self._record.write(line + "\n")
-        except OSError as exc:  # a full disk stops the recording, not the daemon
-            self.log.error("record_failed", error=str(exc))  # noqa: TRY400 - no traceback
-            self._record = None
-
-    def _dispatch(self, outputs: list[Output]) -> None:
-        """Act on the engine's outputs. Throttle changes are published and logged at info;
-        per-stream transitions are counted for the devices' summaries (and logged at debug
-        only: a struggling stream has one or two per chunk)."""
-        note = self._digest.note
-        log = self.log
-        for output in outputs:
-            if note(output):
-                continue
-            if isinstance(output, ThrottleChanged):
-                if not self.catchup.active:
-                    self.publisher.submit(output)
-                log.info(
-                    "throttle_changed",
-                    device=output.device,
-                    active=output.active,
-                    t_ms=output.t_ms,
-                    streams=list(output.streams),
-                    min_headroom_ms=output.min_headroom_ms,
-                )
-            elif isinstance(output, Rejected):
-                self._rejections(output)
-            elif isinstance(output, DeviceForgotten):
-                self.publisher.forget(output.device)
-                log.info("device_forgotten", device=output.device)
 
     # ------------------------------------------------------------------ edges
     def _on_connected(self) -> None:
@@ -572,7 +502,7 @@ class Daemon:
         (they are applied at their own `t_ms` before the timers they delayed), and the waits
         for late chunks start afresh from now."""
         self.monitor.cut(since_ms, now_ms)
-        self._write_mark(TraceMark(now_ms, "stall", since_ms))
+        self.recorder.mark(TraceMark(now_ms, "stall", since_ms))
         engine = self.monitor.engine
         if self.connection.connected:
             engine.input_restored(now_ms)
@@ -592,7 +522,7 @@ class Daemon:
         releases: list[Output] = []
         now = self.clock.now_ms()
         self.monitor.engine.release_all(now, releases)
-        self._write_mark(TraceMark(now, "stop"))
+        self.recorder.mark(TraceMark(now, "stop"))
         for release in releases:
             assert isinstance(release, ThrottleChanged)
             self.publisher.submit(release)
@@ -604,22 +534,13 @@ class Daemon:
         self.log.info("farewell_published", throttles_released=released)
 
     def _status_payload(self, state: str) -> bytes:
-        """The status object (docs/protocol.md); `started_ms` tells a restart from a heartbeat."""
-        return json.dumps(
-            {
-                "state": state,
-                "version": __version__,
-                "t_ms": self.clock.now_ms(),
-                "heartbeat_s": self.settings.mqtt.heartbeat_s,
-                "started_ms": self._started_ms,
-            },
-            separators=(",", ":"),
-        ).encode()
+        return status_payload(
+            state,
+            now_ms=self.clock.now_ms(),
+            heartbeat_s=self.settings.mqtt.heartbeat_s,
+            started_ms=self._started_ms,
+        )
 
     def status_line(self) -> str:
         """`STATUS=` text: devices, streams, throttled devices, broker state."""
-        devices = list(self.monitor.engine.devices())
-        streams = sum(len(device.streams) for device in devices)
-        throttled = sum(device.throttle_on for device in devices)
-        broker = "subscribed" if self.connection.ready else "broker unreachable"
-        return f"{len(devices)} devices, {streams} streams, {throttled} throttled, {broker}"
+        return status_line(self.monitor, self.connection)
