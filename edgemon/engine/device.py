@@ -7,79 +7,117 @@ the device keeps one timer per stream in a heap and never scans its streams on t
 path. The throttle is decided from the two counts once per instant, after every change at
 that instant.
 
-This module applies events, brings streams to an instant, fires the timers and orchestrates
-the parts the device holds, each owning its state: the timer heap (`timers`), the throttle
-state (`throttle`), late delivery (`lateness`; the device applies the chunks of the reorder
-buffers itself), the removed stream ids (`tombstones`) and the sampler (`sampling`).
-Creating and removing streams (`lifecycle`) and adopting restored ones (`restore`) are its
-base classes.
+`Device` keeps its identity, configuration, clock, streams, live index and stats. It
+receives messages, applies their events, fires its timers and decides the throttle,
+orchestrating the parts it holds, each owning its state: the timer heap (`timers`), the
+throttle state (`throttle`), the margins (`margins`), late delivery (`lateness`), the reorder
+buffers' waits (`reordering`), the streams' lives (`lifecycle`: creation, next instants,
+expiry, removal, tombstones) and the sampler (`sampler`). What a chunk tells about its
+stream is `edgemon.engine.arrival`; rebuilding a device from a snapshot,
+`edgemon.engine.restore`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from edgemon.engine.arrival import take_chunk
 from edgemon.engine.clock import DeviceClock
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
 from edgemon.engine.lateness import LatenessState
+from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.live_index import LiveIndex
-from edgemon.engine.outputs import GapDeclared
-from edgemon.engine.reorder import MAX_HELD, Held
-from edgemon.engine.restore import Restore
+from edgemon.engine.margins import Margins
+from edgemon.engine.reordering import Reordering
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
-from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA, Phase, Stream
+from edgemon.engine.stream import Phase, Stream
 from edgemon.engine.throttle import ThrottleState, throttle_change
-from edgemon.engine.timers import MIN_ON, SAMPLE, ConfirmDeadline, HoldEnd, TimerHeap
-from edgemon.engine.tombstones import Tombstones
+from edgemon.engine.timers import MIN_ON, SAMPLE, HoldEnd, TimerHeap
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output, ThrottleChanged
+    from edgemon.engine.timers import ConfirmDeadline
+    from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
 
 
-class Device(Restore):
+class Device:
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
-    __slots__ = ()
+    __slots__ = (
+        "clock",
+        "config",
+        "engine_info",
+        "gap_ewma",
+        "id",
+        "last_message_wall_ms",
+        "lateness",
+        "lifecycle",
+        "live_index",
+        "margins",
+        "reordering",
+        "sampler",
+        "stats",
+        "streams",
+        "throttle",
+        "timers",
+    )
 
     def __init__(
         self, device_id: str, config: EngineConfig, *, sample_every_ms: float | None = None
     ) -> None:
-        super().__init__()
         self.id = device_id
         self.config = config
-        self.override = config.devices.get(device_id)
         self.clock = DeviceClock(
             trust=config.slack.clock == "trust", window_ms=config.slack.clock_window_ms
         )
-        self.streams = {}
-        self.tombstones = Tombstones()
-        self.timers = TimerHeap()
+        self.streams: dict[str, Stream] = {}
+        #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
-        self.live = 0
-        self.throttle = ThrottleState()
-        self.gap_ewma = None
-        self.engine_info = None
-        self.base_margin = config.slack.default_margin_ms
         self.stats = DeviceStats()
-        self.lateness = LatenessState(
+        #: The gap between deliveries over all the device's streams (EWMA, ms).
+        self.gap_ewma: float | None = None
+        self.engine_info: TtsEngineInfo | None = None
+        #: When the last message of the device was received (wall ms).
+        self.last_message_wall_ms = 0.0
+        timers = self.timers = TimerHeap()
+        throttle = self.throttle = ThrottleState()
+        margins = self.margins = Margins(device_id, config)
+        lateness = self.lateness = LatenessState(
             device_id, allowed_ms=config.slack.allowed_lateness_ms, clock=self.clock,
-            stats=self.stats, timers=self.timers,
+            stats=self.stats, timers=timers,
+        )  # fmt: skip
+        self.reordering = Reordering(
+            device_id, streams=self.streams, lateness=lateness, timers=timers
+        )
+        self.lifecycle = Lifecycle(
+            device_id, config, streams=self.streams, live_index=self.live_index,
+            margins=margins, stats=self.stats, throttle=throttle, lateness=lateness,
+            timers=timers,
         )  # fmt: skip
         self.sampler = Sampler(sample_every_ms)
-        self.last_message_wall_ms = 0.0
 
     # ------------------------------------------------------------------ queries
     @property
     def margin(self) -> float:
         """The margin of this device's streams that did not ask for their own."""
-        return self._margin_for(None)
+        return self.margins.for_stream(None)
+
+    @property
+    def live(self) -> int:
+        """Streams in phase LIVE."""
+        return self.lifecycle.live
+
+    @property
+    def tombstones(self) -> Tombstones:
+        """Recently removed stream ids (read them, never write)."""
+        return self.lifecycle.tombstones
 
     @property
     def throttle_on(self) -> bool:
@@ -113,8 +151,10 @@ class Device(Restore):
         while heap and heap[0][0] == instant and heap[0][1] <= 0:
             what = timers.pop()
             if type(what) is Stream:
-                if what.due == instant:  # else superseded, or removed (due is NaN)
-                    self._wake(what, instant, out)
+                # Else superseded, or removed (due is NaN). Expiring with chunks held: not
+                # idle, they are applied now (the holes declared gaps).
+                if what.due == instant and self.lifecycle.wake(what, instant, out):
+                    self._flush_held(what, instant, out)
             elif isinstance(what, str):
                 self.throttle.dirty = True  # the minimum on-time ran out
             else:
@@ -242,16 +282,16 @@ class Device(Restore):
     def _start(self, event: StartEvent, at: float, out: list[Output]) -> str:
         if event.stream in self.streams:
             return "duplicate"
-        stream = self._new_stream(event.stream, event.t_ms, start=event)
+        stream = self.lifecycle.new_stream(event.stream, event.t_ms, start=event)
         if stream is None:
             return "stream_limit"
-        self._refresh(stream, at, out)
+        self.lifecycle.refresh(stream, at, out)
         return "accepted"
 
     def _end(self, event: EndEvent, at: float, out: list[Output]) -> str:
         stream = self.streams.get(event.stream)
         if stream is None:
-            return "duplicate" if event.stream in self.tombstones else "unknown_stream"
+            return "duplicate" if event.stream in self.lifecycle.tombstones else "unknown_stream"
         if stream.held is not None:
             self._flush_held(stream, at, out)  # the end comes after every chunk sent
         if stream.underrun_provisional:
@@ -260,10 +300,10 @@ class Device(Restore):
                 self.lateness.retract(stream, at, out)  # ended before its buffer ran dry
             else:
                 self.lateness.confirm(stream, at, out)
-        self._remove(stream, event.reason or "completed", at, out)
+        self.lifecycle.remove(stream, event.reason or "completed", at, out)
         return "accepted"
 
-    def _chunk(  # noqa: C901, PLR0912, PLR0915
+    def _chunk(  # noqa: C901, PLR0912
         self,
         event: ChunkEvent,
         at: float,
@@ -276,219 +316,69 @@ class Device(Restore):
         order (the next one, or one after a declared gap), that arrived when the lateness
         horizon was at `floor`."""
         stream = self.streams.get(event.stream)
+        lifecycle = self.lifecycle
         if stream is None:
-            if event.seq > 0 and event.stream in self.tombstones:
+            if event.seq > 0 and event.stream in lifecycle.tombstones:
                 return "duplicate"
-            stream = self._new_stream(event.stream, event.t_ms, start=None)
+            stream = lifecycle.new_stream(event.stream, event.t_ms, start=None)
             if stream is None:
                 return "stream_limit"
         if event.seq <= stream.last_seq:
             return "duplicate"
         if stream.phase is Phase.DRAINING:
             return "after_final"
-        if event.seq > stream.last_seq + 1:
-            if not in_order and self.config.slack.allowed_lateness_ms > 0.0:
-                return self._hold(stream, event, at, out)
-            result = "gap"
-        else:
-            result = "accepted"
-        stats = self.stats
-        t = event.t_ms
-        if stream.chunks:
-            self._before_chunk(stream, t)
-        else:
-            if stream.start == INF:
-                stream.start = t
-            if stream.t_start_event is not None:
-                stream.first_audio_ms = t - stream.t_start_event
-                stats.time_to_first_audio.observe(stream.first_audio_ms)
-        if event.play_start_ms is not None:
-            stream.start = event.play_start_ms
-        if stream.chunks == 0 and stream.t_start_event is not None:
-            stats.start_silence.observe(max(0.0, stream.start - stream.t_start_event))
-        if result == "gap" and event.audio_total_ms is not None:
-            stream.buffered = event.audio_total_ms
-        else:
-            stream.buffered += event.audio_ms
-        stream.chunks += 1
-        stream.last_seq = event.seq
-        stream.t_last_chunk = t
-        if t > stream.t_last_event:
-            stream.t_last_event = t
-        stats.chunks += 1
-        stats.audio_ms += event.audio_ms
-        eta = event.eta_ms
-        if eta is None:
-            eta = stream.gap_ewma
-            if eta is None:
-                eta = self.gap_ewma
-                if eta is None:
-                    eta = self.config.slack.default_chunk_gap_ms
-        stream.expected = t + eta
+        gap = event.seq > stream.last_seq + 1
+        if gap and not in_order and self.lateness.allowed_ms > 0.0:
+            return self._hold(stream, event, at, out)
+        self.gap_ewma = take_chunk(
+            stream, event, gap=gap, stats=self.stats, device_gap=self.gap_ewma,
+            default_gap_ms=self.config.slack.default_chunk_gap_ms,
+        )  # fmt: skip
         if stream.underrun_since is not None:
-            self.lateness.chunk_in_underrun(
-                stream, t, at, out, floor if in_order else self.lateness.horizon
+            lateness = self.lateness
+            lateness.chunk_in_underrun(
+                stream, event.t_ms, at, out, floor if in_order else lateness.horizon
             )
         if stream.phase is Phase.LIVE:
             if event.final:
                 stream.phase = Phase.DRAINING
-                self.live -= 1
+                lifecycle.live -= 1
         elif event.final:
             stream.phase = Phase.DRAINING
         else:
             stream.phase = Phase.LIVE
-            self.live += 1
+            lifecycle.live += 1
             self._ensure_sampling(at)
         if stream.phase is Phase.DRAINING and stream.empties_at <= at:
-            self._remove(stream, "completed", at, out)
+            lifecycle.remove(stream, "completed", at, out)
         else:
-            self._refresh(stream, at, out)
+            lifecycle.refresh(stream, at, out)
         if stream.held is not None and not in_order:
             self._release_held(stream, at, out)
-        return result
+        return "gap" if gap else "accepted"
 
-    def _before_chunk(self, stream: Stream, t: float) -> None:
-        """What a chunk at `t` tells before its audio counts: slack at arrival, the gap."""
-        stats = self.stats
-        played = t - stream.start
-        before = stream.buffered - played if played > 0.0 else stream.buffered
-        if stream.rebuffer and before < 0.0:
-            before = 0.0
-            stream.start = t - stream.buffered  # the stalled player resumes now
-        lowest = stream.min_slack
-        if lowest is None or before < lowest:
-            stream.min_slack = before
-        stats.slack_at_arrival.observe(before)
-        gap = t - stream.t_last_chunk
-        if gap < 0.0:
-            gap = 0.0
-        stats.chunk_gap.observe(gap)
-        if gap < BURST_GAP_MS:  # a piece of the same delivery: no gap between deliveries
-            return
-        ewma = stream.gap_ewma
-        stream.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
-        ewma = self.gap_ewma
-        self.gap_ewma = gap if ewma is None else EWMA_ALPHA * gap + (1 - EWMA_ALPHA) * ewma
-
-    def _wake(self, stream: Stream, now: float, out: list[Output]) -> None:
-        stream.due = INF
-        if stream.phase is Phase.DRAINING:
-            if now >= stream.empties_at:
-                self._remove(stream, "completed", now, out)
-                return
-        elif now >= stream.expires_at(self.config.slack.stream_idle_timeout_ms):
-            if stream.held is not None:
-                # Not idle: chunks came and wait for a missing one. They are applied now
-                # (the holes declared gaps), which moves the expiry on.
-                self._flush_held(stream, now, out)
-                return
-            self._remove(stream, "expired", now, out)
-            return
-        self._refresh(stream, now, out, timer=True)
-
-    def _refresh(
-        self, stream: Stream, now: float, out: list[Output], *, timer: bool = False
-    ) -> None:
-        """Bring a stream's underrun state and flags to `now`, and (re)arm its timer."""
-        self.live_index.note(stream)
-        phase = stream.phase
-        if phase is Phase.LIVE:
-            due = self._live_due(stream, now, out, timer=timer)
-        elif phase is Phase.WAITING:
-            due = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
-        else:
-            self.throttle.note(stream, risk=False, unsafe=False)
-            due = stream.empties_at
-        if due < now:
-            due = now  # an instant already passed is handled now, never in the past
-        if due != stream.due:
-            # The entry at the old instant goes stale and is skipped when it comes up.
-            stream.due = due
-            self.timers.push(due, 0, stream)
-
-    def _live_due(self, stream: Stream, now: float, out: list[Output], *, timer: bool) -> float:
-        """Update a live stream's flags and underrun at `now`; return its next instant."""
-        empties = stream.start + stream.buffered
-        risk, unsafe, due = stream.flags_at(now, self.config.slack.hysteresis_ms)
-        if risk != stream.risk or unsafe != stream.unsafe:
-            self.throttle.note(stream, risk=risk, unsafe=unsafe)
-        if stream.underrun_since is None and empties > now:
-            # Expiry comes an idle timeout after the buffer empties: never first here.
-            return empties if empties < due else due
-        if stream.underrun_since is None:
-            # Exactly when it ran dry by the device's times: `u`, or the chunk that left it
-            # empty (late chunks can show that this was before edgemon's clock now).
-            t_last = stream.t_last_chunk
-            u = empties if empties > t_last else t_last
-            if not timer and u >= now:
-                # Empty from now on after a message: judged with this instant's timers, after
-                # every message of the instant (a later one may refill the buffer).
-                return now
-            self.lateness.begin_underrun(stream, u, now, out)
-        expiry = stream.expires_at(self.config.slack.stream_idle_timeout_ms)
-        return expiry if expiry < due else due
-
-    # ---------------------------------------------------------- reorder buffers (lateness)
+    # ------------------------------------------------------------------ reorder buffers
     def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
         """Keep a chunk that arrived ahead of a missing `seq` (docs/semantics.md)."""
-        held = stream.held
-        if held is None:
-            held = stream.held = Held()
-        if not held.add(event, at, self.lateness.horizon):
-            return "duplicate"
-        if len(held) > MAX_HELD:
+        result = self.reordering.hold(stream, event, at)
+        if result == "full":
             self._flush_held(stream, at, out)  # too far ahead: the holes are gaps now
-        else:
-            self.timers.push(self.lateness.hold_due(held), -1, HoldEnd(stream))
-        return "accepted"
+            return "accepted"
+        return result
 
     def _release_held(self, stream: Stream, at: float, out: list[Output]) -> None:
         """Apply the held chunks that now follow in `seq` order."""
-        held = stream.held
-        assert held is not None
-        while (pair := held.take(stream.last_seq + 1)) is not None:
-            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
-                held.drain()
-                break
-            self._chunk(pair[0], at, out, in_order=True, floor=pair[1])
-        self._held_left(stream, held, at, out)
-
-    def _expire_held(self, stream: Stream, now: float, out: list[Output]) -> None:
-        """Holes whose next chunk has waited `allowed_lateness_ms` are gaps: apply on."""
-        held = stream.held
-        assert held is not None
-        while len(held) and self.lateness.hold_due(held) <= now:
-            event, floor = held.take_first()
-            out.append(GapDeclared(self.id, stream.id, now, stream.last_seq + 1, event.seq - 1))
-            self._chunk(event, now, out, in_order=True, floor=floor)
-            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
-                held.drain()
-                break
-            while (follows := held.take(stream.last_seq + 1)) is not None:
-                self._chunk(follows[0], now, out, in_order=True, floor=follows[1])
-        self._held_left(stream, held, now, out)
-
-    def _held_left(self, stream: Stream, held: Held, now: float, out: list[Output]) -> None:
-        """After applying held chunks: none left, the stream's underrun may be confirmed now;
-        else the wait for the lowest one left is armed."""
-        if not len(held):
-            stream.held = None
-            self.lateness.recheck(stream, now, out)
-        else:
-            self.timers.push(self.lateness.hold_due(held), -1, HoldEnd(stream))
+        self._apply_held(self.reordering.release(stream, at, out), at, out)
 
     def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
-        """No more waiting (an `end`, or too many held): apply them all, declaring the gaps."""
-        held = stream.held
-        assert held is not None
-        for event, floor in held.drain():  # still held meanwhile: nothing confirmed half-way
-            if stream.phase is Phase.DRAINING or stream.id not in self.streams:
-                break
-            if event.seq > stream.last_seq + 1:
-                out.append(GapDeclared(self.id, stream.id, at, stream.last_seq + 1, event.seq - 1))
+        """No more waiting: apply every held chunk, declaring the gaps."""
+        self._apply_held(self.reordering.flush(stream, at, out), at, out)
+
+    def _apply_held(
+        self, due: Iterator[tuple[ChunkEvent, float]], at: float, out: list[Output]
+    ) -> None:
+        for event, floor in due:
             self._chunk(event, at, out, in_order=True, floor=floor)
-        stream.held = None
-        self.lateness.recheck(stream, at, out)
 
     def _timer(self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]) -> None:
         stream = what.stream
@@ -497,57 +387,22 @@ class Device(Restore):
         if self.lateness.confirm_held:
             return  # waits: `resume_confirmations` arms these afresh
         if isinstance(what, HoldEnd):
-            held = stream.held
-            if held is not None:
-                due = self.lateness.hold_due(held)
-                if due <= now:
-                    self._expire_held(stream, now, out)
-                else:  # the wait moved (a clock offset or a reload changed it)
-                    self.timers.push(due, -1, HoldEnd(stream))
+            if self.reordering.waited(stream, now):
+                self._apply_held(self.reordering.expire(stream, now, out), now, out)
         else:
             self.lateness.deadline(what, now, out)
-
-    def hold_confirmations(self) -> None:
-        """edgemon's input is interrupted: late chunks cannot arrive, so lateness waits."""
-        self.lateness.hold_confirmations()
-
-    def resume_confirmations(self, now: float, wall_ms: float) -> None:
-        """Input flows again at `now` (wall time `wall_ms`): every wait for late chunks starts
-        afresh from then."""
-        self.lateness.resume_confirmations(now, wall_ms, self.streams.values())
-
-    # ------------------------------------------------------------------ restore
-    def restore_timers(self, at: float) -> None:
-        """Recompute flags, counts and timers of adopted streams from instant `at` on."""
-        for stream in list(self.streams.values()):
-            self._refresh(stream, at, [])
-        min_on_until = self.throttle.since + self.config.slack.min_on_ms
-        if self.throttle.on and min_on_until > at:
-            self.timers.push(min_on_until, 0, MIN_ON)
-        self.throttle.dirty = True
 
     # ------------------------------------------------------------------ margins
     def set_engine_info(self, info: TtsEngineInfo, at: float) -> None:
         """Take a new engine object: margins of streams without their own may change."""
         self.engine_info = info
-        margin = info.margin
-        self.base_margin = self.config.slack.default_margin_ms if margin is None else margin
-        self._remargin(at)
+        self.margins.configure(self.id, self.config, info)
+        self.lifecycle.remargin(at)
 
     def reconfigure(self, config: EngineConfig, at: float) -> None:
         """Take a reloaded configuration without losing any stream."""
         self.config = config
         self.lateness.allowed_ms = config.slack.allowed_lateness_ms
-        self.override = config.devices.get(self.id)
-        info = self.engine_info
-        margin = None if info is None else info.margin
-        self.base_margin = config.slack.default_margin_ms if margin is None else margin
-        self._remargin(at)
-
-    def _remargin(self, at: float) -> None:
-        for stream in list(self.streams.values()):
-            stream.margin = self._margin_for(stream.margin_from_start)
-            self.live_index.note(stream)
-            stream.due = min(stream.due, at)
-            self.timers.push(at, 0, stream)
-        self.throttle.dirty = True
+        self.lifecycle.configure(config)
+        self.margins.configure(self.id, config, self.engine_info)
+        self.lifecycle.remargin(at)
