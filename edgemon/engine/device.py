@@ -8,23 +8,20 @@ path. The throttle is decided from the two counts once per instant, after every 
 that instant.
 
 `Device` keeps its identity, configuration, clock, streams, live index and stats. It
-receives messages, applies their events, fires its timers and decides the throttle,
-orchestrating the parts it holds, each owning its state: the timer heap (`timers`), the
-throttle state (`throttle`), the margins (`margins`), late delivery (`lateness`), the reorder
-buffers' waits (`reordering`), the streams' lives (`lifecycle`: creation, next instants,
-expiry, removal, tombstones) and the sampler (`sampler`). What a chunk tells about its
-stream is `edgemon.engine.arrival`; rebuilding a device from a snapshot,
-`edgemon.engine.restore`.
+receives messages and decides the instant their events take effect at, fires its timers in
+order and decides the throttle, orchestrating the parts it holds, each owning its state:
+the timer heap (`timers`), the throttle state (`throttle`), the margins (`margins`), late
+delivery (`lateness`), the streams' lives (`lifecycle`: creation, next instants, expiry,
+removal, tombstones), what each event does to the streams (`applier`, with the reorder
+buffers' waits) and the sampler (`sampler`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgemon.engine.arrival import take_chunk
+from edgemon.engine.applier import Applier
 from edgemon.engine.clock import DeviceClock
-from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
-from edgemon.engine.headroom import INF
 from edgemon.engine.lateness import LatenessState
 from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.live_index import LiveIndex
@@ -34,15 +31,14 @@ from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
 from edgemon.engine.stream import Phase, Stream
 from edgemon.engine.throttle import ThrottleState, throttle_change
-from edgemon.engine.timers import MIN_ON, SAMPLE, HoldEnd, TimerHeap
+from edgemon.engine.timers import MIN_ON, SAMPLE, TimerHeap
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output, ThrottleChanged
-    from edgemon.engine.timers import ConfirmDeadline
     from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
 
@@ -51,17 +47,16 @@ class Device:
     """Everything edgemon tracks for one device, driven at exact device-clock instants."""
 
     __slots__ = (
+        "applier",
         "clock",
         "config",
         "engine_info",
-        "gap_ewma",
         "id",
         "last_message_wall_ms",
         "lateness",
         "lifecycle",
         "live_index",
         "margins",
-        "reordering",
         "sampler",
         "stats",
         "streams",
@@ -74,40 +69,45 @@ class Device:
     ) -> None:
         self.id = device_id
         self.config = config
-        self.clock = DeviceClock(
+        clock = self.clock = DeviceClock(
             trust=config.slack.clock == "trust", window_ms=config.slack.clock_window_ms
         )
-        self.streams: dict[str, Stream] = {}
+        streams: dict[str, Stream] = {}
+        self.streams = streams
         #: Live streams sorted for the adapters' reads (`edgemon.engine.views`).
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
-        self.stats = DeviceStats()
-        #: The gap between deliveries over all the device's streams (EWMA, ms).
-        self.gap_ewma: float | None = None
+        stats = self.stats = DeviceStats()
         self.engine_info: TtsEngineInfo | None = None
         #: When the last message of the device was received (wall ms).
         self.last_message_wall_ms = 0.0
         timers = self.timers = TimerHeap()
         throttle = self.throttle = ThrottleState()
         margins = self.margins = Margins(device_id, config)
+        self.sampler = Sampler(sample_every_ms)
         lateness = self.lateness = LatenessState(
-            device_id, allowed_ms=config.slack.allowed_lateness_ms, clock=self.clock,
-            stats=self.stats, timers=timers,
-        )  # fmt: skip
-        self.reordering = Reordering(
-            device_id, streams=self.streams, lateness=lateness, timers=timers
-        )
-        self.lifecycle = Lifecycle(
-            device_id, config, streams=self.streams, live_index=self.live_index,
-            margins=margins, stats=self.stats, throttle=throttle, lateness=lateness,
+            device_id, allowed_ms=config.slack.allowed_lateness_ms, clock=clock, stats=stats,
             timers=timers,
         )  # fmt: skip
-        self.sampler = Sampler(sample_every_ms)
+        lifecycle = self.lifecycle = Lifecycle(
+            device_id, config, streams=streams, live_index=self.live_index, margins=margins,
+            stats=stats, throttle=throttle, lateness=lateness, timers=timers,
+        )  # fmt: skip
+        self.applier = Applier(
+            config, streams=streams, stats=stats, lifecycle=lifecycle, lateness=lateness,
+            reordering=Reordering(device_id, streams=streams, lateness=lateness, timers=timers),
+            sampler=self.sampler, timers=timers,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ queries
     @property
     def margin(self) -> float:
         """The margin of this device's streams that did not ask for their own."""
         return self.margins.for_stream(None)
+
+    @property
+    def gap_ewma(self) -> float | None:
+        """The gap between deliveries over all the device's streams (EWMA, ms)."""
+        return self.applier.gap_ewma
 
     @property
     def live(self) -> int:
@@ -154,12 +154,12 @@ class Device:
                 # Else superseded, or removed (due is NaN). Expiring with chunks held: not
                 # idle, they are applied now (the holes declared gaps).
                 if what.due == instant and self.lifecycle.wake(what, instant, out):
-                    self._flush_held(what, instant, out)
+                    self.applier.flush_held(what, instant, out)
             elif isinstance(what, str):
                 self.throttle.dirty = True  # the minimum on-time ran out
             else:
                 assert not isinstance(what, Stream)
-                self._timer(what, instant, out)
+                self.applier.timer(what, instant, out)
         if self.throttle.dirty:
             self._decide_throttle(instant, out)
         if heap and heap[0][0] == instant and heap[0][3] == SAMPLE:
@@ -213,11 +213,6 @@ class Device:
         )
 
     # ------------------------------------------------------------------ samples
-    def _ensure_sampling(self, at: float) -> None:
-        due = self.sampler.start(at)
-        if due is not None:
-            self.timers.push(due, 1, SAMPLE)
-
     def _sample(self, now: float, out: list[Output]) -> None:
         due = self.sampler.sample(self.id, self.live_streams(), now, out)
         if due is not None:
@@ -248,10 +243,11 @@ class Device:
         if heap and heap[0][0] < at:
             self.catch_up(at, out)
         clock.reach(at, recv_ms)
+        apply = self.applier.apply
         if len(events) == 1:
-            results = [self.apply(events[0], at, out)]
+            results = [apply(events[0], at, out)]
         else:
-            results = [self.apply(event, at, out) for event in events]
+            results = [apply(event, at, out) for event in events]
         if latest > lateness.event_time:
             lateness.event_time = latest
             if lateness.provisional:
@@ -268,130 +264,6 @@ class Device:
         kept = {id(e) for e in admitted}
         return [next(results) if id(e) in kept else "clock_jump" for e in events]
 
-    def apply(self, event: Event, at: float, out: list[Output]) -> str:
-        """Apply one validated event at device instant `at`; return its `result` label."""
-        if type(event) is ChunkEvent:
-            result = self._chunk(event, at, out)
-        elif type(event) is StartEvent:
-            result = self._start(event, at, out)
-        else:
-            assert type(event) is EndEvent
-            result = self._end(event, at, out)
-        return result
-
-    def _start(self, event: StartEvent, at: float, out: list[Output]) -> str:
-        if event.stream in self.streams:
-            return "duplicate"
-        stream = self.lifecycle.new_stream(event.stream, event.t_ms, start=event)
-        if stream is None:
-            return "stream_limit"
-        self.lifecycle.refresh(stream, at, out)
-        return "accepted"
-
-    def _end(self, event: EndEvent, at: float, out: list[Output]) -> str:
-        stream = self.streams.get(event.stream)
-        if stream is None:
-            return "duplicate" if event.stream in self.lifecycle.tombstones else "unknown_stream"
-        if stream.held is not None:
-            self._flush_held(stream, at, out)  # the end comes after every chunk sent
-        if stream.underrun_provisional:
-            assert stream.underrun_since is not None
-            if event.t_ms <= stream.underrun_since:
-                self.lateness.retract(stream, at, out)  # ended before its buffer ran dry
-            else:
-                self.lateness.confirm(stream, at, out)
-        self.lifecycle.remove(stream, event.reason or "completed", at, out)
-        return "accepted"
-
-    def _chunk(  # noqa: C901, PLR0912
-        self,
-        event: ChunkEvent,
-        at: float,
-        out: list[Output],
-        *,
-        in_order: bool = False,
-        floor: float = -INF,
-    ) -> str:
-        """Apply a chunk; `in_order`: one taken from the reorder buffer, applied in `seq`
-        order (the next one, or one after a declared gap), that arrived when the lateness
-        horizon was at `floor`."""
-        stream = self.streams.get(event.stream)
-        lifecycle = self.lifecycle
-        if stream is None:
-            if event.seq > 0 and event.stream in lifecycle.tombstones:
-                return "duplicate"
-            stream = lifecycle.new_stream(event.stream, event.t_ms, start=None)
-            if stream is None:
-                return "stream_limit"
-        if event.seq <= stream.last_seq:
-            return "duplicate"
-        if stream.phase is Phase.DRAINING:
-            return "after_final"
-        gap = event.seq > stream.last_seq + 1
-        if gap and not in_order and self.lateness.allowed_ms > 0.0:
-            return self._hold(stream, event, at, out)
-        self.gap_ewma = take_chunk(
-            stream, event, gap=gap, stats=self.stats, device_gap=self.gap_ewma,
-            default_gap_ms=self.config.slack.default_chunk_gap_ms,
-        )  # fmt: skip
-        if stream.underrun_since is not None:
-            lateness = self.lateness
-            lateness.chunk_in_underrun(
-                stream, event.t_ms, at, out, floor if in_order else lateness.horizon
-            )
-        if stream.phase is Phase.LIVE:
-            if event.final:
-                stream.phase = Phase.DRAINING
-                lifecycle.live -= 1
-        elif event.final:
-            stream.phase = Phase.DRAINING
-        else:
-            stream.phase = Phase.LIVE
-            lifecycle.live += 1
-            self._ensure_sampling(at)
-        if stream.phase is Phase.DRAINING and stream.empties_at <= at:
-            lifecycle.remove(stream, "completed", at, out)
-        else:
-            lifecycle.refresh(stream, at, out)
-        if stream.held is not None and not in_order:
-            self._release_held(stream, at, out)
-        return "gap" if gap else "accepted"
-
-    # ------------------------------------------------------------------ reorder buffers
-    def _hold(self, stream: Stream, event: ChunkEvent, at: float, out: list[Output]) -> str:
-        """Keep a chunk that arrived ahead of a missing `seq` (docs/semantics.md)."""
-        result = self.reordering.hold(stream, event, at)
-        if result == "full":
-            self._flush_held(stream, at, out)  # too far ahead: the holes are gaps now
-            return "accepted"
-        return result
-
-    def _release_held(self, stream: Stream, at: float, out: list[Output]) -> None:
-        """Apply the held chunks that now follow in `seq` order."""
-        self._apply_held(self.reordering.release(stream, at, out), at, out)
-
-    def _flush_held(self, stream: Stream, at: float, out: list[Output]) -> None:
-        """No more waiting: apply every held chunk, declaring the gaps."""
-        self._apply_held(self.reordering.flush(stream, at, out), at, out)
-
-    def _apply_held(
-        self, due: Iterator[tuple[ChunkEvent, float]], at: float, out: list[Output]
-    ) -> None:
-        for event, floor in due:
-            self._chunk(event, at, out, in_order=True, floor=floor)
-
-    def _timer(self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]) -> None:
-        stream = what.stream
-        if self.streams.get(stream.id) is not stream:
-            return
-        if self.lateness.confirm_held:
-            return  # waits: `resume_confirmations` arms these afresh
-        if isinstance(what, HoldEnd):
-            if self.reordering.waited(stream, now):
-                self._apply_held(self.reordering.expire(stream, now, out), now, out)
-        else:
-            self.lateness.deadline(what, now, out)
-
     # ------------------------------------------------------------------ margins
     def set_engine_info(self, info: TtsEngineInfo, at: float) -> None:
         """Take a new engine object: margins of streams without their own may change."""
@@ -404,5 +276,6 @@ class Device:
         self.config = config
         self.lateness.allowed_ms = config.slack.allowed_lateness_ms
         self.lifecycle.configure(config)
+        self.applier.configure(config)
         self.margins.configure(self.id, config, self.engine_info)
         self.lifecycle.remargin(at)

@@ -164,7 +164,7 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
     clock = device.clock
     clock.offset_ms = wall_ms - resumed  # the device's clock resumes where it had reached
     clock.reach(resumed, wall_ms)
-    device.gap_ewma = item["gap_ewma"]
+    device.applier.gap_ewma = item["gap_ewma"]
     device.throttle.on = bool(item["throttle_on"])
     device.throttle.since = float(item["throttle_since"])
     device.last_message_wall_ms = float(item["last_message_wall_ms"])
