@@ -3,7 +3,7 @@
 Its audio and times, the gap since the stream's previous chunk (the stream's and the
 device's gap EWMAs), when the next chunk is expected, and the device's arrival statistics:
 slack at arrival, chunk gaps, time to first audio and start silence. The device decides
-whether and when a chunk is applied (`Device._chunk`); this is the arithmetic, O(1).
+whether and when a chunk is applied (`edgemon.engine.applier`); this is the arithmetic, O(1).
 """
 
 from __future__ import annotations

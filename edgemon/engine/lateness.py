@@ -43,7 +43,8 @@ class LatenessState:
     """A device's late delivery: a part a `Device` holds, owning its event time, its
     provisional and open underruns, its horizon and its waits for late chunks. It shares the
     device's clock, stats and timer heap; the device gives it `allowed_ms` (the configured
-    `allowed_lateness_ms`) and applies the chunks of the reorder buffers itself."""
+    `allowed_lateness_ms`). The reorder buffers' chunks are applied by the device's `Applier`
+    (`edgemon.engine.reordering` says when)."""
 
     __slots__ = (
         "_clock",

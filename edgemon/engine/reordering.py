@@ -5,7 +5,7 @@ A chunk that arrives ahead of a missing `seq` waits in its stream's buffer
 `allowed_lateness_ms` (the hole before it is then a declared gap), or until the buffer
 overflows or the stream ends (every hole is a gap). `Reordering` says which held chunks
 are due, in order, and declares the gaps; the device applies each chunk it yields
-(`Device._chunk`), and the next one is chosen after that chunk has counted.
+(`edgemon.engine.applier`), and the next one is chosen after that chunk has counted.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ Due = tuple["ChunkEvent", float]
 
 
 class Reordering:
-    """The waits of a device's reorder buffers: a part a `Device` holds. It shares the
+    """The waits of a device's reorder buffers: a part its `Applier` holds. It shares the
     device's streams (a stream no longer among them has its held chunks dropped), its late
     delivery (the waits and the horizon) and its timer heap; the buffers are the streams'."""
 
