@@ -157,7 +157,7 @@ class Engine:
         no provisional underrun is confirmed for want of one until `input_restored`."""
         self._input_down = True
         for device in self.devices():
-            device.hold_confirmations()
+            device.lateness.hold_confirmations()
 
     def input_restored(self, wall_ms: float) -> None:
         """Input flows again at wall time `wall_ms`: the waits for late chunks start afresh,
@@ -166,7 +166,8 @@ class Engine:
         self._patient_wall = wall_ms + self._config.slack.allowed_lateness_ms
         for book in self._devices.values():
             device = book.device
-            device.resume_confirmations(device.clock.now(wall_ms), wall_ms)
+            now = device.clock.now(wall_ms)
+            device.lateness.resume_confirmations(now, wall_ms, device.streams.values())
             self._schedule(book)
 
     def release_all(self, wall_ms: float, out: list[Output]) -> None:

@@ -43,7 +43,8 @@ class LatenessState:
     """A device's late delivery: a part a `Device` holds, owning its event time, its
     provisional and open underruns, its horizon and its waits for late chunks. It shares the
     device's clock, stats and timer heap; the device gives it `allowed_ms` (the configured
-    `allowed_lateness_ms`) and applies the chunks of the reorder buffers itself."""
+    `allowed_lateness_ms`). The reorder buffers' chunks are applied by the device's `Applier`
+    (`edgemon.engine.reordering` says when)."""
 
     __slots__ = (
         "_clock",
@@ -184,6 +185,19 @@ class LatenessState:
         stream.underrun_ms += duration
         self._stats.underrun_ms += duration
         out.append(UnderrunEnded(self._device_id, stream.id, at, duration))
+
+    def adopt(self, stream: Stream) -> None:
+        """A stream restored from a snapshot: its underrun is tracked again, and the waits of
+        a provisional one and of its held chunks are armed afresh."""
+        u = stream.underrun_since
+        if u is not None:
+            if not stream.underrun_provisional:
+                self.open_underruns[stream.id] = stream
+            else:
+                self.provisional[stream.id] = stream
+                self._timers.push(self.lateness_due(u), 0, ConfirmDeadline(stream, u))
+        if stream.held is not None:
+            self._timers.push(self.hold_due(stream.held), -1, HoldEnd(stream))
 
     def hold_confirmations(self) -> None:
         """edgemon's input is interrupted: late chunks cannot arrive, so lateness waits."""

@@ -1,9 +1,14 @@
-"""A device's streams coming and going: created by their first event, removed with a summary.
+"""A device's streams coming and going, and each one's next instant (docs/semantics.md).
 
 A stream begins at a `start` or its first chunk (within the device's stream limit) and ends by
 an `end`, by playing out its `final` chunk, or by expiry; its removal settles any underrun it
-is in and emits its `StreamEnded` summary (docs/semantics.md). Its id is then buried for a while
+is in and emits its `StreamEnded` summary. Its id is then buried for a while
 (`edgemon.engine.tombstones`) so that late redeliveries do not bring it back.
+
+Between events each stream has one next instant, armed in the device's timer heap: when a
+flag of a live stream changes or its buffer runs dry, when it expires, or when a draining
+stream has played out. `Lifecycle.refresh` brings a stream's flags and underrun to an instant
+and arms that timer; `Lifecycle.wake` handles it when it comes.
 """
 
 from __future__ import annotations
@@ -11,73 +16,126 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from edgemon.engine.headroom import INF
 from edgemon.engine.outputs import StreamEnded
-from edgemon.engine.state import DeviceState
 from edgemon.engine.stats import fold_reason
 from edgemon.engine.stream import Phase, Stream
+from edgemon.engine.tombstones import Tombstones
 
 if TYPE_CHECKING:
+    from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import StartEvent
+    from edgemon.engine.lateness import LatenessState
+    from edgemon.engine.live_index import LiveIndex
+    from edgemon.engine.margins import Margins
     from edgemon.engine.outputs import Output
+    from edgemon.engine.stats import DeviceStats
+    from edgemon.engine.throttle import ThrottleState
+    from edgemon.engine.timers import TimerHeap
 
 
-class Lifecycle(DeviceState):
-    """A `Device` creating and removing streams, with the margins they take (the root of
-    `Device`'s bases, on `DeviceState`)."""
+class Lifecycle:
+    """The lives of a device's streams: a part a `Device` holds, owning the count of live
+    streams and the tombstones. It shares the device's streams, live index, margins, stats,
+    throttle state (the flags it counts), late delivery (underruns) and timer heap; the
+    device gives it the configuration in force (`configure`)."""
 
-    __slots__ = ()
+    __slots__ = (
+        "_config",
+        "_device_id",
+        "_hysteresis_ms",
+        "_idle_ms",
+        "_lateness",
+        "_live_index",
+        "_margins",
+        "_stats",
+        "_streams",
+        "_throttle",
+        "_timers",
+        "live",
+        "tombstones",
+    )
 
-    def _margin_for(self, from_start: float | None) -> float:
-        """docs/semantics.md order: device config, start event, engine object, hardware, default."""
-        override = self.override
-        if override is not None and override.margin_ms is not None:
-            return override.margin_ms
-        return self.base_margin if from_start is None else from_start
+    def __init__(  # noqa: PLR0913 - keyword-only, the device's parts it shares
+        self,
+        device_id: str,
+        config: EngineConfig,
+        *,
+        streams: dict[str, Stream],
+        live_index: LiveIndex,
+        margins: Margins,
+        stats: DeviceStats,
+        throttle: ThrottleState,
+        lateness: LatenessState,
+        timers: TimerHeap,
+    ) -> None:
+        self._device_id = device_id
+        self._streams = streams
+        self._live_index = live_index
+        self._margins = margins
+        self._stats = stats
+        self._throttle = throttle
+        self._lateness = lateness
+        self._timers = timers
+        #: Streams in phase LIVE.
+        self.live = 0
+        #: Recently removed stream ids and when: late redeliveries must not resurrect them.
+        self.tombstones = Tombstones()
+        self.configure(config)
 
-    def _new_stream(
-        self, stream_id: str, t_ms: float, *, start: StartEvent | None
-    ) -> Stream | None:
-        if len(self.streams) >= self.config.limits.max_streams_per_device:
+    def configure(self, config: EngineConfig) -> None:
+        """Take the configuration in force (at creation and on a reload)."""
+        self._config = config
+        self._idle_ms = config.slack.stream_idle_timeout_ms
+        self._hysteresis_ms = config.slack.hysteresis_ms
+
+    # ------------------------------------------------------------------ coming and going
+    def new_stream(self, stream_id: str, t_ms: float, *, start: StartEvent | None) -> Stream | None:
+        """A stream begun at `t_ms` by its `start` event (None: by its first chunk); None
+        beyond the device's stream limit."""
+        config = self._config
+        if len(self._streams) >= config.limits.max_streams_per_device:
             return None
         self.tombstones.unbury(stream_id)
-        override = self.override
+        override = self._margins.override
         player = (override.player if override else None) or (start.player if start else None)
         from_start = start.margin_ms if start else None
         stream = Stream(
             stream_id,
             t_ms=t_ms,
-            rebuffer=(player or self.config.slack.player) == "rebuffer",
-            margin=self._margin_for(from_start),
+            rebuffer=(player or config.slack.player) == "rebuffer",
+            margin=self._margins.for_stream(from_start),
             margin_from_start=from_start,
             started_by_event=start is not None,
             play_start_ms=start.play_start_ms if start else None,
         )
-        self.streams[stream_id] = stream
-        self.stats.streams_started += 1
+        self._streams[stream_id] = stream
+        self._stats.streams_started += 1
         return stream
 
-    def _remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
+    def remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
+        """Remove a stream at `now` for `reason`, settling its underrun, with its summary."""
         stream.held = None
+        lateness = self._lateness
         if stream.underrun_provisional:
-            self.lateness.confirm(stream, now, out)  # nothing can undo it once the stream is gone
+            lateness.confirm(stream, now, out)  # nothing can undo it once the stream is gone
         if stream.underrun_since is not None:
-            self.lateness.end_underrun(stream, now, now, out)
-        self.throttle.note(stream, risk=False, unsafe=False)
+            lateness.end_underrun(stream, now, now, out)
+        self._throttle.note(stream, risk=False, unsafe=False)
         if stream.phase is Phase.LIVE:
             self.live -= 1
-        self.throttle.dirty = True
+        self._throttle.dirty = True
         stream.due = math.nan  # its timer entries are stale from now on
-        del self.streams[stream.id]
-        self.live_index.note(stream)
-        config = self.config
+        del self._streams[stream.id]
+        self._live_index.note(stream)
         self.tombstones.bury(
-            stream.id, now, keep_ms=config.slack.stream_idle_timeout_ms,
-            cap=4 * config.limits.max_streams_per_device,
+            stream.id, now, keep_ms=self._idle_ms,
+            cap=4 * self._config.limits.max_streams_per_device,
         )  # fmt: skip
-        self.stats.finished[fold_reason(reason)] += 1
+        self._stats.finished[fold_reason(reason)] += 1
         out.append(
             StreamEnded(
-                device=self.id,
+                device=self._device_id,
                 stream=stream.id,
                 t_ms=now,
                 reason=reason,
@@ -89,3 +147,89 @@ class Lifecycle(DeviceState):
                 time_to_first_audio_ms=stream.first_audio_ms,
             )
         )
+
+    def adopt(self, stream: Stream) -> None:
+        """Take a stream restored from a snapshot; its margin follows the configuration in
+        force now (its flags and timer: `restore_timers`)."""
+        stream.margin = self._margins.for_stream(stream.margin_from_start)
+        self._streams[stream.id] = stream
+        if stream.phase is Phase.LIVE:
+            self.live += 1
+        self._lateness.adopt(stream)
+
+    # ------------------------------------------------------------------ next instants
+    def refresh(
+        self, stream: Stream, now: float, out: list[Output], *, timer: bool = False
+    ) -> None:
+        """Bring a stream's underrun state and flags to `now`, and (re)arm its timer
+        (`timer`: this is its timer firing)."""
+        self._live_index.note(stream)
+        phase = stream.phase
+        if phase is Phase.LIVE:
+            due = self._live_due(stream, now, out, timer=timer)
+        elif phase is Phase.WAITING:
+            due = stream.expires_at(self._idle_ms)
+        else:
+            self._throttle.note(stream, risk=False, unsafe=False)
+            due = stream.empties_at
+        if due < now:
+            due = now  # an instant already passed is handled now, never in the past
+        if due != stream.due:
+            # The entry at the old instant goes stale and is skipped when it comes up.
+            stream.due = due
+            self._timers.push(due, 0, stream)
+
+    def _live_due(self, stream: Stream, now: float, out: list[Output], *, timer: bool) -> float:
+        """Update a live stream's flags and underrun at `now`; return its next instant."""
+        empties = stream.start + stream.buffered
+        risk, unsafe, due = stream.flags_at(now, self._hysteresis_ms)
+        if risk != stream.risk or unsafe != stream.unsafe:
+            self._throttle.note(stream, risk=risk, unsafe=unsafe)
+        if stream.underrun_since is None and empties > now:
+            # Expiry comes an idle timeout after the buffer empties: never first here.
+            return empties if empties < due else due
+        if stream.underrun_since is None:
+            # Exactly when it ran dry by the device's times: `u`, or the chunk that left it
+            # empty (late chunks can show that this was before edgemon's clock now).
+            t_last = stream.t_last_chunk
+            u = empties if empties > t_last else t_last
+            if not timer and u >= now:
+                # Empty from now on after a message: judged with this instant's timers, after
+                # every message of the instant (a later one may refill the buffer).
+                return now
+            self._lateness.begin_underrun(stream, u, now, out)
+        expiry = stream.expires_at(self._idle_ms)
+        return expiry if expiry < due else due
+
+    def wake(self, stream: Stream, now: float, out: list[Output]) -> bool:
+        """The stream's timer came at `now`: it has played out, expired or is refreshed.
+        True: it would expire, but chunks came and wait for a missing one, so it is not
+        idle; the device applies them now (the holes declared gaps), which moves the
+        expiry on."""
+        stream.due = INF
+        if stream.phase is Phase.DRAINING:
+            if now >= stream.empties_at:
+                self.remove(stream, "completed", now, out)
+                return False
+        elif now >= stream.expires_at(self._idle_ms):
+            if stream.held is not None:
+                return True
+            self.remove(stream, "expired", now, out)
+            return False
+        self.refresh(stream, now, out, timer=True)
+        return False
+
+    def remargin(self, at: float) -> None:
+        """The margins changed at `at`: every stream takes its own again and is refreshed."""
+        for stream in list(self._streams.values()):
+            stream.margin = self._margins.for_stream(stream.margin_from_start)
+            self._live_index.note(stream)
+            stream.due = min(stream.due, at)
+            self._timers.push(at, 0, stream)
+        self._throttle.dirty = True
+
+    def restore_timers(self, at: float) -> None:
+        """Recompute flags, counts and timers of adopted streams from instant `at` on."""
+        for stream in list(self._streams.values()):
+            self.refresh(stream, at, [])
+        self._throttle.dirty = True

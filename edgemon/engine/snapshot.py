@@ -1,11 +1,12 @@
 """The engine's state as plain JSON values, and back (reliability.md: a restart loses no stream).
 
 A snapshot holds what events built up — streams, clocks, throttles, totals — not what can be
-derived: risk flags, counts and timers are recomputed on restore. Times stay on the devices'
-clocks. On restore each device's clock resumes from the instant it had reached: the downtime
-is cut out of the device's timeline, and the messages the broker queued meanwhile bring it
-forward at their own `t_ms` as they arrive (the offset is estimated afresh), so a stream whose
-chunks kept coming shows no underrun for the time edgemon was away.
+derived: risk flags, counts and timers are recomputed on restore (the device's lifecycle
+adopts each stream and arms its timer afresh: `Lifecycle.adopt`, `Lifecycle.restore_timers`).
+Times stay on the devices' clocks. On restore each device's clock resumes from the instant it
+had reached: the downtime is cut out of the device's timeline, and the messages the broker
+queued meanwhile bring it forward at their own `t_ms` as they arrive (the offset is estimated
+afresh), so a stream whose chunks kept coming shows no underrun for the time edgemon was away.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from edgemon.engine.headroom import INF
 from edgemon.engine.kv import KVVerdict
 from edgemon.engine.reorder import Held
 from edgemon.engine.stream import Phase, Stream
+from edgemon.engine.timers import MIN_ON
 from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.tts import TtsEngineInfo
 
@@ -162,7 +164,7 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
     clock = device.clock
     clock.offset_ms = wall_ms - resumed  # the device's clock resumes where it had reached
     clock.reach(resumed, wall_ms)
-    device.gap_ewma = item["gap_ewma"]
+    device.applier.gap_ewma = item["gap_ewma"]
     device.throttle.on = bool(item["throttle_on"])
     device.throttle.since = float(item["throttle_since"])
     device.last_message_wall_ms = float(item["last_message_wall_ms"])
@@ -183,10 +185,14 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
             resumed,
         )
     _restore_stats(device, item["stats"])
-    device.tombstones = Tombstones({str(k): float(v) for k, v in item["tombstones"].items()})
+    removed = {str(k): float(v) for k, v in item["tombstones"].items()}
+    device.lifecycle.tombstones = Tombstones(removed)
     for fields in item["streams"]:
-        _restore_stream(device, fields, resumed)
-    device.restore_timers(resumed)
+        device.lifecycle.adopt(_restore_stream(fields, resumed))
+    device.lifecycle.restore_timers(resumed)
+    min_on_until = device.throttle.since + config.slack.min_on_ms
+    if device.throttle.on and min_on_until > resumed:
+        device.timers.push(min_on_until, 0, MIN_ON)
     return device
 
 
@@ -205,7 +211,7 @@ def _restore_stats(device: Device, data: dict[str, Any]) -> None:
         histogram.total = float(data[name]["total"])
 
 
-def _restore_stream(device: Device, fields: dict[str, Any], resumed: float) -> None:
+def _restore_stream(fields: dict[str, Any], resumed: float) -> Stream:
     stream = Stream(
         str(fields["id"]),
         t_ms=resumed,
@@ -227,4 +233,4 @@ def _restore_stream(device: Device, fields: dict[str, Any], resumed: float) -> N
             bound = floor[0] if floor and floor[0] is not None else -INF
             stream.held.add(msgspec.convert(chunk, ChunkEvent), float(arrived), float(bound))
     stream.phase = Phase(fields["phase"])
-    device.adopt(stream)
+    return stream

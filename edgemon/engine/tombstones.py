@@ -10,7 +10,7 @@ from __future__ import annotations
 
 class Tombstones:
     """A device's removed stream ids and when each was removed (device-clock ms), oldest
-    first. A part a `Device` holds; it owns its one field."""
+    first. A part the device's streams' lives (`Lifecycle`) hold; it owns its one field."""
 
     __slots__ = ("_removed",)
 
