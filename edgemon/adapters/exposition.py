@@ -74,6 +74,11 @@ class Slicer:
         """A possible yield point."""
         if time.perf_counter() - self._since < self._budget:
             return
+        await self.now()
+
+    async def now(self) -> None:
+        """A yield, whatever the budget: before work that cannot be cut (the body's last
+        join and its write to the socket), so that it too starts clear of a transition."""
         self.yields += 1
         await asyncio.sleep(0)
         if self._until is not None or self._busy is not None:
@@ -144,6 +149,7 @@ async def render(
             await slicer()
     if openmetrics:
         parts.append(_EOF)
+    await slicer.now()
     return b"".join(parts), content_type
 
 
@@ -155,14 +161,19 @@ async def _engine_families(
     comes from the encoder, from the family without samples that `describe` gives.
     """
     declared = list(collector.describe())
-    bodies: dict[int, list[str]] = {}
+    bodies: list[list[str]] = [[] for _ in declared]
     for device_id in collector.device_ids():
         texts = collector.device_text(device_id)
         if texts is not None:
             for i, text in texts:
-                bodies.setdefault(i, []).append(text)
+                bodies[i].append(text)
         await slicer()
-    return [_header(encoder, declared[i]) + "".join(bodies[i]).encode() for i in sorted(bodies)]
+    parts = []
+    for family, lines in zip(declared, bodies, strict=True):
+        if lines:  # a family's text is a few hundred kB at most: one slice
+            parts.append(_header(encoder, family) + "".join(lines).encode())
+            await slicer()
+    return parts
 
 
 #: The engine families' header lines, by encoder and family name (the same every scrape).
