@@ -164,23 +164,26 @@ async def test_cached_count_lines_follow_each_count_alone(change: str) -> None:
 
 
 class _Scripted(DeviceView):
-    """A device view whose lowest streams (slack, headroom in ms) the test sets: a series'
-    value going to -0.0 or NaN, which the engine does not produce on demand."""
+    """A device view whose lowest stream's slack and headroom (ms), and the device's lowest
+    of both, the test sets: a value going to -0.0 or NaN, which the engine does not produce
+    on demand."""
 
     __slots__ = ()
-    lowest: ClassVar[list[tuple[str, float, float]]] = []
+    slack_head: ClassVar[tuple[float, float]] = (0.0, 0.0)
 
     def summary(self, now: float, lowest: int = 0) -> LiveSummary:
         base = super().summary(now, lowest)
-        return LiveSummary(base.at_risk, base.min_headroom, base.min_slack, tuple(self.lowest))
+        slack, head = self.slack_head
+        return LiveSummary(base.at_risk, head, slack, (("s1", slack, head),))
 
 
 @pytest.mark.asyncio
-async def test_a_per_stream_line_is_reused_only_for_the_same_value(
+async def test_a_line_is_reused_only_for_the_same_value(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A per-stream line is kept while its value stays; a new value, a zero changing sign
-    (0.0 == -0.0, written apart) and NaN (never equal to itself) are written afresh."""
+    """A line is kept while its value stays; a new value, a zero changing sign (0.0 == -0.0,
+    written apart) and NaN (never equal to itself) are written afresh: per-stream series and
+    the device's own (its lowest slack and headroom)."""
     _, registry, _ = _one_device()
 
     def scripted(engine: Engine, device_id: str) -> DeviceView | None:
@@ -191,11 +194,14 @@ async def test_a_per_stream_line_is_reused_only_for_the_same_value(
     steps = [(1500.0, -2000.0), (1500.0, -2000.0), (0.0, -0.0), (-0.0, 0.0), (-0.0, 0.0),
              (math.nan, math.inf), (math.nan, 2e9), (7.0, 2e9)]  # fmt: skip
     for slack, head in steps:
-        _Scripted.lowest = [("s1", slack, head)]
+        _Scripted.slack_head = (slack, head)
         body, _ = await render(registry, "", Slicer(math.inf))
-        lines = [line for line in body.decode().splitlines() if line.startswith("edgemon_stream_")]
-        series = '{device="d1",stream="s1"}'
+        names = ("edgemon_stream_", "edgemon_playback_slack_min", "edgemon_headroom_min")
+        lines = [line for line in body.decode().splitlines() if line.startswith(names)]
+        stream, device = '{device="d1",stream="s1"}', '{device="d1"}'
         assert lines == [
-            f"edgemon_stream_playback_slack_seconds{series} {go_float(slack / 1000)}",
-            f"edgemon_stream_headroom_seconds{series} {go_float(head / 1000)}",
+            f"edgemon_playback_slack_min_seconds{device} {go_float(slack / 1000)}",
+            f"edgemon_headroom_min_seconds{device} {go_float(head / 1000)}",
+            f"edgemon_stream_playback_slack_seconds{stream} {go_float(slack / 1000)}",
+            f"edgemon_stream_headroom_seconds{stream} {go_float(head / 1000)}",
         ]

@@ -7,8 +7,11 @@ what did not change since the last scrape:
 - each series' label prefix (`name{device="…",stream="…"} `) is computed once;
 - the lines of the device's counts (streams tracked, engagements, underruns, retractions,
   chunks, streams begun and finished, the KV verdict) are rewritten only when one of those
-  integers (or the verdict) changed; the values that move with the clock (slack, headroom,
-  at-risk, time throttled or in underrun) and the other floats are written every scrape;
+  integers (or the verdict) changed;
+- every other series (those that move with the clock: slack, headroom, at-risk, time
+  throttled or in underrun; and the other floats) keeps its last line with the value it was
+  written from, and is written again only for another value (formatting a float the way
+  prometheus_client does, Python's shortest `repr`, is most of the cost of a line);
 - a histogram's lines are rewritten only when it has new observations.
 
 Lines are the same in both formats (the engine's families carry no timestamps, exemplars or
@@ -109,13 +112,15 @@ class _Series:
 class _Device:
     """What is kept of one device between scrapes."""
 
-    __slots__ = ("counts", "counts_key", "finished", "histograms", "prefix", "streams")
+    __slots__ = ("counts", "counts_key", "finished", "histograms", "lines", "prefix", "streams")
 
     def __init__(self, prefix: dict[str, str], finished: tuple[str, ...]) -> None:
         #: Each device-labelled family's series prefix, by family.
         self.prefix = prefix
         #: `edgemon_streams_finished_total`'s prefixes, in reason order.
         self.finished = finished
+        #: The other device-labelled families' last values and lines, by family.
+        self.lines: dict[str, tuple[float, str]] = {}
         #: Per stream: its slack and headroom series.
         self.streams: dict[str, tuple[_Series, _Series]] = {}
         #: The counts the `counts` lines were written from, and those lines.
@@ -196,36 +201,42 @@ class DeviceText:
             device.counts_key = key
         texts = device.counts.copy()
         live = view.summary(now, self._per_stream)
-        texts.append((pos["streams_at_risk"], _line(prefix["streams_at_risk"], live.at_risk)))
+        values = [
+            ("streams_at_risk", live.at_risk),
+            ("margin", view.margin / _MS),
+            ("throttle_active", 1.0 if view.throttle_on else 0.0),
+            ("clock_offset", view.clock_offset_ms / _MS),
+            ("last_event", view.last_message_wall_ms / _MS),
+            ("throttle_seconds", view.throttle_ms() / _MS),
+            ("underrun_seconds", view.underrun_ms() / _MS),
+            ("audio", stats.audio_ms / _MS),
+        ]
         if live.min_headroom is not None:
-            texts.append(
-                (pos["headroom_min"], _line(prefix["headroom_min"], live.min_headroom / _MS))
-            )
+            values.append(("headroom_min", live.min_headroom / _MS))
         if live.min_slack is not None:
-            texts.append((pos["slack_min"], _line(prefix["slack_min"], live.min_slack / _MS)))
+            values.append(("slack_min", live.min_slack / _MS))
+        lines = device.lines
+        for slot, value in values:
+            # Equal non-zero numbers have one text; 0.0 and -0.0 are equal but written apart,
+            # and NaN is never equal: those are written again.
+            cached = lines.get(slot)
+            if cached is None or cached[0] != value or not value:
+                cached = lines[slot] = (value, _line(prefix[slot], value))
+            texts.append((pos[slot], cached[1]))
         if live.lowest:
             texts.extend(self._lowest(device, device_id, live.lowest))
-        texts += [
-            (pos["margin"], _line(prefix["margin"], view.margin / _MS)),
-            (pos["throttle_active"], _line(prefix["throttle_active"], float(view.throttle_on))),
-            (pos["clock_offset"], _line(prefix["clock_offset"], view.clock_offset_ms / _MS)),
-            (pos["last_event"], _line(prefix["last_event"], view.last_message_wall_ms / _MS)),
-            (pos["throttle_seconds"], _line(prefix["throttle_seconds"], view.throttle_ms() / _MS)),
-            (pos["underrun_seconds"], _line(prefix["underrun_seconds"], view.underrun_ms() / _MS)),
-            (pos["audio"], _line(prefix["audio"], stats.audio_ms / _MS)),
-        ]
         histograms = (
             stats.slack_at_arrival,
             stats.chunk_gap,
             stats.time_to_first_audio,
             stats.start_silence,
         )
-        cached = device.histograms
+        texts_of = device.histograms
         for i, histogram in enumerate(histograms):
             count, total = histogram.count, histogram.total
-            entry = cached[i]
+            entry = texts_of[i]
             if entry is None or entry[0] is not histogram or entry[1:3] != (count, total):
-                entry = cached[i] = (
+                entry = texts_of[i] = (
                     histogram,
                     count,
                     total,
@@ -280,8 +291,6 @@ class DeviceText:
                 device, device_id, stream_id
             )
             slack, head = slack_ms / _MS, head_ms / _MS
-            # Equal non-zero floats have one text; 0.0 and -0.0 are equal but written apart,
-            # and NaN is never equal: those are written again.
             if slack != slack_series.value or not slack:
                 slack_series.value = slack
                 slack_series.line = _line(slack_series.prefix, slack)
