@@ -20,6 +20,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgemon.adapters.exposition import PART_BYTES
 from edgemon.adapters.http import (
     basic_auth_from_settings,
     create_app,
@@ -444,3 +445,37 @@ async def test_sliced_exposition_is_the_registry_text(accept: str) -> None:
     strip = re.compile(r"^(process_|python_).*\n", re.MULTILINE)  # the process moves on
     assert strip.sub("", text) == strip.sub("", expected)
     assert text.count("edgemon_stream_headroom_seconds{") == 5 * 30
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("encoding", ["identity", "gzip", "deflate"])
+async def test_metrics_are_the_registry_text_written_in_pieces_or_compressed(
+    encoding: str,
+) -> None:
+    """Uncompressed, /metrics is written piece by piece under a Content-Length (no chunked
+    framing, never copied whole); compressed when the client asks. Either way the body is
+    the text prometheus_client renders from the registry, and a HEAD has no body."""
+    daemon = fleet(30, 40, per_stream_series=30)  # several pieces of `PART_BYTES`
+    expected = choose_encoder("")[0](daemon.registry).decode()
+    strip = re.compile(r"^(process_|python_).*\n", re.MULTILINE)  # the process moves on
+    headers = {"Accept-Encoding": encoding}
+    async with (
+        running(daemon.app()) as url,
+        aiohttp.ClientSession(auto_decompress=True) as client,
+    ):
+        async with client.get(f"{url}/metrics", headers=headers) as response:
+            assert response.status == 200
+            raw = await response.content.read() if encoding == "identity" else None
+            text = raw.decode() if raw is not None else await response.text()
+            sent = response.headers
+        async with client.head(f"{url}/metrics", headers=headers) as head:
+            assert head.status == 200
+            assert await head.read() == b""
+    assert len(expected) > 2 * PART_BYTES
+    assert strip.sub("", text) == strip.sub("", expected)
+    if encoding == "identity":
+        assert "Content-Encoding" not in sent
+        assert "Transfer-Encoding" not in sent
+        assert int(sent["Content-Length"]) == len(raw or b"")
+    else:
+        assert sent["Content-Encoding"] == encoding

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from typing import TYPE_CHECKING, ClassVar
 
 import pytest
 from hypothesis import given
@@ -11,11 +13,24 @@ from hypothesis import strategies as st
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
+from edgemon.adapters import metrics
 from edgemon.adapters.exposition import Slicer, render
+from edgemon.adapters.metrics import ConnectionState, build_registry
 from edgemon.adapters.metrics_text import go_float
+from edgemon.engine import EngineConfig
+from edgemon.engine.views import DeviceView, LiveSummary
+from edgemon.monitor import Monitor
 from edgemon.simulate import Simulation
 
 from fleets import SimulatedFleet
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from edgemon.adapters.metrics import EdgemonRegistry
+    from edgemon.engine.engine import Engine
+    from edgemon.engine.outputs import Output
+    from edgemon.engine.stats import DeviceStats
 
 #: Process and platform series move on between two renderings.
 _MOVING = re.compile(r"^(process_|python_).*\n", re.MULTILINE)
@@ -66,3 +81,127 @@ async def test_text_path_is_the_registry_text_as_the_fleet_changes(accept: str) 
         assert re.search(rf"^edgemon_{name}{{.*}} [1-9]", text, re.MULTILINE), name
     assert 'reason="completed"} ' in text
     assert "edgemon_stream_headroom_seconds{" in text
+
+
+def _one_device() -> tuple[Monitor, EdgemonRegistry, DeviceStats]:
+    """A monitor with device d1 (two streams, one finished) and its registry."""
+    monitor = Monitor(EngineConfig())
+    now = 1_764_000_000_000.0
+    registry = build_registry(
+        monitor,
+        wall_clock=lambda: now,
+        connection=ConnectionState(),
+        per_stream_series=3,
+        version="0",
+    )
+    chunks = [
+        {"type": "chunk", "stream": "s1", "t_ms": now, "seq": 0, "audio_ms": 800.0},
+        {"type": "chunk", "stream": "s2", "t_ms": now, "seq": 0, "audio_ms": 500.0},
+        {"type": "chunk", "stream": "f", "t_ms": now, "seq": 0, "audio_ms": 90.0, "final": True},
+    ]
+    out: list[Output] = []
+    monitor.handle("edgemon/v1/d1/events", json.dumps(chunks).encode(), now, out)
+    device = monitor.engine.device("d1")
+    assert device is not None
+    return monitor, registry, device.stats
+
+
+async def _text_path_is_the_registry_text(registry: EdgemonRegistry) -> str:
+    body, _ = await render(registry, "", Slicer(math.inf))
+    text = _MOVING.sub("", body.decode())
+    assert text == _MOVING.sub("", choose_encoder("")[0](registry).decode())
+    return text
+
+
+def _engine_object(monitor: Monitor) -> None:
+    geometry = {"num_layers": 4, "num_kv_heads": 2, "head_dim": 64}
+    engine = {
+        "kv_cache_bytes": 2**30,
+        "max_num_seqs": 8,
+        "max_model_len": 4096,
+        "geometry": geometry,
+    }
+    payload = json.dumps(engine)
+    monitor.handle("edgemon/v1/d1/engine", payload.encode(), 1_764_000_000_000.0, [])
+
+
+def _moved_finished(stats: DeviceStats) -> None:
+    """One finished stream's reason changes: every reason's count matters, not their sum."""
+    stats.finished["completed"] -= 1
+    stats.finished["cancelled"] += 1
+
+
+#: Each count the text path keeps lines of, changed alone between two scrapes.
+COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], None]] = {
+    "engagements": lambda _m, s: setattr(s, "throttle_engagements", s.throttle_engagements + 1),
+    "underruns": lambda _m, s: setattr(s, "underruns", s.underruns + 1),
+    "retracted": lambda _m, s: setattr(s, "underruns_retracted", s.underruns_retracted + 1),
+    "chunks": lambda _m, s: setattr(s, "chunks", s.chunks + 1),
+    "started": lambda _m, s: setattr(s, "streams_started", s.streams_started + 1),
+    "finished": lambda _m, s: _moved_finished(s),
+    "stream count": lambda m, _s: m.handle(
+        "edgemon/v1/d1/events",
+        b'{"type":"start","stream":"w","t_ms":1764000000000.0}',
+        1_764_000_000_000.0,
+        [],
+    ),
+    "kv verdict": lambda m, _s: _engine_object(m),
+    "histogram": lambda _m, s: s.chunk_gap.observe(42.0),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("change", COUNT_CHANGES, ids=list(COUNT_CHANGES))
+async def test_cached_count_lines_follow_each_count_alone(change: str) -> None:
+    """The lines kept between scrapes (the device's counts, its KV verdict, its histograms)
+    are written again when any one of them changes, and only the scrape after it shows the
+    new value: the text path stays byte for byte the registry's text."""
+    monitor, registry, stats = _one_device()
+    before = await _text_path_is_the_registry_text(registry)
+    COUNT_CHANGES[change](monitor, stats)
+    after = await _text_path_is_the_registry_text(registry)
+    assert after != before
+
+
+class _Scripted(DeviceView):
+    """A device view whose lowest stream's slack and headroom (ms), and the device's lowest
+    of both, the test sets: a value going to -0.0 or NaN, which the engine does not produce
+    on demand."""
+
+    __slots__ = ()
+    slack_head: ClassVar[tuple[float, float]] = (0.0, 0.0)
+
+    def summary(self, now: float, lowest: int = 0) -> LiveSummary:
+        base = super().summary(now, lowest)
+        slack, head = self.slack_head
+        return LiveSummary(base.at_risk, head, slack, (("s1", slack, head),))
+
+
+@pytest.mark.asyncio
+async def test_a_line_is_reused_only_for_the_same_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line is kept while its value stays; a new value, a zero changing sign (0.0 == -0.0,
+    written apart) and NaN (never equal to itself) are written afresh: per-stream series and
+    the device's own (its lowest slack and headroom)."""
+    _, registry, _ = _one_device()
+
+    def scripted(engine: Engine, device_id: str) -> DeviceView | None:
+        device = engine.device(device_id)
+        return None if device is None else _Scripted(device)
+
+    monkeypatch.setattr(metrics, "device_view", scripted)
+    steps = [(1500.0, -2000.0), (1500.0, -2000.0), (0.0, -0.0), (-0.0, 0.0), (-0.0, 0.0),
+             (math.nan, math.inf), (math.nan, 2e9), (7.0, 2e9)]  # fmt: skip
+    for slack, head in steps:
+        _Scripted.slack_head = (slack, head)
+        body, _ = await render(registry, "", Slicer(math.inf))
+        names = ("edgemon_stream_", "edgemon_playback_slack_min", "edgemon_headroom_min")
+        lines = [line for line in body.decode().splitlines() if line.startswith(names)]
+        stream, device = '{device="d1",stream="s1"}', '{device="d1"}'
+        assert lines == [
+            f"edgemon_playback_slack_min_seconds{device} {go_float(slack / 1000)}",
+            f"edgemon_headroom_min_seconds{device} {go_float(head / 1000)}",
+            f"edgemon_stream_playback_slack_seconds{stream} {go_float(slack / 1000)}",
+            f"edgemon_stream_headroom_seconds{stream} {go_float(head / 1000)}",
+        ]

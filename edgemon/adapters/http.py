@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
 
-from edgemon.adapters.exposition import Slicer, render
+from edgemon.adapters.exposition import Slicer, render_parts
 from edgemon.engine.views import device_view, device_views
 
 if TYPE_CHECKING:
@@ -110,12 +110,24 @@ class _Views:
         self._connection = connection
         self._wall_clock = wall_clock
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
         accept = ",".join(request.headers.getall(hdrs.ACCEPT, []))
-        body, content_type = await render(self._registry, accept, self._slicer())
-        response = web.Response(body=body, headers={hdrs.CONTENT_TYPE: content_type})
-        response.enable_compression()  # only if the client accepts an encoding
-        return response
+        slicer = self._slicer()
+        parts, content_type = await render_parts(self._registry, accept, slicer)
+        headers = {hdrs.CONTENT_TYPE: content_type}
+        if request.method != hdrs.METH_GET or _compressed(request):  # HEAD: aiohttp drops it
+            response = web.Response(body=b"".join(parts), headers=headers)
+            response.enable_compression()
+            return response
+        # Written piece by piece with its length up front: the page is never copied whole.
+        stream = web.StreamResponse(headers=headers)
+        stream.content_length = sum(len(part) for part in parts)
+        await slicer.now()  # the writes start clear of a transition
+        await stream.prepare(request)
+        for part in parts:
+            await stream.write(part)
+        await stream.write_eof()
+        return stream
 
     def _slicer(self) -> Slicer:
         """A request's slicer: it also keeps slices clear of the engine's next transition."""
@@ -252,6 +264,16 @@ def _credentials_match(header: str, user: bytes, password: bytes) -> bool:
     user_ok = hmac.compare_digest(given_user, user)
     password_ok = hmac.compare_digest(given_password, password)
     return bool(colon) and user_ok and password_ok
+
+
+#: What `Accept-Encoding` may name for aiohttp to compress a response.
+_CODINGS = tuple(c.value for c in web.ContentCoding if c != web.ContentCoding.identity)
+
+
+def _compressed(request: web.Request) -> bool:
+    """Whether the response will be compressed (the client accepts an encoding aiohttp has)."""
+    accepted = request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()
+    return any(coding in accepted for coding in _CODINGS)
 
 
 def basic_auth_from_settings(settings: HttpSettings) -> tuple[str, str] | None:

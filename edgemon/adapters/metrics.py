@@ -25,7 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from edgemon.adapters.metrics_text import TextMaker, add_histogram
+from edgemon.adapters.metrics_text import DeviceText, add_histogram
 from edgemon.adapters.state import ConnectionState
 from edgemon.engine.stats import FINISH_REASONS
 from edgemon.engine.views import device_view, device_views
@@ -74,9 +74,9 @@ FINISHED_REASONS = (*sorted(FINISH_REASONS), "other")
 
 
 class _Families:
-    """One scrape's metric families, made by `make`: prometheus_client's by default (iterating
-    yields those with samples, in creation order), or a `TextMaker`'s, whose lines `texts`
-    gives. `EdgemonCollector._add_device` fills either kind through the same calls."""
+    """One scrape's metric families, prometheus_client's (iterating yields those with
+    samples, in creation order), filled by `EdgemonCollector._add_device`. The text path
+    (`DeviceText`) writes the same lines, laid out by `layout`."""
 
     __slots__ = (
         "_all",
@@ -109,9 +109,9 @@ class _Families:
         "underruns_retracted",
     )
 
-    def __init__(self, *, per_stream: bool, make: _Maker | None = None) -> None:
+    def __init__(self, *, per_stream: bool) -> None:
         dev = ("device",)
-        maker: _Maker = make or _PromMaker()
+        maker = _PromMaker()
         self._all: list[Any] = []
 
         def gauge(name: str, doc: str, labels: tuple[str, ...] = dev) -> _Scalar:
@@ -197,9 +197,17 @@ class _Families:
         """Every family, sampled or not (for `describe`)."""
         return iter(self._all)
 
-    def texts(self) -> list[tuple[int, str]]:
-        """Made by a `TextMaker`: (family position, its lines) of the families with lines."""
-        return [(i, "".join(family.lines)) for i, family in enumerate(self._all) if family.lines]
+    def layout(self) -> dict[str, tuple[int, str]]:
+        """Each family by its attribute name: its position in `declared` order and its
+        sample name (a counter's ends in `_total`; a histogram's is its base name)."""
+        positions = {id(family): i for i, family in enumerate(self._all)}
+        layout = {}
+        for slot in self.__slots__:
+            family: Any = None if slot == "_all" else getattr(self, slot)
+            if family is not None:
+                name = family.name + ("_total" if family.type == "counter" else "")
+                layout[slot] = (positions[id(family)], name)
+        return layout
 
 
 class _Scalar(Protocol):
@@ -208,12 +216,6 @@ class _Scalar(Protocol):
 
 class _Hist(Protocol):
     def add_histogram(self, device: str, histogram: Histogram) -> None: ...
-
-
-class _Maker(Protocol):
-    def gauge(self, name: str, doc: str, labels: Sequence[str]) -> _Scalar: ...
-    def counter(self, name: str, doc: str, labels: Sequence[str]) -> _Scalar: ...
-    def histogram(self, name: str, doc: str) -> _Hist: ...
 
 
 class _PromHistogram(HistogramMetricFamily):
@@ -250,7 +252,6 @@ class EdgemonCollector:
         "_monitor",
         "_per_stream",
         "_text",
-        "_text_families",
         "_wall_clock",
     )
 
@@ -266,9 +267,10 @@ class EdgemonCollector:
         self._wall_clock = wall_clock
         self._connection = connection
         self._per_stream = max(0, per_stream_series)
-        self._text = TextMaker()
-        #: The families `device_text` fills, made once (their label prefixes persist).
-        self._text_families = _Families(per_stream=self._per_stream > 0, make=self._text)
+        #: The text path's writer, kept between scrapes (what it caches persists).
+        self._text = DeviceText(
+            _Families(per_stream=self._per_stream > 0).layout(), FINISHED_REASONS, self._per_stream
+        )
 
     def describe(self) -> Iterator[Metric]:
         """The families this collector exposes (lets the registry detect name clashes)."""
@@ -298,9 +300,7 @@ class EdgemonCollector:
         view = device_view(self._monitor.engine, device_id)
         if view is None:
             return None
-        self._text.clear()
-        self._add_device(self._text_families, view, view.now(self._wall_clock()))
-        return self._text_families.texts()
+        return self._text.write(view, view.now(self._wall_clock()))
 
     def daemon_families(self) -> list[Metric]:
         """The daemon-wide families (messages by result, MQTT connection)."""

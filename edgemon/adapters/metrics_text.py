@@ -1,17 +1,23 @@
 """The engine's samples written straight to exposition text: the fast path of `/metrics`.
 
-`EdgemonCollector` fills its families through `add_metric` calls; prometheus_client's families
-turn each call into a `Sample` object that an encoder later turns into a line. At 10,000
-streams on 100 devices that is over 10,000 objects and as many encoder calls per scrape. The
-families here take the same calls and write the line at once, from a label prefix computed
-once per series (`{device="…",stream="…"}` does not change between scrapes) and a value
-formatted as prometheus_client formats it. A histogram's lines are rewritten only when it has
-new observations: most of a device's lines are its three histograms, and they change only
-with chunks.
+prometheus_client's families turn each sample into a `Sample` object that an encoder later
+turns into a line. At 10,000 streams on 100 devices that is thousands of objects and as many
+encoder calls per scrape. `DeviceText` writes one device's lines at once instead, and reuses
+what did not change since the last scrape:
+- each series' label prefix (`name{device="…",stream="…"} `) is computed once;
+- the lines of the device's counts (streams tracked, engagements, underruns, retractions,
+  chunks, streams begun and finished, the KV verdict) are rewritten only when one of those
+  integers (or the verdict) changed;
+- every other series (those that move with the clock: slack, headroom, at-risk, time
+  throttled or in underrun; and the other floats) keeps its last line with the value it was
+  written from, and is written again only for another value (formatting a float the way
+  prometheus_client does, Python's shortest `repr`, is most of the cost of a line);
+- a histogram's lines are rewritten only when it has new observations.
 
 Lines are the same in both formats (the engine's families carry no timestamps, exemplars or
 units; the formats differ only in their headers), and the same as prometheus_client's text:
-`tests/test_http.py` compares the two renderings of a varied fleet byte for byte.
+`tests/test_metrics_text.py` and `tests/test_http.py` compare the two renderings of a
+changing fleet byte for byte.
 """
 
 from __future__ import annotations
@@ -22,20 +28,26 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from prometheus_client.samples import Sample
 
     from edgemon.engine.histogram import Histogram
+    from edgemon.engine.kv import KVVerdict
+    from edgemon.engine.views import DeviceView
 
-__all__ = ["TextFamily", "TextHistogram", "TextMaker", "go_float", "sample_line"]
+__all__ = ["DeviceText", "add_histogram", "go_float", "sample_line"]
 
 _INF: Final = float("inf")
 _MS: Final = 1000.0
 #: Below this, prometheus_client writes a float as Python's `repr` does.
 _REPR_BELOW: Final = 1e6
-#: Label prefixes kept per family before the cache starts afresh (streams come and go).
-PREFIX_CACHE_LIMIT: Final = 20_000
+#: Streams' series kept per device before its cache starts afresh (streams come and go).
+STREAM_SERIES_LIMIT: Final = 4096
+#: The device's histograms, in the order their text is cached.
+_HISTOGRAMS: Final = ("slack_at_arrival", "chunk_gap", "time_to_first_audio", "start_silence")
+#: `DeviceView.kv`'s families, by the `KVVerdict` field they export.
+_KV: Final = ("kv_bytes_per_token", "kv_max_seqs", "kv_max_num_seqs", "kv_admission_ok")
 
 
 def go_float(value: float) -> str:
@@ -47,6 +59,13 @@ def go_float(value: float) -> str:
     if -_INF < value < _REPR_BELOW:  # False for NaN
         return repr(float(value))
     return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+
+
+def _line(prefix: str, value: float) -> str:
+    """`prefix` (the series) and the value, as a line."""
+    if -_INF < value < _REPR_BELOW:  # go_float's common case, inline: the hot line of a scrape
+        return f"{prefix}{float(value)!r}\n"
+    return f"{prefix}{go_float(value)}\n"
 
 
 def escape(value: str) -> str:
@@ -65,71 +84,6 @@ def sample_line(sample: Sample) -> str:
     return f"{sample.name}{{{labels}}} {value}\n"
 
 
-class TextFamily:
-    """A gauge or counter family that writes `name{labels} value` lines into `lines`."""
-
-    __slots__ = ("_names", "_order", "_prefixes", "_sample", "lines")
-
-    def __init__(self, sample_name: str, labelnames: Sequence[str]) -> None:
-        self._sample = sample_name
-        self._names = tuple(labelnames)
-        #: Label positions in name order (the formats sort labels by name).
-        self._order = sorted(range(len(self._names)), key=lambda i: self._names[i])
-        self._prefixes: dict[tuple[str, ...], str] = {}
-        self.lines: list[str] = []
-
-    def add_metric(self, labels: Sequence[str], value: float) -> None:
-        """One sample, as `GaugeMetricFamily.add_metric` / `CounterMetricFamily.add_metric`."""
-        key = labels if type(labels) is tuple else tuple(labels)
-        prefix = self._prefixes.get(key) or self._prefix(key)
-        if -_INF < value < _REPR_BELOW:  # go_float's common case, inline: the hot line of a scrape
-            self.lines.append(f"{prefix}{float(value)!r}\n")
-        else:
-            self.lines.append(f"{prefix}{go_float(value)}\n")
-
-    def _prefix(self, key: tuple[str, ...]) -> str:
-        if len(self._prefixes) >= PREFIX_CACHE_LIMIT:
-            self._prefixes.clear()
-        if key:
-            pairs = ",".join(f'{self._names[i]}="{escape(key[i])}"' for i in self._order)
-            prefix = f"{self._sample}{{{pairs}}} "
-        else:
-            prefix = f"{self._sample} "
-        self._prefixes[key] = prefix
-        return prefix
-
-
-class TextHistogram:
-    """A per-device histogram family whose text is rewritten only when it changed."""
-
-    __slots__ = ("_cache", "_doc", "_name", "lines")
-
-    def __init__(self, name: str, doc: str) -> None:
-        self._name = name
-        self._doc = doc
-        #: Per device: (histogram, observations, sum) when its text was written, the text.
-        self._cache: dict[str, tuple[Histogram, int, float, str]] = {}
-        self.lines: list[str] = []
-
-    def add_histogram(self, device: str, histogram: Histogram) -> None:
-        """The device's histogram (engine milliseconds, exported in seconds)."""
-        count, total = histogram.count, histogram.total
-        cached = self._cache.get(device)
-        if cached is not None and cached[0] is histogram and cached[1:3] == (count, total):
-            self.lines.append(cached[3])
-            return
-        family = HistogramMetricFamily(self._name, self._doc, labels=("device",))
-        add_histogram(family, device, histogram)
-        text = "".join(sample_line(sample) for sample in family.samples)
-        self._cache[device] = (histogram, count, total, text)
-        self.lines.append(text)
-
-    def forget(self, present: set[str]) -> None:
-        """Drop the text of devices no longer tracked."""
-        if self._cache.keys() - present:
-            self._cache = {k: v for k, v in self._cache.items() if k in present}
-
-
 def add_histogram(family: HistogramMetricFamily, device: str, histogram: Histogram) -> None:
     """Add one device's engine histogram to a prometheus_client family."""
     buckets = [
@@ -138,42 +92,220 @@ def add_histogram(family: HistogramMetricFamily, device: str, histogram: Histogr
     family.add_metric([device], buckets, histogram.total / _MS)
 
 
-class TextMaker:
-    """Makes text families, and keeps them (with their caches) from one scrape to the next."""
+def _kv_values(kv: KVVerdict) -> tuple[float | None, ...]:
+    """The KV families' values, in `_KV` order (None: no sample)."""
+    admission = None if kv.admission_ok is None else (1.0 if kv.admission_ok else 0.0)
+    return (kv.bytes_per_token, kv.max_seqs_without_preemption, kv.max_num_seqs, admission)
 
-    __slots__ = ("_made",)
 
-    def __init__(self) -> None:
-        self._made: dict[str, TextFamily | TextHistogram] = {}
+class _Series:
+    """A per-stream series: its prefix, and its last line with the value it was written with."""
 
-    def gauge(self, name: str, _doc: str, labels: Sequence[str]) -> TextFamily:
-        """A gauge family."""
-        return self._scalar(name, labels)
+    __slots__ = ("line", "prefix", "value")
 
-    def counter(self, name: str, _doc: str, labels: Sequence[str]) -> TextFamily:
-        """A counter family (`name` ends in `_total`, as do its samples)."""
-        return self._scalar(name, labels)
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.value: float | None = None
+        self.line = ""
 
-    def histogram(self, name: str, doc: str) -> TextHistogram:
-        """A per-device histogram family."""
-        made = self._made.get(name)
-        if not isinstance(made, TextHistogram):
-            made = self._made[name] = TextHistogram(name, doc)
-        return made
 
-    def _scalar(self, name: str, labels: Sequence[str]) -> TextFamily:
-        made = self._made.get(name)
-        if not isinstance(made, TextFamily):
-            made = self._made[name] = TextFamily(name, labels)
-        return made
+class _Device:
+    """What is kept of one device between scrapes."""
 
-    def clear(self) -> None:
-        """Empty every family's lines (before the next device)."""
-        for made in self._made.values():
-            made.lines = []
+    __slots__ = ("counts", "counts_key", "finished", "histograms", "lines", "prefix", "streams")
+
+    def __init__(self, prefix: dict[str, str], finished: tuple[str, ...]) -> None:
+        #: Each device-labelled family's series prefix, by family.
+        self.prefix = prefix
+        #: `edgemon_streams_finished_total`'s prefixes, in reason order.
+        self.finished = finished
+        #: The other device-labelled families' last values and lines, by family.
+        self.lines: dict[str, tuple[float, str]] = {}
+        #: Per stream: its slack and headroom series.
+        self.streams: dict[str, tuple[_Series, _Series]] = {}
+        #: The counts the `counts` lines were written from, and those lines.
+        self.counts_key: tuple[object, ...] | None = None
+        self.counts: list[tuple[int, str]] = []
+        #: Per histogram: (histogram, observations, sum) when its text was written, the text.
+        self.histograms: list[tuple[Histogram, int, float, str] | None] = [None] * len(_HISTOGRAMS)
+
+
+class DeviceText:
+    """Writes a device's lines, family by family, reusing what did not change.
+
+    `layout` gives, for each family `_add_device` fills (by its attribute name in
+    `edgemon.adapters.metrics`), its position in `describe` order and its sample name (a
+    histogram's: its base name); `reasons` are the `reason` label's values, in order;
+    `per_stream` caps the per-stream series (0: none).
+    """
+
+    __slots__ = ("_devices", "_layout", "_per_stream", "_pos", "_reasons")
+
+    def __init__(
+        self, layout: Mapping[str, tuple[int, str]], reasons: Sequence[str], per_stream: int
+    ) -> None:
+        self._layout = dict(layout)
+        self._pos = {slot: position for slot, (position, _) in layout.items()}
+        self._reasons = tuple(reasons)
+        self._per_stream = per_stream if "stream_slack" in layout else 0
+        self._devices: dict[str, _Device] = {}
 
     def forget(self, present: set[str]) -> None:
-        """Devices no longer tracked leave no cached text."""
-        for made in self._made.values():
-            if isinstance(made, TextHistogram):
-                made.forget(present)
+        """Devices no longer tracked leave nothing cached."""
+        if self._devices.keys() - present:
+            self._devices = {k: v for k, v in self._devices.items() if k in present}
+
+    def _device(self, device_id: str) -> _Device:
+        label = f'device="{escape(device_id)}"'
+        prefix = {
+            slot: f"{name}{{{label}}} "
+            for slot, (_, name) in self._layout.items()
+            if slot not in ("finished", "stream_slack", "stream_headroom", *_HISTOGRAMS)
+        }
+        name = self._layout["finished"][1]
+        finished = tuple(f'{name}{{{label},reason="{escape(r)}"}} ' for r in self._reasons)
+        device = self._devices[device_id] = _Device(prefix, finished)
+        return device
+
+    def _stream(self, device: _Device, device_id: str, stream_id: str) -> tuple[_Series, _Series]:
+        if len(device.streams) >= STREAM_SERIES_LIMIT:
+            device.streams.clear()
+        labels = f'device="{escape(device_id)}",stream="{escape(stream_id)}"'
+        pair = device.streams[stream_id] = (
+            _Series(f"{self._layout['stream_slack'][1]}{{{labels}}} "),
+            _Series(f"{self._layout['stream_headroom'][1]}{{{labels}}} "),
+        )
+        return pair
+
+    def write(self, view: DeviceView, now: float) -> list[tuple[int, str]]:
+        """The device's lines read now (device time `now`): (family position, its lines) for
+        each family with lines, in no particular order."""
+        device_id = view.id
+        device = self._devices.get(device_id) or self._device(device_id)
+        pos, prefix = self._pos, device.prefix
+        stats = view.stats
+        get = stats.finished.get
+        kv = view.kv
+        key = (
+            view.stream_count,
+            stats.throttle_engagements,
+            stats.underruns,
+            stats.underruns_retracted,
+            stats.chunks,
+            stats.streams_started,
+            kv,
+            *[get(reason, 0) for reason in self._reasons],
+        )
+        if key != device.counts_key:
+            device.counts = self._counts(device, key, kv)
+            device.counts_key = key
+        texts = device.counts.copy()
+        live = view.summary(now, self._per_stream)
+        values = [
+            ("streams_at_risk", live.at_risk),
+            ("margin", view.margin / _MS),
+            ("throttle_active", 1.0 if view.throttle_on else 0.0),
+            ("clock_offset", view.clock_offset_ms / _MS),
+            ("last_event", view.last_message_wall_ms / _MS),
+            ("throttle_seconds", view.throttle_ms() / _MS),
+            ("underrun_seconds", view.underrun_ms() / _MS),
+            ("audio", stats.audio_ms / _MS),
+        ]
+        if live.min_headroom is not None:
+            values.append(("headroom_min", live.min_headroom / _MS))
+        if live.min_slack is not None:
+            values.append(("slack_min", live.min_slack / _MS))
+        lines = device.lines
+        for slot, value in values:
+            # Equal non-zero numbers have one text; 0.0 and -0.0 are equal but written apart,
+            # and NaN is never equal: those are written again.
+            cached = lines.get(slot)
+            if cached is None or cached[0] != value or not value:
+                cached = lines[slot] = (value, _line(prefix[slot], value))
+            texts.append((pos[slot], cached[1]))
+        if live.lowest:
+            texts.extend(self._lowest(device, device_id, live.lowest))
+        histograms = (
+            stats.slack_at_arrival,
+            stats.chunk_gap,
+            stats.time_to_first_audio,
+            stats.start_silence,
+        )
+        texts_of = device.histograms
+        for i, histogram in enumerate(histograms):
+            count, total = histogram.count, histogram.total
+            entry = texts_of[i]
+            if entry is None or entry[0] is not histogram or entry[1:3] != (count, total):
+                entry = texts_of[i] = (
+                    histogram,
+                    count,
+                    total,
+                    self._histogram(i, device_id, histogram),
+                )
+            texts.append((pos[_HISTOGRAMS[i]], entry[3]))
+        return texts
+
+    def _counts(
+        self, device: _Device, key: tuple[object, ...], kv: KVVerdict | None
+    ) -> list[tuple[int, str]]:
+        """The lines of the device's counts (`key`)."""
+        pos, prefix = self._pos, device.prefix
+        slots = (
+            "streams_active",
+            "engagements",
+            "underruns",
+            "underruns_retracted",
+            "chunks",
+            "started",
+        )
+        lines = [
+            (pos[slot], _line(prefix[slot], value))  # type: ignore[arg-type]
+            for slot, value in zip(slots, key, strict=False)
+        ]
+        finished = key[len(slots) + 1 :]
+        lines.append(
+            (
+                pos["finished"],
+                "".join(
+                    _line(p, n)  # type: ignore[arg-type]
+                    for p, n in zip(device.finished, finished, strict=True)
+                ),
+            )
+        )
+        if kv is not None:
+            for slot, value in zip(_KV, _kv_values(kv), strict=True):
+                if value is not None:
+                    lines.append((pos[slot], _line(prefix[slot], value)))
+        return lines
+
+    def _lowest(
+        self, device: _Device, device_id: str, lowest: Sequence[tuple[str, float, float]]
+    ) -> list[tuple[int, str]]:
+        """The per-stream series' lines (the lowest-headroom streams, lowest first); a line
+        whose value is the one it was written with is reused (a plateau's headroom stays)."""
+        series = device.streams
+        slacks: list[str] = []
+        heads: list[str] = []
+        for stream_id, slack_ms, head_ms in lowest:
+            slack_series, head_series = series.get(stream_id) or self._stream(
+                device, device_id, stream_id
+            )
+            slack, head = slack_ms / _MS, head_ms / _MS
+            if slack != slack_series.value or not slack:
+                slack_series.value = slack
+                slack_series.line = _line(slack_series.prefix, slack)
+            slacks.append(slack_series.line)
+            if head != head_series.value or not head:
+                head_series.value = head
+                head_series.line = _line(head_series.prefix, head)
+            heads.append(head_series.line)
+        return [
+            (self._pos["stream_slack"], "".join(slacks)),
+            (self._pos["stream_headroom"], "".join(heads)),
+        ]
+
+    def _histogram(self, i: int, device_id: str, histogram: Histogram) -> str:
+        """One histogram's lines, through prometheus_client's family (written on a change)."""
+        family = HistogramMetricFamily(self._layout[_HISTOGRAMS[i]][1], "", labels=("device",))
+        add_histogram(family, device_id, histogram)
+        return "".join(sample_line(sample) for sample in family.samples)
