@@ -3,12 +3,12 @@ chunks ahead of a missing `seq` held and applied in order (docs/semantics.md).""
 
 from __future__ import annotations
 
-from engine_parts import Parts
-
 from edgemon.engine.config import EngineConfig, SlackPolicy
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.outputs import GapDeclared, StreamEnded
 from edgemon.engine.timers import HoldEnd
+
+from engine_parts import Parts
 
 
 def chunk(seq: int, t: float) -> ChunkEvent:

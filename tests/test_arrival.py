@@ -3,12 +3,12 @@ expected next chunk and the arrival statistics (docs/semantics.md, "Slack, ETA, 
 
 from __future__ import annotations
 
-from engine_parts import a_stream
-
 from edgemon.engine.arrival import take_chunk
 from edgemon.engine.events import ChunkEvent
 from edgemon.engine.stats import DeviceStats
 from edgemon.engine.stream import Stream
+
+from engine_parts import a_stream
 
 
 def chunk(t: float, seq: int, audio: float, **fields: float | None) -> ChunkEvent:

@@ -3,6 +3,7 @@ status, fails open, reconnects, bounds holds with `max_hold_ms`, and reads its e
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from edgemon.client import GateState, ThrottleGate
 
 from mqtt_probe import probe
 from ports import MosquittoServer
+from sockets import open_sockets
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -393,3 +395,21 @@ def test_devices_from_environ() -> None:
     for value in ("a,+", "a,,b", "a/b,c"):
         with pytest.raises(ValueError, match=r"^EDGEMON_GATE_DEVICE: "):
             ThrottleGate.from_environ({"EDGEMON_GATE_DEVICE": value})
+
+
+@pytest.mark.integration
+def test_a_closed_gate_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) -> None:
+    """After `close()`, every socket the gate opened is closed: the connection and the
+    wake-up socket pair of paho's network thread, not left for the garbage collector (a vLLM
+    engine may open and close gates as it reconfigures)."""
+    host, port = mosquitto_broker
+    gc.collect()
+    before = open_sockets()
+    gc.disable()  # only closing can lower the count, not a collection meanwhile
+    try:
+        gate = ThrottleGate(f"mqtt://{host}:{port}", "dev1").open()
+        assert gate.wait_until(lambda s: s.connected, T)
+        gate.close(T)
+        assert open_sockets() == before
+    finally:
+        gc.enable()

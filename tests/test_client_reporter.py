@@ -4,6 +4,7 @@ buffering with a bound, close, and calls from asyncio and from many threads."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import threading
@@ -18,6 +19,7 @@ from edgemon.client import AudioFormat, Reporter
 
 from mqtt_probe import Probe, probe
 from ports import MosquittoServer, free_port
+from sockets import open_sockets
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -290,3 +292,19 @@ def test_close_without_a_broker_keeps_its_timeout() -> None:
     assert (stats.events, stats.sent, stats.buffered, stats.connected) == (50, 0, 50, False)
     assert closed_s < 10  # generous: about 1 s
     assert calls_s < 10
+
+
+def test_a_closed_reporter_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) -> None:
+    """After `close()`, every socket the Reporter opened is closed: the connection and the
+    wake-up socket pair of paho's network thread, not left for the garbage collector."""
+    host, port = mosquitto_broker
+    gc.collect()
+    before = open_sockets()
+    gc.disable()  # only closing can lower the count, not a collection meanwhile
+    try:
+        reporter = Reporter(f"mqtt://{host}:{port}", "dev1", client_id="r-sockets").open()
+        assert poll(lambda: reporter.stats.connected)
+        reporter.close(15)
+        assert open_sockets() == before
+    finally:
+        gc.enable()

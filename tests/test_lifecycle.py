@@ -3,14 +3,14 @@ stream's one next instant, expiry, completion, and removal with its summary and 
 
 from __future__ import annotations
 
-from engine_parts import Parts
-
 from edgemon.engine.config import DeviceOverride, EngineConfig, Limits
 from edgemon.engine.events import ChunkEvent, StartEvent
 from edgemon.engine.outputs import StreamEnded, UnderrunConfirmed, UnderrunEnded
 from edgemon.engine.reorder import Held
 from edgemon.engine.stream import Phase
 from edgemon.engine.timers import ConfirmDeadline
+
+from engine_parts import Parts
 
 
 def test_a_stream_begins_within_the_limit_with_its_margin_and_player() -> None:

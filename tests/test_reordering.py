@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine_parts import Parts, a_stream
-
 from edgemon.engine.events import ChunkEvent
 from edgemon.engine.outputs import GapDeclared
 from edgemon.engine.reorder import MAX_HELD
 from edgemon.engine.timers import HoldEnd
+
+from engine_parts import Parts, a_stream
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-from engine_parts import Parts, a_stream
-
 from edgemon.engine.config import EngineConfig
 from edgemon.engine.engine import Engine
 from edgemon.engine.events import ChunkEvent
@@ -16,6 +14,8 @@ from edgemon.engine.reorder import Held
 from edgemon.engine.snapshot import restore_devices, take
 from edgemon.engine.stream import Phase, Stream
 from edgemon.engine.timers import MIN_ON, ConfirmDeadline, HoldEnd
+
+from engine_parts import Parts, a_stream
 
 
 def test_adopted_streams_are_counted_and_their_waits_armed_afresh() -> None:

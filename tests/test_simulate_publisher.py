@@ -4,6 +4,7 @@ the retained engine object, batches, and a clean stop."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from edgemon.simulate.publisher import PublishError, publish_simulation, wall_ms
 from edgemon.wire.decode import Problem, decode_engine, decode_events
 
 from load import LoopLag, skip_unless_kept_up
+from sockets import open_sockets
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -200,3 +202,19 @@ async def test_a_broker_that_goes_away_ends_the_run_with_publish_error(
     with pytest.raises(PublishError, match="went away"):
         async with asyncio.timeout(60):
             await run
+
+
+@pytest.mark.asyncio
+async def test_a_finished_run_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) -> None:
+    """When a run returns, every socket it opened is closed: paho's wake-up socket pair for
+    its network thread too, not left for the garbage collector (whose ResourceWarning would
+    surface in whatever test happens to collect it)."""
+    host, port = mosquitto_broker
+    gc.collect()
+    before = open_sockets()
+    gc.disable()  # only closing can lower the count, not a collection meanwhile
+    try:
+        await publish_simulation(_sim(wall_ms()), hostname=host, port=port, duration_s=0.2)
+        assert open_sockets() == before
+    finally:
+        gc.enable()

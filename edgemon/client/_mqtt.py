@@ -268,6 +268,9 @@ def stop(client: mqtt.Client, timeout: float) -> None:
     def end() -> None:
         client.disconnect()
         client.loop_stop()
+        # The thread is gone: `reinitialise` closes the wake-up socket pair paho made for it,
+        # now rather than whenever the garbage collector reaches the client.
+        client.reinitialise()
 
     stopper = threading.Thread(target=end, name="edgemon-client-stop", daemon=True)
     stopper.start()

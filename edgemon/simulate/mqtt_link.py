@@ -90,6 +90,9 @@ class PublishLink:
         self._closing = True
         self._client.disconnect()
         await asyncio.to_thread(self._client.loop_stop)
+        # The thread is gone: `reinitialise` closes the wake-up socket pair paho made for it,
+        # now rather than whenever the garbage collector reaches the client.
+        self._client.reinitialise()
 
     # paho's network thread calls these; each hands its news to the event loop.
 
