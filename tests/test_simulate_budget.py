@@ -97,6 +97,21 @@ def test_edgemon_is_a_part_too() -> None:
     assert dataclasses.replace(both, label="edgemon", budget=None) == shipped
 
 
+def edgemon_plan(*, seed: int, duration_ms: float) -> LoopPlan:
+    """`edgemon`'s loop (real-time admission, the gate with a lasting 1100 ms release) on
+    jetson at 0.9 of its capacity, without a budget."""
+    return LoopPlan(
+        profile=JETSON,
+        rate_rps=0.9 * JETSON.capacity_rps(),
+        seed=seed,
+        duration_ms=duration_ms,
+        gated=True,
+        lasting=True,
+        max_hold_ms=1100.0,
+        realtime=True,
+    )
+
+
 @pytest.mark.parametrize("text", ["budget:0:40:often", "budget:x", "budget:1:2:fresh:4"])
 def test_a_bad_budget_is_refused_naming_the_policy(text: str) -> None:
     """A mode that is not refill/stale/fresh, a word that is not a number, or too many words."""
@@ -107,16 +122,7 @@ def test_a_bad_budget_is_refused_naming_the_policy(text: str) -> None:
 def test_a_budget_that_never_binds_changes_nothing() -> None:
     """With an allowance beyond any cost the loop's run is the same as without the budget
     (what a gate that ignores the field does), in each mode."""
-    base = LoopPlan(
-        profile=JETSON,
-        rate_rps=0.9 * JETSON.capacity_rps(),
-        seed=4,
-        duration_ms=60_000.0,
-        gated=True,
-        lasting=True,
-        max_hold_ms=1100.0,
-        realtime=True,
-    )
+    base = edgemon_plan(seed=4, duration_ms=60_000.0)
     plain = run_loop(base)
     for mode in ("refill", "stale", "fresh"):
         loose = BudgetSetting(allowance_ms=1e9, mode=mode)
@@ -126,16 +132,7 @@ def test_a_budget_that_never_binds_changes_nothing() -> None:
 def test_a_binding_budget_moves_silence_from_gaps_to_starts() -> None:
     """Near capacity, admitting only what fits the throttle objects' budget leaves less gap
     silence and more start silence than the same policy without it (seed 1, 0.9 load)."""
-    base = LoopPlan(
-        profile=JETSON,
-        rate_rps=0.9 * JETSON.capacity_rps(),
-        seed=1,
-        duration_ms=120_000.0,
-        gated=True,
-        lasting=True,
-        max_hold_ms=1100.0,
-        realtime=True,
-    )
+    base = edgemon_plan(seed=1, duration_ms=120_000.0)
     plain = run_loop(base).score
     held = run_loop(dataclasses.replace(base, budget=BudgetSetting())).score
     assert held.gap_silence_s < plain.gap_silence_s
