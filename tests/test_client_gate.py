@@ -405,11 +405,11 @@ def test_a_closed_gate_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) 
     host, port = mosquitto_broker
     gc.collect()
     before = open_sockets()
-    gc.disable()  # only closing can lower the count, not a collection meanwhile
+    gc.disable()  # a collection meanwhile would close what was left open
     try:
         gate = ThrottleGate(f"mqtt://{host}:{port}", "dev1").open()
         assert gate.wait_until(lambda s: s.connected, T)
         gate.close(T)
-        assert open_sockets() == before
+        assert not open_sockets() - before  # none of those it opened is still open
     finally:
         gc.enable()

@@ -300,11 +300,11 @@ def test_a_closed_reporter_leaves_no_socket_open(mosquitto_broker: tuple[str, in
     host, port = mosquitto_broker
     gc.collect()
     before = open_sockets()
-    gc.disable()  # only closing can lower the count, not a collection meanwhile
+    gc.disable()  # a collection meanwhile would close what was left open
     try:
         reporter = Reporter(f"mqtt://{host}:{port}", "dev1", client_id="r-sockets").open()
         assert poll(lambda: reporter.stats.connected)
         reporter.close(15)
-        assert open_sockets() == before
+        assert not open_sockets() - before  # none of those it opened is still open
     finally:
         gc.enable()

@@ -212,9 +212,9 @@ async def test_a_finished_run_leaves_no_socket_open(mosquitto_broker: tuple[str,
     host, port = mosquitto_broker
     gc.collect()
     before = open_sockets()
-    gc.disable()  # only closing can lower the count, not a collection meanwhile
+    gc.disable()  # a collection meanwhile would close what was left open
     try:
         await publish_simulation(_sim(wall_ms()), hostname=host, port=port, duration_s=0.2)
-        assert open_sockets() == before
+        assert not open_sockets() - before  # none of those it opened is still open
     finally:
         gc.enable()
