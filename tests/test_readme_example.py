@@ -113,11 +113,12 @@ def test_readme_example_gives_edgemon_the_servers_rhythm(
     assert len(played) == CHUNKS * CHUNK_BYTES
     assert stats.conflicts == {}
     assert audio == pytest.approx(CHUNKS * INTERVAL_MS / 1000)
-    # Pieces the Reporter could not merge (the second one came after the flush window, as on
-    # a loaded machine) are gaps under 25 ms, which edgemon's estimate skips (BURST_GAP_MS);
-    # the deliveries are one gap each, together spanning the stream.
+    # Pieces the Reporter could not merge (the second one came after the flush window: how
+    # many depends on the machine's timing) are one event each beyond the server's chunks,
+    # and each is a gap under 25 ms, which edgemon's estimate skips (BURST_GAP_MS); the
+    # deliveries are one gap each, together spanning the stream.
     pieces = gaps["0.025"]
-    assert pieces <= stats.merged  # most pieces were merged
+    assert pieces == chunks - CHUNKS
     assert gaps["+Inf"] - pieces == CHUNKS - 1
     assert gaps["0.2"] == pieces  # no delivery gap under 200 ms
     assert gap_sum / (CHUNKS - 1) == pytest.approx(INTERVAL_MS / 1000, rel=0.1)
