@@ -99,7 +99,7 @@ def _kv_values(kv: KVVerdict) -> tuple[float | None, ...]:
 
 
 class _Series:
-    """A per-stream series: its prefix, and its last line with the value it was written with."""
+    """One series: its prefix, and its last line with the value it was written with."""
 
     __slots__ = ("line", "prefix", "value")
 
@@ -108,19 +108,26 @@ class _Series:
         self.value: float | None = None
         self.line = ""
 
+    def text(self, value: float) -> str:
+        """The series' line for `value`: the last one if written with the same value. Equal
+        non-zero numbers have one text; 0.0 and -0.0 are equal but written apart, and NaN is
+        never equal: those are written again."""
+        if value != self.value or not value:
+            self.value = value
+            self.line = _line(self.prefix, value)
+        return self.line
+
 
 class _Device:
     """What is kept of one device between scrapes."""
 
-    __slots__ = ("counts", "counts_key", "finished", "histograms", "lines", "prefix", "streams")
+    __slots__ = ("counts", "counts_key", "finished", "histograms", "series", "streams")
 
-    def __init__(self, prefix: dict[str, str], finished: tuple[str, ...]) -> None:
-        #: Each device-labelled family's series prefix, by family.
-        self.prefix = prefix
+    def __init__(self, series: dict[str, _Series], finished: tuple[str, ...]) -> None:
+        #: Each device-labelled family's series, by family.
+        self.series = series
         #: `edgemon_streams_finished_total`'s prefixes, in reason order.
         self.finished = finished
-        #: The other device-labelled families' last values and lines, by family.
-        self.lines: dict[str, tuple[float, str]] = {}
         #: Per stream: its slack and headroom series.
         self.streams: dict[str, tuple[_Series, _Series]] = {}
         #: The counts the `counts` lines were written from, and those lines.
@@ -157,14 +164,14 @@ class DeviceText:
 
     def _device(self, device_id: str) -> _Device:
         label = f'device="{escape(device_id)}"'
-        prefix = {
-            slot: f"{name}{{{label}}} "
+        series = {
+            slot: _Series(f"{name}{{{label}}} ")
             for slot, (_, name) in self._layout.items()
             if slot not in ("finished", "stream_slack", "stream_headroom", *_HISTOGRAMS)
         }
         name = self._layout["finished"][1]
         finished = tuple(f'{name}{{{label},reason="{escape(r)}"}} ' for r in self._reasons)
-        device = self._devices[device_id] = _Device(prefix, finished)
+        device = self._devices[device_id] = _Device(series, finished)
         return device
 
     def _stream(self, device: _Device, device_id: str, stream_id: str) -> tuple[_Series, _Series]:
@@ -182,7 +189,7 @@ class DeviceText:
         each family with lines, in no particular order."""
         device_id = view.id
         device = self._devices.get(device_id) or self._device(device_id)
-        pos, prefix = self._pos, device.prefix
+        pos, series = self._pos, device.series
         stats = view.stats
         get = stats.finished.get
         kv = view.kv
@@ -215,14 +222,7 @@ class DeviceText:
             values.append(("headroom_min", live.min_headroom / _MS))
         if live.min_slack is not None:
             values.append(("slack_min", live.min_slack / _MS))
-        lines = device.lines
-        for slot, value in values:
-            # Equal non-zero numbers have one text; 0.0 and -0.0 are equal but written apart,
-            # and NaN is never equal: those are written again.
-            cached = lines.get(slot)
-            if cached is None or cached[0] != value or not value:
-                cached = lines[slot] = (value, _line(prefix[slot], value))
-            texts.append((pos[slot], cached[1]))
+        texts += [(pos[slot], series[slot].text(value)) for slot, value in values]
         if live.lowest:
             texts.extend(self._lowest(device, device_id, live.lowest))
         histograms = (
@@ -249,7 +249,7 @@ class DeviceText:
         self, device: _Device, key: tuple[object, ...], kv: KVVerdict | None
     ) -> list[tuple[int, str]]:
         """The lines of the device's counts (`key`)."""
-        pos, prefix = self._pos, device.prefix
+        pos, series = self._pos, device.series
         slots = (
             "streams_active",
             "engagements",
@@ -259,7 +259,7 @@ class DeviceText:
             "started",
         )
         lines = [
-            (pos[slot], _line(prefix[slot], value))  # type: ignore[arg-type]
+            (pos[slot], _line(series[slot].prefix, value))  # type: ignore[arg-type]
             for slot, value in zip(slots, key, strict=False)
         ]
         finished = key[len(slots) + 1 :]
@@ -275,7 +275,7 @@ class DeviceText:
         if kv is not None:
             for slot, value in zip(_KV, _kv_values(kv), strict=True):
                 if value is not None:
-                    lines.append((pos[slot], _line(prefix[slot], value)))
+                    lines.append((pos[slot], _line(series[slot].prefix, value)))
         return lines
 
     def _lowest(
@@ -283,22 +283,15 @@ class DeviceText:
     ) -> list[tuple[int, str]]:
         """The per-stream series' lines (the lowest-headroom streams, lowest first); a line
         whose value is the one it was written with is reused (a plateau's headroom stays)."""
-        series = device.streams
+        streams = device.streams
         slacks: list[str] = []
         heads: list[str] = []
         for stream_id, slack_ms, head_ms in lowest:
-            slack_series, head_series = series.get(stream_id) or self._stream(
+            slack_series, head_series = streams.get(stream_id) or self._stream(
                 device, device_id, stream_id
             )
-            slack, head = slack_ms / _MS, head_ms / _MS
-            if slack != slack_series.value or not slack:
-                slack_series.value = slack
-                slack_series.line = _line(slack_series.prefix, slack)
-            slacks.append(slack_series.line)
-            if head != head_series.value or not head:
-                head_series.value = head
-                head_series.line = _line(head_series.prefix, head)
-            heads.append(head_series.line)
+            slacks.append(slack_series.text(slack_ms / _MS))
+            heads.append(head_series.text(head_ms / _MS))
         return [
             (self._pos["stream_slack"], "".join(slacks)),
             (self._pos["stream_headroom"], "".join(heads)),
