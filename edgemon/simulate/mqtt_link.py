@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Self
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
+from edgemon.client._mqtt import stop
+
 if TYPE_CHECKING:
     from paho.mqtt.properties import Properties
     from paho.mqtt.reasoncodes import ReasonCode
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 KEEPALIVE_S = 30
 #: How long the broker may take to accept the connection.
 CONNECT_TIMEOUT_S = 10.0
+#: How long closing may wait for paho's network thread to end.
+STOP_TIMEOUT_S = 5.0
 
 
 class PublishError(Exception):
@@ -88,11 +92,7 @@ class PublishLink:
 
     async def _stop(self) -> None:
         self._closing = True
-        self._client.disconnect()
-        await asyncio.to_thread(self._client.loop_stop)
-        # The thread is gone: `reinitialise` closes the wake-up socket pair paho made for it,
-        # now rather than whenever the garbage collector reaches the client.
-        self._client.reinitialise()
+        await asyncio.to_thread(stop, self._client, STOP_TIMEOUT_S)
 
     # paho's network thread calls these; each hands its news to the event loop.
 
