@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 
 def open_sockets() -> set[str]:
@@ -17,3 +22,17 @@ def open_sockets() -> set[str]:
             if target.startswith("socket:"):
                 found.add(target)
     return found
+
+
+@contextlib.contextmanager
+def left_open() -> Iterator[Callable[[], set[str]]]:
+    """Within the block the garbage collector is off (a collection would close what was left
+    open); the callable yielded gives the sockets opened since the block began and still
+    open."""
+    gc.collect()
+    before = open_sockets()
+    gc.disable()
+    try:
+        yield lambda: open_sockets() - before
+    finally:
+        gc.enable()

@@ -3,7 +3,6 @@ status, fails open, reconnects, bounds holds with `max_hold_ms`, and reads its e
 
 from __future__ import annotations
 
-import gc
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,7 @@ from edgemon.client import GateState, ThrottleGate
 
 from mqtt_probe import probe
 from ports import MosquittoServer
-from sockets import open_sockets
+from sockets import left_open
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -403,13 +402,8 @@ def test_a_closed_gate_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) 
     wake-up socket pair of paho's network thread, not left for the garbage collector (a vLLM
     engine may open and close gates as it reconfigures)."""
     host, port = mosquitto_broker
-    gc.collect()
-    before = open_sockets()
-    gc.disable()  # a collection meanwhile would close what was left open
-    try:
+    with left_open() as still_open:
         gate = ThrottleGate(f"mqtt://{host}:{port}", "dev1").open()
         assert gate.wait_until(lambda s: s.connected, T)
         gate.close(T)
-        assert not open_sockets() - before  # none of those it opened is still open
-    finally:
-        gc.enable()
+        assert not still_open()  # none of the sockets it opened is still open

@@ -4,7 +4,6 @@ buffering with a bound, close, and calls from asyncio and from many threads."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import json
 import threading
@@ -19,7 +18,7 @@ from edgemon.client import AudioFormat, Reporter
 
 from mqtt_probe import Probe, probe
 from ports import MosquittoServer, free_port
-from sockets import open_sockets
+from sockets import left_open
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -298,13 +297,8 @@ def test_a_closed_reporter_leaves_no_socket_open(mosquitto_broker: tuple[str, in
     """After `close()`, every socket the Reporter opened is closed: the connection and the
     wake-up socket pair of paho's network thread, not left for the garbage collector."""
     host, port = mosquitto_broker
-    gc.collect()
-    before = open_sockets()
-    gc.disable()  # a collection meanwhile would close what was left open
-    try:
+    with left_open() as still_open:
         reporter = Reporter(f"mqtt://{host}:{port}", "dev1", client_id="r-sockets").open()
         assert poll(lambda: reporter.stats.connected)
         reporter.close(15)
-        assert not open_sockets() - before  # none of those it opened is still open
-    finally:
-        gc.enable()
+        assert not still_open()  # none of the sockets it opened is still open

@@ -4,7 +4,6 @@ the retained engine object, batches, and a clean stop."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,7 @@ from edgemon.simulate.publisher import PublishError, publish_simulation, wall_ms
 from edgemon.wire.decode import Problem, decode_engine, decode_events
 
 from load import LoopLag, skip_unless_kept_up
-from sockets import open_sockets
+from sockets import left_open
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -210,11 +209,6 @@ async def test_a_finished_run_leaves_no_socket_open(mosquitto_broker: tuple[str,
     its network thread too, not left for the garbage collector (whose ResourceWarning would
     surface in whatever test happens to collect it)."""
     host, port = mosquitto_broker
-    gc.collect()
-    before = open_sockets()
-    gc.disable()  # a collection meanwhile would close what was left open
-    try:
+    with left_open() as still_open:
         await publish_simulation(_sim(wall_ms()), hostname=host, port=port, duration_s=0.2)
-        assert not open_sockets() - before  # none of those it opened is still open
-    finally:
-        gc.enable()
+        assert not still_open()  # none of the sockets it opened is still open
