@@ -149,10 +149,10 @@ async def test_replay_runs_across_two_generations_in_order(
         first.receive(seq, T0 + seq * 100)
     await first.durable()
 
-    def disk_full(_self: StateStore, _data: dict[str, Any]) -> int:
+    def disk_full(_self: StateStore, _body: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(StateStore, "save", disk_full)
+    monkeypatch.setattr(StateStore, "write", disk_full)
     assert await first.persistence.snapshot(T0 + 150) is None
     monkeypatch.undo()
     assert len(logged(captured_logs, "snapshot_failed")) == 1

@@ -8,10 +8,14 @@ what did not change since the last scrape:
 - the lines of the device's counts (streams tracked, engagements, underruns, retractions,
   chunks, streams begun and finished, the KV verdict) are rewritten only when one of those
   integers (or the verdict) changed;
-- every other series (those that move with the clock: slack, headroom, at-risk, time
-  throttled or in underrun; and the other floats) keeps its last line with the value it was
-  written from, and is written again only for another value (formatting a float the way
-  prometheus_client does, Python's shortest `repr`, is most of the cost of a line);
+- every other series of the device (those that move with the clock: slack, headroom,
+  at-risk, time throttled or in underrun; and the other floats) keeps its last line with
+  the value it was written from, and is written again only for another value (formatting
+  a float the way prometheus_client does, Python's shortest `repr`, is most of the cost of
+  a line);
+- the per-stream series, whose slack moves at every scrape, are written afresh, each
+  device's values formatted together (`go_floats`: one msgspec call, which writes the same
+  digits as `repr` at a twentieth of its cost);
 - a histogram's lines are rewritten only when it has new observations.
 
 Lines are the same in both formats (the engine's families carry no timestamps, exemplars or
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+import msgspec
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
     from edgemon.engine.kv import KVVerdict
     from edgemon.engine.views import DeviceView
 
-__all__ = ["DeviceText", "add_histogram", "go_float", "sample_line"]
+__all__ = ["DeviceText", "add_histogram", "go_float", "go_floats", "sample_line"]
 
 _INF: Final = float("inf")
 _MS: Final = 1000.0
@@ -59,6 +64,31 @@ def go_float(value: float) -> str:
     if -_INF < value < _REPR_BELOW:  # False for NaN
         return repr(float(value))
     return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+
+
+_ENCODE: Final = msgspec.json.Encoder().encode
+
+
+def go_floats(values: Sequence[float]) -> list[str]:
+    """`[go_float(v) for v in values]` for floats, in one pass: msgspec writes the shortest
+    text that reads back as the same float, as `repr` does. Where the two could differ
+    (an exponent, or `null` for NaN and the infinities; a magnitude below 1e-4, where
+    `repr` turns to an exponent and msgspec does not yet; a value of 1e6 or more, which
+    prometheus_client writes its own way; an item without a decimal point, not a float)
+    every value is written by `go_float` instead. `tests/test_metrics_text.py` holds the two
+    to the same text."""
+    if not values:
+        return []
+    text = _ENCODE(values)[1:-1]
+    if (
+        b"e" in text
+        or b"n" in text
+        or b"0.0000" in text
+        or max(values) >= _REPR_BELOW
+        or text.count(b".") != len(values)
+    ):
+        return [go_float(value) for value in values]
+    return text.decode().split(",")
 
 
 def _line(prefix: str, value: float) -> str:
@@ -128,8 +158,8 @@ class _Device:
         self.series = series
         #: `edgemon_streams_finished_total`'s prefixes, in reason order.
         self.finished = finished
-        #: Per stream: its slack and headroom series.
-        self.streams: dict[str, tuple[_Series, _Series]] = {}
+        #: Per stream: its slack and headroom series prefixes.
+        self.streams: dict[str, tuple[str, str]] = {}
         #: The counts the `counts` lines were written from, and those lines.
         self.counts_key: tuple[object, ...] | None = None
         self.counts: list[tuple[int, str]] = []
@@ -174,13 +204,13 @@ class DeviceText:
         device = self._devices[device_id] = _Device(series, finished)
         return device
 
-    def _stream(self, device: _Device, device_id: str, stream_id: str) -> tuple[_Series, _Series]:
+    def _stream(self, device: _Device, device_id: str, stream_id: str) -> tuple[str, str]:
         if len(device.streams) >= STREAM_SERIES_LIMIT:
             device.streams.clear()
         labels = f'device="{escape(device_id)}",stream="{escape(stream_id)}"'
         pair = device.streams[stream_id] = (
-            _Series(f"{self._layout['stream_slack'][1]}{{{labels}}} "),
-            _Series(f"{self._layout['stream_headroom'][1]}{{{labels}}} "),
+            f"{self._layout['stream_slack'][1]}{{{labels}}} ",
+            f"{self._layout['stream_headroom'][1]}{{{labels}}} ",
         )
         return pair
 
@@ -281,20 +311,22 @@ class DeviceText:
     def _lowest(
         self, device: _Device, device_id: str, lowest: Sequence[tuple[str, float, float]]
     ) -> list[tuple[int, str]]:
-        """The per-stream series' lines (the lowest-headroom streams, lowest first); a line
-        whose value is the one it was written with is reused (a plateau's headroom stays)."""
+        """The per-stream series' lines (the lowest-headroom streams, lowest first)."""
         streams = device.streams
-        slacks: list[str] = []
-        heads: list[str] = []
-        for stream_id, slack_ms, head_ms in lowest:
-            slack_series, head_series = streams.get(stream_id) or self._stream(
-                device, device_id, stream_id
-            )
-            slacks.append(slack_series.text(slack_ms / _MS))
-            heads.append(head_series.text(head_ms / _MS))
+        prefixes = [
+            streams.get(sid) or self._stream(device, device_id, sid) for sid, _, _ in lowest
+        ]
+        slacks = go_floats([slack_ms / _MS for _, slack_ms, _ in lowest])
+        heads = go_floats([head_ms / _MS for _, _, head_ms in lowest])
         return [
-            (self._pos["stream_slack"], "".join(slacks)),
-            (self._pos["stream_headroom"], "".join(heads)),
+            (
+                self._pos["stream_slack"],
+                "".join([f"{p[0]}{t}\n" for p, t in zip(prefixes, slacks, strict=True)]),
+            ),
+            (
+                self._pos["stream_headroom"],
+                "".join([f"{p[1]}{t}\n" for p, t in zip(prefixes, heads, strict=True)]),
+            ),
         ]
 
     def _histogram(self, i: int, device_id: str, histogram: Histogram) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Gauge, Histogram
 
 from edgemon.adapters.metrics import CallbackCounter
-from edgemon.daemon.state import StateStore, resolve_state_dir
+from edgemon.daemon.state import StateStore, encode, resolve_state_dir
 from edgemon.daemon.wal import WriteAheadLog, generations, recover, wal_path
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class Persistence:
         self.resumed = False
         self.resumed_from_ms: float | None = None
         self._generation = 0
-        #: How long the last snapshot held the event loop to take the state (ms).
+        #: How long the last snapshot held the event loop to take and encode the state (ms).
         self.capture_ms = 0.0
 
     # ------------------------------------------------------------------ start
@@ -194,9 +194,9 @@ class Persistence:
             callback()
 
     async def snapshot(self, now_ms: float) -> int | None:
-        """Take the state on the loop, write it on the worker, then drop the log files it
-        covers; the bytes written (None when not restored yet: an empty state must not
-        overwrite the last snapshot, or when the write failed)."""
+        """Take and encode the state on the loop, write it on the worker, then drop the log
+        files it covers; the bytes written (None when not restored yet: an empty state must
+        not overwrite the last snapshot, or when the write failed)."""
         if not self.restored:
             return None
         wal = self.wal
@@ -206,11 +206,12 @@ class Persistence:
             self._generation += 1
         started = time.perf_counter()
         data = self._monitor.snapshot(now_ms)
-        self.capture_ms = (time.perf_counter() - started) * 1000.0
         data[WAL_GENERATION] = covered = self._generation
+        body = encode(data)  # on the loop: a worker encoding would hold the GIL (`encode`)
+        self.capture_ms = (time.perf_counter() - started) * 1000.0
         loop = asyncio.get_running_loop()
         try:
-            size = await loop.run_in_executor(self._executor, self.store.save, data)
+            size = await loop.run_in_executor(self._executor, self.store.write, body)
         except OSError as exc:
             self._log.error("snapshot_failed", path=str(self.store.path), error=str(exc))
             return None

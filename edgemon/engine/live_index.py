@@ -155,23 +155,41 @@ class LiveIndex:
     def lowest(self, t: float, k: int) -> list[tuple[str, float, float]]:
         """The `k` live streams lowest in headroom at `t` (ties by id): (id, slack, headroom).
 
-        Read from the index's keys (no stream is asked): headroom `min(P, L − t)`, slack
-        `min(B, L − t)`.
+        Read from the index's keys (no stream is asked): the lists by `P` and by `L − t` are
+        merged, smallest (value, id) first. A stream's headroom `min(P, L − t)` is the first
+        of its two keys the merge meets, so the first `k` streams met are the `k` lowest, in
+        order, after at most `2k` steps. Slack is `min(B, L − t)`.
         """
         if k <= 0:
             return []
-        candidates = {sid for _, sid in self._p[:k]} | {sid for _, sid in self._l[:k]}
-        by_stream = self._by_stream
-        ranked: list[tuple[float, str, float]] = []
-        for sid in candidates:
-            plateau, lasts, buffered, _ = by_stream[sid][1]
+        by_plateau, by_lasts, by_stream = self._p, self._l, self._by_stream
+        n_plateau, n_lasts = len(by_plateau), len(by_lasts)
+        i = j = 0
+        found: list[tuple[float, str, float]] = []
+        seen: set[str] = set()
+        while len(found) < k and (i < n_plateau or j < n_lasts):
+            if j < n_lasts:
+                lasts, sid = by_lasts[j]
+                head = lasts - t
+                if i < n_plateau and by_plateau[i] <= (head, sid):
+                    head, sid = by_plateau[i]
+                    i += 1
+                else:
+                    j += 1
+            else:
+                head, sid = by_plateau[i]
+                i += 1
+            if sid in seen:
+                continue
+            seen.add(sid)
+            _, lasts, buffered, _ = by_stream[sid][1]
             left = lasts - t
-            ranked.append(
-                (plateau if plateau < left else left, sid, buffered if buffered < left else left)
-            )
-        ranked += [(s.headroom_at(t), s.id, s.slack_at(t)) for s in self._odd.values()]
-        ranked.sort()  # by headroom, then id (ids are unique: slack never decides)
-        return [(sid, slack, head) for head, sid, slack in ranked[:k]]
+            found.append((head, sid, buffered if buffered < left else left))
+        if self._odd:
+            found += [(s.headroom_at(t), s.id, s.slack_at(t)) for s in self._odd.values()]
+            found.sort()  # by headroom, then id (ids are unique: slack never decides)
+            del found[k:]
+        return [(sid, slack, head) for head, sid, slack in found]
 
 
 def _remove(keys: list[_Key], key: _Key) -> None:
