@@ -16,7 +16,7 @@ from prometheus_client.utils import floatToGoString
 from edgemon.adapters import metrics
 from edgemon.adapters.exposition import Slicer, render
 from edgemon.adapters.metrics import ConnectionState, build_registry
-from edgemon.adapters.metrics_text import go_float
+from edgemon.adapters.metrics_text import go_float, go_floats
 from edgemon.engine import EngineConfig
 from edgemon.engine.views import DeviceView, LiveSummary
 from edgemon.monitor import Monitor
@@ -47,6 +47,25 @@ OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 def test_go_float_is_prometheus_clients_formatting(value: float) -> None:
     """Every float and integer is written as prometheus_client writes it."""
     assert go_float(value) == floatToGoString(value)  # type: ignore[no-untyped-call]
+
+
+_FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-1e6, max_value=1e6),
+    st.floats(min_value=-1e-3, max_value=1e-3),
+    st.sampled_from([0.0, -0.0, 1e-4, -1e-4, 9.99e-5, 1e6, 999_999.999, -1e6, 1e16, 1.7e12]),
+)
+
+
+@given(st.lists(_FLOATS, max_size=30), st.lists(st.floats(-1e5, 1e5), max_size=30))
+def test_go_floats_writes_each_float_as_go_float_does(
+    mixed: list[float], plain: list[float]
+) -> None:
+    """Floats formatted together (msgspec) are written exactly as one by one, whatever they
+    hold (NaN, infinities, tiny and huge magnitudes, signed zeros), whether the fast path or
+    the fallback writes them."""
+    for values in (mixed, plain, mixed + plain):
+        assert go_floats(values) == [go_float(v) for v in values]
 
 
 @pytest.mark.asyncio
