@@ -165,9 +165,10 @@ class LiveIndex:
         by_plateau, by_lasts, by_stream = self._p, self._l, self._by_stream
         n_plateau, n_lasts = len(by_plateau), len(by_lasts)
         i = j = 0
-        found: list[tuple[float, str, float]] = []
+        found: list[tuple[str, float, float]] = []
         seen: set[str] = set()
-        while len(found) < k and (i < n_plateau or j < n_lasts):
+        need = k
+        while need:
             if j < n_lasts:
                 lasts, sid = by_lasts[j]
                 head = lasts - t
@@ -176,20 +177,28 @@ class LiveIndex:
                     i += 1
                 else:
                     j += 1
-            else:
+            elif i < n_plateau:
                 head, sid = by_plateau[i]
                 i += 1
+            else:
+                break
             if sid in seen:
                 continue
             seen.add(sid)
             _, lasts, buffered, _ = by_stream[sid][1]
             left = lasts - t
-            found.append((head, sid, buffered if buffered < left else left))
+            found.append((sid, buffered if buffered < left else left, head))
+            need -= 1
         if self._odd:
-            found += [(s.headroom_at(t), s.id, s.slack_at(t)) for s in self._odd.values()]
-            found.sort()  # by headroom, then id (ids are unique: slack never decides)
+            found += [(s.id, s.slack_at(t), s.headroom_at(t)) for s in self._odd.values()]
+            found.sort(key=_by_headroom)  # then id (ids are unique: slack never decides)
             del found[k:]
-        return [(sid, slack, head) for head, sid, slack in found]
+        return found
+
+
+def _by_headroom(item: tuple[str, float, float]) -> tuple[float, str]:
+    """A `lowest` item's rank: headroom, then id."""
+    return item[2], item[0]
 
 
 def _remove(keys: list[_Key], key: _Key) -> None:
