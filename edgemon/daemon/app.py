@@ -180,7 +180,7 @@ class Daemon:
         """Run until stopped; 0 after a clean stop, 1 when a task failed.
 
         While it runs, the interpreter's switch interval is `SWITCH_INTERVAL_S`: a worker
-        thread (snapshot encoding, the log's writes) hands the GIL back to the event loop
+        thread (the state files' writes) hands the GIL back to the event loop
         within half a millisecond rather than five.
         """
         self._install()
