@@ -82,10 +82,10 @@ def encode(data: dict[str, Any]) -> bytes:
     took about 80 ms, on the state worker, holding the GIL that the event loop had to win
     back (a switch interval, or one device's `json.dumps`, at a time) while deadlines came
     due. Now the daemon encodes on the event loop right after the capture, within the
-    capture's clearance, and the worker
-    only writes (`StateStore.write`). Text for text it is the JSON `json.dumps` writes, but
-    for the spelling of exponents (`1e-05`, `1.5e-7`: the same numbers); a snapshot holds no
-    NaN or infinity (`edgemon.engine.snapshot` writes None for an infinite time).
+    capture's clearance, and the worker only writes (`StateStore.write`). Text for text it
+    is the JSON `json.dumps` writes, but for the spelling of exponents (`1e-05`, `1.5e-7`:
+    the same numbers); a snapshot holds no NaN or infinity (`edgemon.engine.snapshot`
+    writes None for an infinite time).
     """
     return _ENCODE(data)
 
