@@ -7,18 +7,20 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from edgemon.daemon.persistence import WAL_GENERATION
 from edgemon.daemon.state import SNAPSHOT_NAME, StateStore, resolve_state_dir
-from edgemon.daemon.wal import generations
+from edgemon.daemon.wal import WriteAheadLog, generations
 from edgemon.settings import DEFAULT_STATE_DIR
 
 from wal_nodes import T0, Node, closed_log
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 
@@ -197,3 +199,51 @@ async def test_the_state_worker_only_writes_what_the_loop_encoded(
     assert loaded is not None
     assert loaded["engine"] == node.monitor.snapshot(T0 + 250)["engine"]
     await node.persistence.close()
+
+
+class _RecordingExecutor(ThreadPoolExecutor):
+    """The log's worker, recording each commit's lines and the loop time it was handed over."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.commits: list[tuple[float, int]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if args and isinstance(args[-1], bytes):  # `_write(generation, data)`
+            self.commits.append((asyncio.get_running_loop().time(), args[-1].count(b"\n")))
+        return super().submit(fn, *args, **kwargs)
+
+
+async def _durable(wal: WriteAheadLog) -> None:
+    done = asyncio.get_running_loop().create_future()
+    wal.when_durable(lambda: done.set_result(None))
+    await asyncio.wait_for(done, 30)
+
+
+@pytest.mark.asyncio
+async def test_a_message_after_the_window_starts_the_commit_no_timer_does(tmp_path: Path) -> None:
+    """Under a steady flow no timer starts a commit (a wake-up costs more CPU than the commit's
+    work): a message that arrives within the window waits for the next one arriving after it,
+    and both go in one commit; alone, it is committed two windows after the last start."""
+    window = 1.0
+    executor = _RecordingExecutor()
+    wal = WriteAheadLog(
+        tmp_path, 1, executor=executor, on_commit=lambda _s: None, log=None, commit_window_s=window
+    )
+    loop = asyncio.get_running_loop()
+    wal.append(T0, "edgemon/v1/d1/events", b"{}")  # after a quiet spell: committed at once
+    await _durable(wal)
+    first = executor.commits[0][0]
+    wal.append(T0 + 1, "edgemon/v1/d1/events", b"{}")  # within the window: waits
+    await asyncio.sleep(max(0.0, first + 1.1 * window - loop.time()))  # timers never fire early
+    assert len(executor.commits) == 1  # no timer at the window's end
+    wal.append(T0 + 2, "edgemon/v1/d1/events", b"{}")  # after it: starts the commit, with both
+    await _durable(wal)
+    assert [lines for _, lines in executor.commits] == [1, 2]
+    second = executor.commits[1][0]
+    wal.append(T0 + 3, "edgemon/v1/d1/events", b"{}")  # then nothing more arrives
+    await _durable(wal)
+    assert [lines for _, lines in executor.commits] == [1, 2, 1]
+    assert executor.commits[2][0] >= second + 2 * window  # the timer, two windows later
+    await wal.close()
+    executor.shutdown()

@@ -5,8 +5,15 @@ Every received message is appended as one trace line (README, `edgemon/trace.py`
 batch of messages received together (whatever arrived while the previous commit was under
 way, or within `COMMIT_WINDOW_S` of its start, joins the next one), on one worker thread
 that also writes the snapshots, so the file operations happen in the order they were asked
-for. A batch's QoS 1 acknowledgements wait
-for its commit (`when_durable`).
+for. A batch's QoS 1 acknowledgements wait for its commit (`when_durable`).
+
+A commit costs the process far more than its `fdatasync`: each wake-up of a thread that
+was asleep (the worker for the commit, the event loop for its end, a timer) costs about
+0.1-0.2 ms of CPU on a small VM, more than the few microseconds of work it wakes for. So
+the next commit is started by the first message that arrives once the window has passed,
+in the same turn of the loop; a timer starts it only when no message comes, two windows
+after the last start. Under a steady flow no timer fires at all: a commit costs two
+wake-ups (the worker's and the loop's), not three (`benchmarks/ingest.py` part 2).
 
 Truncation without a window for double application: at a snapshot the log moves on to a new
 generation, and the snapshot records that generation (`wal_generation`): it covers every
@@ -40,11 +47,9 @@ if TYPE_CHECKING:
 _NAME = re.compile(r"^wal\.(\d{1,12})\.jsonl$")
 #: The commit window: commits start at least this many seconds apart (the first after a
 #: quiet spell at once), so the log costs at most 1 / COMMIT_WINDOW_S (50) commits a second
-#: however many messages arrive, and a message waits at most this long, plus one commit,
-#: for its acknowledgement. A commit costs 0.2-0.5 ms of CPU here (fdatasync and the
-#: worker hand-off). `benchmarks/wal_window.py` measures the trade: at the 155 messages/s
-#: of 64 streams through Reporters, 20 ms rather than 10 ms halves the commits (83 to 48 a
-#: second) for about 4 ms more median acknowledgement latency; a flood flows as fast.
+#: however many messages arrive; a message waits at most twice this long, plus one commit,
+#: for its acknowledgement (under a steady flow, about once this long: the next message
+#: after the window starts the commit). `benchmarks/wal_window.py` measures the trade.
 COMMIT_WINDOW_S = 0.02
 
 
@@ -122,7 +127,9 @@ class WriteAheadLog:
         #: The callbacks of the newest commit under way (None when none is).
         self._in_flight: list[Callable[[], None]] | None = None
         self._commits = 0
-        self._kick_scheduled = False
+        #: The callback that will start the next commit (at once, or a timer), if armed.
+        self._kick_handle: asyncio.Handle | None = None
+        self._kick_soon = False
         self._last_start = -float("inf")
         self._files: dict[int, BinaryIO] = {}
         self.failed = False
@@ -138,8 +145,8 @@ class WriteAheadLog:
         if self.failed:
             return
         self._pending.append(encode_line(recv_ms, topic, payload))
-        if not self._kick_scheduled and not self._commits:
-            self._schedule_kick()
+        if not self._commits:
+            self._arm()
 
     def when_durable(self, callback: Callable[[], None]) -> None:
         """Call `callback` once every message appended so far is on disk."""
@@ -169,17 +176,33 @@ class WriteAheadLog:
             self._commit()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
 
-    def _schedule_kick(self) -> None:
-        self._kick_scheduled = True
+    def _arm(self) -> None:
+        """Make sure a commit starts for what is pending: in this turn of the loop if the
+        window since the last start has passed, else by a timer two windows after it,
+        unless a message arriving after the window starts it first (no wake-up of its own).
+        """
+        if self._kick_soon:
+            return
         loop = asyncio.get_running_loop()
-        loop.call_later(max(0.0, self._last_start + self._window_s - loop.time()), self._kick)
+        if loop.time() >= self._last_start + self._window_s:
+            if self._kick_handle is not None:
+                self._kick_handle.cancel()
+            self._kick_soon = True
+            self._kick_handle = loop.call_soon(self._kick)
+        elif self._kick_handle is None:
+            self._kick_handle = loop.call_at(self._last_start + 2 * self._window_s, self._kick)
 
     def _kick(self) -> None:
-        self._kick_scheduled = False
+        self._kick_handle = None
+        self._kick_soon = False
         if self._pending and not self._commits:
             self._commit()
 
     def _commit(self) -> None:
+        if self._kick_handle is not None:
+            self._kick_handle.cancel()
+            self._kick_handle = None
+            self._kick_soon = False
         loop = asyncio.get_running_loop()
         self._last_start = loop.time()
         data = b"".join(self._pending)
@@ -217,8 +240,8 @@ class WriteAheadLog:
             waiting, self._waiting = self._waiting, []
             for callback in waiting:
                 callback()
-        elif self._pending and not self._commits and not self._kick_scheduled:
-            self._schedule_kick()
+        elif self._pending and not self._commits:
+            self._arm()
 
     # ------------------------------------------------------------------ on the worker
     def _write(self, generation: int, data: bytes) -> float:
