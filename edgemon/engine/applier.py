@@ -18,7 +18,7 @@ from edgemon.engine.stream import Phase
 from edgemon.engine.timers import SAMPLE, HoldEnd
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
@@ -88,6 +88,17 @@ class Applier:
             assert type(event) is EndEvent
             result = self._end(event, at, out)
         return result
+
+    def apply_all(self, events: Sequence[Event], at: float, out: list[Output]) -> list[str]:
+        """`apply` each of a message's events in turn at device instant `at`; their labels."""
+        chunk = self._chunk
+        results: list[str] = []
+        append = results.append
+        for event in events:
+            append(
+                chunk(event, at, out) if type(event) is ChunkEvent else self.apply(event, at, out)
+            )
+        return results
 
     def timer(self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]) -> None:
         """A late-delivery wait came at `now`: held chunks that waited long enough are

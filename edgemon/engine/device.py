@@ -18,6 +18,7 @@ buffers' waits) and the sampler (`sampler`).
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from edgemon.engine.applier import Applier
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from edgemon.engine.outputs import Output, ThrottleChanged
     from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
+
+_T_MS = attrgetter("t_ms")
 
 
 class Device:
@@ -225,15 +228,18 @@ class Device:
         receipt (never behind what the device reported), after every timer due strictly
         before it."""
         clock = self.clock
-        if not all(clock.admits(recv_ms, event.t_ms) for event in events):
+        times = list(map(_T_MS, events))
+        newest = max(times)
+        if not (
+            clock.admits_up_to(recv_ms, newest) or all(clock.admits(recv_ms, t) for t in times)
+        ):
             return self._receive_admitted(events, recv_ms, out)
+        clock.observe_all(recv_ms, times, newest)
         at = clock.floor_ms
         lateness = self.lateness
         latest = lateness.event_time
-        for event in events:
-            clock.observe(recv_ms, event.t_ms)
-            if event.t_ms > latest:
-                latest = event.t_ms
+        if newest > latest:
+            latest = newest
         if latest > at:
             at = latest  # a device's clock is never behind what it reported
         now = clock.now(recv_ms)
@@ -243,11 +249,7 @@ class Device:
         if heap and heap[0][0] < at:
             self.catch_up(at, out)
         clock.reach(at, recv_ms)
-        apply = self.applier.apply
-        if len(events) == 1:
-            results = [apply(events[0], at, out)]
-        else:
-            results = [apply(event, at, out) for event in events]
+        results = self.applier.apply_all(events, at, out)
         if latest > lateness.event_time:
             lateness.event_time = latest
             if lateness.provisional:
