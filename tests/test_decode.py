@@ -19,6 +19,7 @@ from edgemon.wire.decode import (
     decode_engine,
     decode_events,
     parse_json,
+    parted_events,
 )
 
 if TYPE_CHECKING:
@@ -733,6 +734,23 @@ def test_batch_item_verdict_equals_single_verdict(items: list[Any]) -> None:
             assert verdict.reason == alone.reason
         else:
             assert verdict == alone
+
+
+@FUZZ
+@given(st.one_of(JSON, EVENT_LIKE, st.lists(EVENT_LIKE | JSON, max_size=6)))
+def test_parted_events_are_the_verdicts_parted(value: Any) -> None:
+    """`parted_events` gives the valid events and the problems of `decode_events`, each in
+    their order, or the same problem with the whole payload."""
+    body = json.dumps(value).encode()
+    verdicts = decode_events(body, max_bytes=MAX_BYTES, max_batch=5)
+    parted = parted_events(body, max_bytes=MAX_BYTES, max_batch=5)
+    if isinstance(verdicts, Problem):
+        assert parted == verdicts
+        return
+    assert parted == (
+        [v for v in verdicts if not isinstance(v, Problem)],
+        [v for v in verdicts if isinstance(v, Problem)],
+    )
 
 
 @FUZZ

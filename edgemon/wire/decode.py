@@ -22,7 +22,7 @@ import json
 import re
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import msgspec
 import pydantic_core
@@ -62,18 +62,54 @@ def decode_events(
     Strict JSON types: `1.0` is not a `seq`, `"1"` is not a number, `1` is not `true`.
     """
     if len(payload) > max_bytes:
-        return Problem("oversized", f"payload of {len(payload)} bytes > {max_bytes}")
+        return _oversized(payload, max_bytes)
+    whole = _whole(payload, max_batch)
+    if whole is None:
+        return _one_by_one(payload, max_batch)
+    return whole if isinstance(whole, Problem) else cast("list[Event | Problem]", whole)
+
+
+def parted_events(
+    payload: bytes, *, max_bytes: int, max_batch: int
+) -> tuple[list[Event], list[Problem]] | Problem:
+    """`decode_events`, its verdicts parted: the valid events and the problems, each in their
+    order (a payload decoded in one go is not looked through again)."""
+    if len(payload) > max_bytes:
+        return _oversized(payload, max_bytes)
+    whole = _whole(payload, max_batch)
+    if whole is not None:
+        return whole if isinstance(whole, Problem) else (whole, [])
+    verdicts = _one_by_one(payload, max_batch)
+    if isinstance(verdicts, Problem):
+        return verdicts
+    events: list[Event] = []
+    problems: list[Problem] = []
+    for item in verdicts:
+        if isinstance(item, Problem):
+            problems.append(item)
+        else:
+            events.append(item)
+    return events, problems
+
+
+def _oversized(payload: bytes, max_bytes: int) -> Problem:
+    return Problem("oversized", f"payload of {len(payload)} bytes > {max_bytes}")
+
+
+def _whole(payload: bytes, max_batch: int) -> list[Event] | Problem | None:
+    """Every event of a payload decoded in one go (each one valid), what is wrong with the
+    batch as a whole, or None: some event is invalid, each must be decoded alone."""
     try:
         value = _PAYLOAD.decode(payload)
     except (msgspec.MsgspecError, RecursionError):
-        return _one_by_one(payload, max_batch)
+        return None
     if type(value) is list:
         problem = _batch(value, max_batch)
         if problem is not None or _IDS.all_match(value):
             return problem or value
     elif _IDS.match(value.stream):
         return [value]
-    return _one_by_one(payload, max_batch)
+    return None
 
 
 class _StreamIds:
