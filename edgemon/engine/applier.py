@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from edgemon.engine.arrival import take_chunk
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
-from edgemon.engine.stream import Phase
+from edgemon.engine.stream import DRAINING, LIVE
 from edgemon.engine.timers import SAMPLE, HoldEnd
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class Applier:
                 return "stream_limit"
         if event.seq <= stream.last_seq:
             return "duplicate"
-        if stream.phase is Phase.DRAINING:
+        if stream.phase is DRAINING:
             return "after_final"
         gap = event.seq > stream.last_seq + 1
         if gap and not in_order and self._lateness.allowed_ms > 0.0:
@@ -181,19 +181,19 @@ class Applier:
             lateness.chunk_in_underrun(
                 stream, event.t_ms, at, out, floor if in_order else lateness.horizon
             )
-        if stream.phase is Phase.LIVE:
+        if stream.phase is LIVE:
             if event.final:
-                stream.phase = Phase.DRAINING
+                stream.phase = DRAINING
                 lifecycle.live -= 1
         elif event.final:
-            stream.phase = Phase.DRAINING
+            stream.phase = DRAINING
         else:
-            stream.phase = Phase.LIVE
+            stream.phase = LIVE
             lifecycle.live += 1
             due = self._sampler.start(at)
             if due is not None:
                 self._timers.push(due, 1, SAMPLE)
-        if stream.phase is Phase.DRAINING and stream.empties_at <= at:
+        if stream.phase is DRAINING and stream.empties_at <= at:
             lifecycle.remove(stream, "completed", at, out)
         else:
             lifecycle.refresh(stream, at, out)

@@ -30,7 +30,7 @@ from edgemon.engine.margins import Margins
 from edgemon.engine.reordering import Reordering
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
-from edgemon.engine.stream import Phase, Stream
+from edgemon.engine.stream import LIVE, Stream
 from edgemon.engine.throttle import ThrottleState, throttle_change
 from edgemon.engine.timers import MIN_ON, SAMPLE, TimerHeap
 
@@ -134,7 +134,7 @@ class Device:
 
     def live_streams(self) -> list[Stream]:
         """Streams that have audio and await a next chunk."""
-        return [s for s in self.streams.values() if s.phase is Phase.LIVE]
+        return [s for s in self.streams.values() if s.phase is LIVE]
 
     # ------------------------------------------------------------------ timers
     def catch_up(self, at: float, out: list[Output]) -> None:

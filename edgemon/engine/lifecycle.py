@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from edgemon.engine.headroom import INF
 from edgemon.engine.outputs import StreamEnded
 from edgemon.engine.stats import fold_reason
-from edgemon.engine.stream import Phase, Stream
+from edgemon.engine.stream import DRAINING, LIVE, WAITING, Stream
 from edgemon.engine.tombstones import Tombstones
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class Lifecycle:
         if stream.underrun_since is not None:
             lateness.end_underrun(stream, now, now, out)
         self._throttle.note(stream, risk=False, unsafe=False)
-        if stream.phase is Phase.LIVE:
+        if stream.phase is LIVE:
             self.live -= 1
         self._throttle.dirty = True
         stream.due = math.nan  # its timer entries are stale from now on
@@ -153,7 +153,7 @@ class Lifecycle:
         force now (its flags and timer: `restore_timers`)."""
         stream.margin = self._margins.for_stream(stream.margin_from_start)
         self._streams[stream.id] = stream
-        if stream.phase is Phase.LIVE:
+        if stream.phase is LIVE:
             self.live += 1
         self._lateness.adopt(stream)
 
@@ -165,9 +165,9 @@ class Lifecycle:
         (`timer`: this is its timer firing)."""
         self._live_index.note(stream)
         phase = stream.phase
-        if phase is Phase.LIVE:
+        if phase is LIVE:
             due = self._live_due(stream, now, out, timer=timer)
-        elif phase is Phase.WAITING:
+        elif phase is WAITING:
             due = stream.expires_at(self._idle_ms)
         else:
             self._throttle.note(stream, risk=False, unsafe=False)
@@ -207,7 +207,7 @@ class Lifecycle:
         idle; the device applies them now (the holes declared gaps), which moves the
         expiry on."""
         stream.due = INF
-        if stream.phase is Phase.DRAINING:
+        if stream.phase is DRAINING:
             if now >= stream.empties_at:
                 self.remove(stream, "completed", now, out)
                 return False
