@@ -173,9 +173,8 @@ class Applier:
         if gap and not in_order and self._lateness.allowed_ms > 0.0:
             return self._hold(stream, event, at, out)
         self.gap_ewma = take_chunk(
-            stream, event, gap=gap, stats=self._stats, device_gap=self.gap_ewma,
-            default_gap_ms=self._default_gap_ms,
-        )  # fmt: skip
+            stream, event, gap, self._stats, self.gap_ewma, self._default_gap_ms
+        )
         if stream.underrun_since is not None:
             lateness = self._lateness
             lateness.chunk_in_underrun(

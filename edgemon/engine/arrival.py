@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 def take_chunk(  # noqa: C901, PLR0912 - one pass over a chunk, on the hot path
     stream: Stream,
     event: ChunkEvent,
-    *,
     gap: bool,
     stats: DeviceStats,
     device_gap: float | None,
     default_gap_ms: float,
 ) -> float | None:
     """Count `event` into `stream` (`gap`: it follows a declared gap, so the total audio it
-    reports replaces the sum); return the device's gap EWMA `device_gap`, updated."""
+    reports replaces the sum); return the device's gap EWMA `device_gap`, updated. (The
+    arguments may come by position: a call with keywords costs more, once per chunk.)"""
     t = event.t_ms
     if stream.chunks:
         # What the chunk tells before its audio counts: slack at arrival, the gap.
