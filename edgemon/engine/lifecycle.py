@@ -163,10 +163,23 @@ class Lifecycle:
     ) -> None:
         """Bring a stream's underrun state and flags to `now`, and (re)arm its timer
         (`timer`: this is its timer firing)."""
-        self._live_index.note(stream)
+        live_index = self._live_index
+        if stream not in live_index.changed:  # else noted already: noting it again does nothing
+            live_index.note(stream)
         phase = stream.phase
         if phase is LIVE:
-            due = self._live_due(stream, now, out, timer=timer)
+            # A live stream's flags, then its next instant: the next change of a flag, or
+            # when its buffer empties (expiry comes an idle timeout after: never first here),
+            # unless it is empty already.
+            empties = stream.start + stream.buffered
+            risk, unsafe, due = stream.flags_at(now, self._hysteresis_ms)
+            if risk != stream.risk or unsafe != stream.unsafe:
+                self._throttle.note(stream, risk=risk, unsafe=unsafe)
+            if stream.underrun_since is None and empties > now:
+                if empties < due:
+                    due = empties
+            else:
+                due = self._dry_due(stream, empties, due, now, out, timer=timer)
         elif phase is WAITING:
             due = stream.expires_at(self._idle_ms)
         else:
@@ -179,15 +192,18 @@ class Lifecycle:
             stream.due = due
             self._timers.push(due, 0, stream)
 
-    def _live_due(self, stream: Stream, now: float, out: list[Output], *, timer: bool) -> float:
-        """Update a live stream's flags and underrun at `now`; return its next instant."""
-        empties = stream.start + stream.buffered
-        risk, unsafe, due = stream.flags_at(now, self._hysteresis_ms)
-        if risk != stream.risk or unsafe != stream.unsafe:
-            self._throttle.note(stream, risk=risk, unsafe=unsafe)
-        if stream.underrun_since is None and empties > now:
-            # Expiry comes an idle timeout after the buffer empties: never first here.
-            return empties if empties < due else due
+    def _dry_due(
+        self,
+        stream: Stream,
+        empties: float,
+        due: float,
+        now: float,
+        out: list[Output],
+        *,
+        timer: bool,
+    ) -> float:
+        """`refresh` of a live stream in underrun, or whose buffer ran dry (at `empties`) by
+        `now`: its next instant (its flags change next at `due`), its underrun begun if due."""
         if stream.underrun_since is None:
             # Exactly when it ran dry by the device's times: `u`, or the chunk that left it
             # empty (late chunks can show that this was before edgemon's clock now).
