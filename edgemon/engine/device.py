@@ -228,13 +228,19 @@ class Device:
         receipt (never behind what the device reported), after every timer due strictly
         before it."""
         clock = self.clock
-        times = list(map(_T_MS, events))
-        newest = max(times)
-        if not (
-            clock.admits_up_to(recv_ms, newest) or all(clock.admits(recv_ms, t) for t in times)
-        ):
-            return self._receive_admitted(events, recv_ms, out)
-        clock.observe_all(recv_ms, times, newest)
+        if len(events) == 1:  # a message of one event (the usual message of a player)
+            newest = events[0].t_ms
+            if not clock.admits(recv_ms, newest):
+                return self._receive_admitted(events, recv_ms, out)
+            clock.observe(recv_ms, newest)
+        else:
+            times = list(map(_T_MS, events))
+            newest = max(times)
+            if not (
+                clock.admits_up_to(recv_ms, newest) or all(clock.admits(recv_ms, t) for t in times)
+            ):
+                return self._receive_admitted(events, recv_ms, out)
+            clock.observe_all(recv_ms, times, newest)
         at = clock.floor_ms
         lateness = self.lateness
         latest = lateness.event_time
