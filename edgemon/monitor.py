@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from edgemon.engine.engine import Engine
 from edgemon.engine.outputs import GapDeclared, Rejected
 from edgemon.engine.snapshot import SnapshotError
-from edgemon.wire.decode import Problem, decode_engine, decode_events, parse_json
+from edgemon.wire.decode import Problem, decode_engine, parse_json, parted_events
 from edgemon.wire.topics import Topics
 
 if TYPE_CHECKING:
@@ -95,23 +95,25 @@ class Monitor:
                 out,
             )
             return
-        decoded = decode_events(
+        decoded = parted_events(
             payload, max_bytes=limits.max_payload_bytes, max_batch=limits.max_batch_events
         )
         if isinstance(decoded, Problem):
             self._reject(recv_ms, topic, device, decoded, out)
             return
-        events: list[Event] = []
-        for item in decoded:
-            if isinstance(item, Problem):
-                self._reject(recv_ms, topic, device, item, out)
-            else:
-                events.append(item)
+        events, problems = decoded
+        for problem in problems:
+            self._reject(recv_ms, topic, device, problem, out)
         if events:
             mark = len(out)
             results = self.engine.apply(device, events, recv_ms, out)
             self._count_gaps(out, mark)
             counts = self.results
+            accepted = results.count("accepted")
+            if accepted == len(results) and "accepted" in counts:  # the usual: counted at once
+                counts["accepted"] += accepted
+                self.events += accepted
+                return
             applied = 0
             for event, result in zip(events, results, strict=True):
                 if result in APPLIED:

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from edgemon.engine.clock import DeviceClock
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edgemon.engine.clock import MAX_JUMP_MS, DeviceClock
+
+#: Message histories: (wall time step, device times of its events): near the wall time, or
+#: far ahead of it.
+_MESSAGES = st.lists(
+    st.tuples(
+        st.sampled_from((0, 1, 500, 30_000)),
+        st.lists(st.sampled_from((-200, -50, 0, 0, 10, 50, 700_000)), min_size=1, max_size=6),
+    ),
+    min_size=1,
+    max_size=12,
+)
 
 
 def test_offset_is_the_smallest_delay_seen() -> None:
@@ -111,3 +125,47 @@ def test_trust_mode_believes_a_real_clock_step_for_good() -> None:
             refused += 1
     assert refused == 60
     assert clock.now(300_500.0) == 300_500.0 + step
+
+
+def _fed(trust: bool, messages: list[tuple[int, list[int]]], *, whole: bool) -> list[object]:
+    """What a clock says after each message, its events admitted and observed one by one or
+    (`whole`) by the O(1) methods for a message."""
+    clock = DeviceClock(trust=trust, window_ms=20_000)
+    said: list[object] = []
+    recv = 1_000.0
+    for step, offsets in messages:
+        recv += step
+        times = [recv + offset for offset in offsets]
+        newest = max(times)
+        if whole:
+            admitted = clock.admits_up_to(recv, newest) or all(clock.admits(recv, t) for t in times)
+            clock.observe_all(recv, times, newest)
+        else:
+            admitted = all(clock.admits(recv, t) for t in times)
+            for t in times:
+                clock.observe(recv, t)
+        said.append((admitted, clock.offset_ms, clock.now(recv + 5)))
+    return said
+
+
+@given(st.booleans(), _MESSAGES)
+def test_a_message_observed_whole_is_observed_event_by_event(
+    trust: bool, messages: list[tuple[int, list[int]]]
+) -> None:
+    """A message's events admitted and observed in O(1) (`admits_up_to`, `observe_all`) leave
+    the clock as admitting and observing each in turn does: the same verdicts and offsets
+    then and at every later message (the window's minima are the same)."""
+    assert _fed(trust, messages, whole=True) == _fed(trust, messages, whole=False)
+
+
+def test_admits_up_to_defers_to_admits_for_a_message_far_ahead() -> None:
+    """`admits_up_to` only says yes in O(1): a message with an event far ahead is left to
+    `admits` of each, which keeps the run of far-ahead events it has seen."""
+    clock = DeviceClock(trust=False, window_ms=60_000)
+    clock.observe(0, 0)
+    far = 1_000 + MAX_JUMP_MS + 1
+    assert clock.admits_up_to(1_000, 1_000)
+    assert not clock.admits_up_to(1_000, far)
+    assert not clock.admits(1_000, far)
+    assert not clock.admits_up_to(61_000, 60_000 + far)
+    assert clock.admits(61_000, 60_000 + far)  # believed after a whole window

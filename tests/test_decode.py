@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.tts import TtsEngineInfo
-from edgemon.wire.decode import Problem, decode_engine, decode_events, parse_json
+from edgemon.wire.decode import (
+    MAX_KNOWN_IDS,
+    Problem,
+    decode_engine,
+    decode_events,
+    parse_json,
+    parted_events,
+)
 
 if TYPE_CHECKING:
     from edgemon.engine.events import Event
@@ -316,6 +323,59 @@ def test_invalid_stream_ids(stream: str) -> None:
     """Stream ids longer than 128, empty, or with other characters are rejected."""
     for item in (chunk(stream=stream), {**START, "stream": stream}, {**END, "stream": stream}):
         assert "stream" in rejected(item).detail
+
+
+#: msgspec's words for a stream id that does not match (each event is judged alone).
+ID_MISMATCH = Problem(
+    "invalid_event", "Expected `str` matching regex '^[A-Za-z0-9._:-]{1,128}\\\\Z' - at `$.stream`"
+)
+
+
+def test_an_invalid_stream_id_among_known_ones_gets_msgspec_words() -> None:
+    """Ids already seen are not matched again, and a batch with one that does not match keeps
+    its other events and says what msgspec says of the invalid one."""
+    known = [chunk(stream=f"known-{i}", seq=i) for i in range(3)]
+    first = decode(known)  # now known
+    assert isinstance(first, list)
+    assert all(isinstance(e, ChunkEvent) for e in first)
+    result = decode([known[0], chunk(stream="a b"), known[2], {**END, "stream": "é"}])
+    assert isinstance(result, list)
+    assert result[0] == one(known[0])
+    assert result[2] == one(known[2])
+    assert result[1] == result[3] == ID_MISMATCH
+    assert rejected(chunk(stream="a b")) == ID_MISMATCH
+
+
+def test_stream_ids_beyond_the_ones_remembered_are_still_matched() -> None:
+    """More distinct ids than the decoder remembers: each valid one is still accepted and an
+    invalid one refused, before and after the remembered ones are forgotten."""
+    for i in range(MAX_KNOWN_IDS + 10):
+        assert isinstance(one(chunk(stream=f"req-{i}")), ChunkEvent)
+        if i % 1000 == 0:
+            assert "stream" in rejected(chunk(stream=f"req {i}")).detail
+    assert isinstance(one(chunk(stream="req-0")), ChunkEvent)
+    assert "stream" in rejected(chunk(stream="req 0")).detail
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps([START, CHUNK, END]),
+        json.dumps([START, chunk(stream="a b"), CHUNK, {"type": "nope"}, END]),
+        json.dumps([START, CHUNK, END]).replace('"t_ms": 2000', '"t_ms": NaN'),
+        json.dumps(START),
+    ],
+)
+def test_events_are_the_engine_types_on_every_path(body: str) -> None:
+    """Whichever way a payload is decoded (in one go, event by event, or parsed by
+    pydantic-core), its valid events are exactly the engine's structs (the engine dispatches
+    on `type(event)`)."""
+    result = decode(body)
+    assert isinstance(result, list)
+    engine_types = {StartEvent, ChunkEvent, EndEvent}
+    types = [type(item) for item in result if not isinstance(item, Problem)]
+    assert types
+    assert set(types) <= engine_types
 
 
 def test_end_reason_length() -> None:
@@ -674,6 +734,23 @@ def test_batch_item_verdict_equals_single_verdict(items: list[Any]) -> None:
             assert verdict.reason == alone.reason
         else:
             assert verdict == alone
+
+
+@FUZZ
+@given(st.one_of(JSON, EVENT_LIKE, st.lists(EVENT_LIKE | JSON, max_size=6)))
+def test_parted_events_are_the_verdicts_parted(value: Any) -> None:
+    """`parted_events` gives the valid events and the problems of `decode_events`, each in
+    their order, or the same problem with the whole payload."""
+    body = json.dumps(value).encode()
+    verdicts = decode_events(body, max_bytes=MAX_BYTES, max_batch=5)
+    parted = parted_events(body, max_bytes=MAX_BYTES, max_batch=5)
+    if isinstance(verdicts, Problem):
+        assert parted == verdicts
+        return
+    assert parted == (
+        [v for v in verdicts if not isinstance(v, Problem)],
+        [v for v in verdicts if isinstance(v, Problem)],
+    )
 
 
 @FUZZ

@@ -229,6 +229,27 @@ def test_an_unusable_snapshot_is_refused_and_leaves_the_monitor_as_it_was(
     assert monitor.engine is engine
 
 
+def test_a_held_chunk_with_an_invalid_stream_id_is_refused() -> None:
+    """A held chunk in a snapshot is checked as the wire checks a chunk, its stream id too: a
+    snapshot holding one whose id does not match is a SnapshotError; nothing changes."""
+    config = EngineConfig(slack=SlackPolicy(allowed_lateness_ms=1_000))
+    monitor = Monitor(config)
+    out: list[Output] = []
+    for seq in (0, 2):  # seq 2 waits for seq 1
+        event = {"type": "chunk", "stream": "a", "t_ms": 0.0, "seq": seq, "audio_ms": 500.0}
+        monitor.handle("edgemon/v1/d/events", json.dumps(event).encode(), 0.0, out)
+    data = json.loads(json.dumps(monitor.snapshot(0.0)))
+    (stream,) = data["engine"]["devices"][0]["streams"]
+    (chunk,) = (item[0] for item in stream["held"]["chunks"])
+    Monitor(config).restore(data, 0.0)  # as it is, it restores
+    chunk["stream"] = "a b"
+    successor = Monitor(config)
+    engine = successor.engine
+    with pytest.raises(SnapshotError, match="stream"):
+        successor.restore(data, 0.0)
+    assert successor.engine is engine
+
+
 def test_the_device_gap_estimate_survives_a_restart() -> None:
     """A new stream without eta_ms after a restart is timed by the device's gap EWMA, as
     learnt before the restart (not the default)."""

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 from edgemon.engine.arrival import take_chunk
 from edgemon.engine.events import ChunkEvent, EndEvent, StartEvent
 from edgemon.engine.headroom import INF
-from edgemon.engine.stream import Phase
+from edgemon.engine.stream import DRAINING, LIVE
 from edgemon.engine.timers import SAMPLE, HoldEnd
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
@@ -89,6 +89,17 @@ class Applier:
             result = self._end(event, at, out)
         return result
 
+    def apply_all(self, events: Sequence[Event], at: float, out: list[Output]) -> list[str]:
+        """`apply` each of a message's events in turn at device instant `at`; their labels."""
+        chunk = self._chunk
+        results: list[str] = []
+        append = results.append
+        for event in events:
+            append(
+                chunk(event, at, out) if type(event) is ChunkEvent else self.apply(event, at, out)
+            )
+        return results
+
     def timer(self, what: ConfirmDeadline | HoldEnd, now: float, out: list[Output]) -> None:
         """A late-delivery wait came at `now`: held chunks that waited long enough are
         applied (the hole before each declared a gap), or a provisional underrun that
@@ -156,33 +167,32 @@ class Applier:
                 return "stream_limit"
         if event.seq <= stream.last_seq:
             return "duplicate"
-        if stream.phase is Phase.DRAINING:
+        if stream.phase is DRAINING:
             return "after_final"
         gap = event.seq > stream.last_seq + 1
         if gap and not in_order and self._lateness.allowed_ms > 0.0:
             return self._hold(stream, event, at, out)
         self.gap_ewma = take_chunk(
-            stream, event, gap=gap, stats=self._stats, device_gap=self.gap_ewma,
-            default_gap_ms=self._default_gap_ms,
-        )  # fmt: skip
+            stream, event, gap, self._stats, self.gap_ewma, self._default_gap_ms
+        )
         if stream.underrun_since is not None:
             lateness = self._lateness
             lateness.chunk_in_underrun(
                 stream, event.t_ms, at, out, floor if in_order else lateness.horizon
             )
-        if stream.phase is Phase.LIVE:
+        if stream.phase is LIVE:
             if event.final:
-                stream.phase = Phase.DRAINING
+                stream.phase = DRAINING
                 lifecycle.live -= 1
         elif event.final:
-            stream.phase = Phase.DRAINING
+            stream.phase = DRAINING
         else:
-            stream.phase = Phase.LIVE
+            stream.phase = LIVE
             lifecycle.live += 1
             due = self._sampler.start(at)
             if due is not None:
                 self._timers.push(due, 1, SAMPLE)
-        if stream.phase is Phase.DRAINING and stream.empties_at <= at:
+        if stream.phase is DRAINING and stream.empties_at <= at:
             lifecycle.remove(stream, "completed", at, out)
         else:
             lifecycle.refresh(stream, at, out)

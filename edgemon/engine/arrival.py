@@ -8,6 +8,7 @@ whether and when a chunk is applied (`edgemon.engine.applier`); this is the arit
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from edgemon.engine.headroom import INF
@@ -22,17 +23,17 @@ if TYPE_CHECKING:
     from edgemon.engine.stream import Stream
 
 
-def take_chunk(  # noqa: C901, PLR0912 - one pass over a chunk, on the hot path
+def take_chunk(  # noqa: C901, PLR0912, PLR0915 - one pass over a chunk, on the hot path
     stream: Stream,
     event: ChunkEvent,
-    *,
     gap: bool,
     stats: DeviceStats,
     device_gap: float | None,
     default_gap_ms: float,
 ) -> float | None:
     """Count `event` into `stream` (`gap`: it follows a declared gap, so the total audio it
-    reports replaces the sum); return the device's gap EWMA `device_gap`, updated."""
+    reports replaces the sum); return the device's gap EWMA `device_gap`, updated. (The
+    arguments may come by position: a call with keywords costs more, once per chunk.)"""
     t = event.t_ms
     if stream.chunks:
         # What the chunk tells before its audio counts: slack at arrival, the gap.
@@ -44,11 +45,16 @@ def take_chunk(  # noqa: C901, PLR0912 - one pass over a chunk, on the hot path
         lowest = stream.min_slack
         if lowest is None or before < lowest:
             stream.min_slack = before
-        stats.slack_at_arrival.observe(before)
+        # `Histogram.observe` of both, written out: two calls fewer per chunk.
+        histogram = stats.slack_at_arrival
+        histogram.counts[bisect_left(histogram.bounds, before)] += 1
+        histogram.total += before
         since = t - stream.t_last_chunk
         if since < 0.0:
             since = 0.0
-        stats.chunk_gap.observe(since)
+        histogram = stats.chunk_gap
+        histogram.counts[bisect_left(histogram.bounds, since)] += 1
+        histogram.total += since
         if since >= BURST_GAP_MS:  # else a piece of the same delivery: no gap between them
             ewma = stream.gap_ewma
             stream.gap_ewma = since if ewma is None else EWMA_ALPHA * since + KEEP * ewma

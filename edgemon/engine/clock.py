@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: How far ahead of a device's estimated clock an event may claim to be (10 minutes).
 MAX_JUMP_MS = 600_000.0
@@ -62,6 +66,30 @@ class DeviceClock:
             # and each admitted one would drag the clock's floor forward by the step.
             self.offset_ms = recv_ms - t_ms
         return True
+
+    def admits_up_to(self, recv_ms: float, newest_ms: float) -> bool:
+        """Whether the events of a message, the newest at `newest_ms`, all fit this clock, in
+        O(1): True if `admits` says so of the newest, and then of each (none is ahead of it),
+        with the same effect. False: ask `admits` of each."""
+        if not self._minima and not self._trust:
+            return True
+        if newest_ms - (recv_ms - self.offset_ms) <= MAX_JUMP_MS:
+            self._ahead_since = None
+            return True
+        return False
+
+    def observe_all(self, recv_ms: float, times: Sequence[float], newest_ms: float) -> None:
+        """`observe` each of `times` in turn: a message's events, received together, the
+        newest at `newest_ms`. If that is the last one, as in a batch in time order, its delay
+        is the least: observing it alone leaves the window as observing each does (each
+        other delay of the message would be dropped for it)."""
+        if self._trust:
+            return
+        if times[-1] == newest_ms:
+            self.observe(recv_ms, times[-1])
+            return
+        for t_ms in times:
+            self.observe(recv_ms, t_ms)
 
     def observe(self, recv_ms: float, t_ms: float) -> None:
         """Take one event's receipt time and device time into the offset estimate."""

@@ -18,6 +18,7 @@ buffers' waits) and the sampler (`sampler`).
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from edgemon.engine.applier import Applier
@@ -29,7 +30,7 @@ from edgemon.engine.margins import Margins
 from edgemon.engine.reordering import Reordering
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
-from edgemon.engine.stream import Phase, Stream
+from edgemon.engine.stream import LIVE, Stream
 from edgemon.engine.throttle import ThrottleState, throttle_change
 from edgemon.engine.timers import MIN_ON, SAMPLE, TimerHeap
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from edgemon.engine.outputs import Output, ThrottleChanged
     from edgemon.engine.tombstones import Tombstones
     from edgemon.engine.tts import TtsEngineInfo
+
+_T_MS = attrgetter("t_ms")
 
 
 class Device:
@@ -131,7 +134,7 @@ class Device:
 
     def live_streams(self) -> list[Stream]:
         """Streams that have audio and await a next chunk."""
-        return [s for s in self.streams.values() if s.phase is Phase.LIVE]
+        return [s for s in self.streams.values() if s.phase is LIVE]
 
     # ------------------------------------------------------------------ timers
     def catch_up(self, at: float, out: list[Output]) -> None:
@@ -225,15 +228,24 @@ class Device:
         receipt (never behind what the device reported), after every timer due strictly
         before it."""
         clock = self.clock
-        if not all(clock.admits(recv_ms, event.t_ms) for event in events):
-            return self._receive_admitted(events, recv_ms, out)
+        if len(events) == 1:  # a message of one event (the usual message of a player)
+            newest = events[0].t_ms
+            if not clock.admits(recv_ms, newest):
+                return self._receive_admitted(events, recv_ms, out)
+            clock.observe(recv_ms, newest)
+        else:
+            times = list(map(_T_MS, events))
+            newest = max(times)
+            if not (
+                clock.admits_up_to(recv_ms, newest) or all(clock.admits(recv_ms, t) for t in times)
+            ):
+                return self._receive_admitted(events, recv_ms, out)
+            clock.observe_all(recv_ms, times, newest)
         at = clock.floor_ms
         lateness = self.lateness
         latest = lateness.event_time
-        for event in events:
-            clock.observe(recv_ms, event.t_ms)
-            if event.t_ms > latest:
-                latest = event.t_ms
+        if newest > latest:
+            latest = newest
         if latest > at:
             at = latest  # a device's clock is never behind what it reported
         now = clock.now(recv_ms)
@@ -243,11 +255,7 @@ class Device:
         if heap and heap[0][0] < at:
             self.catch_up(at, out)
         clock.reach(at, recv_ms)
-        apply = self.applier.apply
-        if len(events) == 1:
-            results = [apply(events[0], at, out)]
-        else:
-            results = [apply(event, at, out) for event in events]
+        results = self.applier.apply_all(events, at, out)
         if latest > lateness.event_time:
             lateness.event_time = latest
             if lateness.provisional:

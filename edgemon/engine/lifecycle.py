@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from edgemon.engine.headroom import INF
 from edgemon.engine.outputs import StreamEnded
 from edgemon.engine.stats import fold_reason
-from edgemon.engine.stream import Phase, Stream
+from edgemon.engine.stream import DRAINING, LIVE, WAITING, Stream
 from edgemon.engine.tombstones import Tombstones
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class Lifecycle:
         if stream.underrun_since is not None:
             lateness.end_underrun(stream, now, now, out)
         self._throttle.note(stream, risk=False, unsafe=False)
-        if stream.phase is Phase.LIVE:
+        if stream.phase is LIVE:
             self.live -= 1
         self._throttle.dirty = True
         stream.due = math.nan  # its timer entries are stale from now on
@@ -153,7 +153,7 @@ class Lifecycle:
         force now (its flags and timer: `restore_timers`)."""
         stream.margin = self._margins.for_stream(stream.margin_from_start)
         self._streams[stream.id] = stream
-        if stream.phase is Phase.LIVE:
+        if stream.phase is LIVE:
             self.live += 1
         self._lateness.adopt(stream)
 
@@ -163,11 +163,24 @@ class Lifecycle:
     ) -> None:
         """Bring a stream's underrun state and flags to `now`, and (re)arm its timer
         (`timer`: this is its timer firing)."""
-        self._live_index.note(stream)
+        live_index = self._live_index
+        if stream not in live_index.changed:  # else noted already: noting it again does nothing
+            live_index.note(stream)
         phase = stream.phase
-        if phase is Phase.LIVE:
-            due = self._live_due(stream, now, out, timer=timer)
-        elif phase is Phase.WAITING:
+        if phase is LIVE:
+            # A live stream's flags, then its next instant: the next change of a flag, or
+            # when its buffer empties (expiry comes an idle timeout after: never first here),
+            # unless it is empty already.
+            empties = stream.start + stream.buffered
+            risk, unsafe, due = stream.flags_at(now, self._hysteresis_ms)
+            if risk != stream.risk or unsafe != stream.unsafe:
+                self._throttle.note(stream, risk=risk, unsafe=unsafe)
+            if stream.underrun_since is None and empties > now:
+                if empties < due:
+                    due = empties
+            else:
+                due = self._dry_due(stream, empties, due, now, out, timer=timer)
+        elif phase is WAITING:
             due = stream.expires_at(self._idle_ms)
         else:
             self._throttle.note(stream, risk=False, unsafe=False)
@@ -179,15 +192,18 @@ class Lifecycle:
             stream.due = due
             self._timers.push(due, 0, stream)
 
-    def _live_due(self, stream: Stream, now: float, out: list[Output], *, timer: bool) -> float:
-        """Update a live stream's flags and underrun at `now`; return its next instant."""
-        empties = stream.start + stream.buffered
-        risk, unsafe, due = stream.flags_at(now, self._hysteresis_ms)
-        if risk != stream.risk or unsafe != stream.unsafe:
-            self._throttle.note(stream, risk=risk, unsafe=unsafe)
-        if stream.underrun_since is None and empties > now:
-            # Expiry comes an idle timeout after the buffer empties: never first here.
-            return empties if empties < due else due
+    def _dry_due(
+        self,
+        stream: Stream,
+        empties: float,
+        due: float,
+        now: float,
+        out: list[Output],
+        *,
+        timer: bool,
+    ) -> float:
+        """`refresh` of a live stream in underrun, or whose buffer ran dry (at `empties`) by
+        `now`: its next instant (its flags change next at `due`), its underrun begun if due."""
         if stream.underrun_since is None:
             # Exactly when it ran dry by the device's times: `u`, or the chunk that left it
             # empty (late chunks can show that this was before edgemon's clock now).
@@ -207,7 +223,7 @@ class Lifecycle:
         idle; the device applies them now (the holes declared gaps), which moves the
         expiry on."""
         stream.due = INF
-        if stream.phase is Phase.DRAINING:
+        if stream.phase is DRAINING:
             if now >= stream.empties_at:
                 self.remove(stream, "completed", now, out)
                 return False

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from edgemon.engine.outputs import GapDeclared
 from edgemon.engine.reorder import MAX_HELD, Held
-from edgemon.engine.stream import Phase
+from edgemon.engine.stream import DRAINING
 from edgemon.engine.timers import HoldEnd
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class Reordering:
 
     def _gone(self, stream: Stream) -> bool:
         """The stream takes no more chunks: its final one came, or it was removed."""
-        return stream.phase is Phase.DRAINING or stream.id not in self._streams
+        return stream.phase is DRAINING or stream.id not in self._streams
 
     def _left(self, stream: Stream, held: Held, now: float, out: list[Output]) -> None:
         """After applying held chunks: none left, the stream's underrun may be confirmed

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from edgemon.engine.device import Device
-from edgemon.engine.events import ChunkEvent
+from edgemon.engine.events import CheckedChunk, ChunkEvent
 from edgemon.engine.headroom import INF
 from edgemon.engine.kv import KVVerdict
 from edgemon.engine.reorder import Held
@@ -231,6 +231,7 @@ def _restore_stream(fields: dict[str, Any], resumed: float) -> Stream:
         stream.held = Held()
         for chunk, arrived, *floor in held["chunks"]:
             bound = floor[0] if floor and floor[0] is not None else -INF
+            msgspec.convert(chunk, CheckedChunk)  # its stream id too, as the wire checks it
             stream.held.add(msgspec.convert(chunk, ChunkEvent), float(arrived), float(bound))
     stream.phase = Phase(fields["phase"])
     return stream

@@ -9,19 +9,26 @@ rate for the same verdicts, `benchmarks/decode.py`). Its parser takes standard J
 payload it cannot parse is parsed once more by pydantic-core's, which also reads `NaN` and
 `±Infinity`: those are refused per event, as protocol.md (finite numbers) and the old decoder did.
 Engine objects (rare) are still validated by pydantic.
+
+Stream ids are matched against their pattern here, each id once (`_StreamIds`), not by msgspec
+with every event (`edgemon.engine.events`). A payload with an id that does not match takes the
+path of any other invalid event: each event decoded alone, and an invalid one decoded once
+more with the pattern in its struct (`CheckedEvent`), for msgspec's words on what is wrong.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from operator import attrgetter
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import msgspec
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from edgemon.engine.events import Event
+from edgemon.engine.events import STREAM_ID_REGEX, CheckedEvent, Event
 from edgemon.engine.kv import KVConfigError, verdict_from_engine_object
 from edgemon.engine.tts import TtsEngineInfo
 
@@ -30,7 +37,13 @@ if TYPE_CHECKING:
 
 _PAYLOAD = msgspec.json.Decoder(Event | list[Event])
 _EVENT = msgspec.json.Decoder(Event)
+_CHECKED = msgspec.json.Decoder(CheckedEvent)
 _ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+#: How msgspec matches a `Meta(pattern=...)`.
+_MATCH = re.compile(STREAM_ID_REGEX).search
+_STREAM_OF = attrgetter("stream")
+#: Most stream ids remembered as matching (a few hundred kB at most).
+MAX_KNOWN_IDS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +62,86 @@ def decode_events(
     Strict JSON types: `1.0` is not a `seq`, `"1"` is not a number, `1` is not `true`.
     """
     if len(payload) > max_bytes:
-        return Problem("oversized", f"payload of {len(payload)} bytes > {max_bytes}")
+        return _oversized(payload, max_bytes)
+    whole = _whole(payload, max_batch)
+    if whole is None:
+        return _one_by_one(payload, max_batch)
+    return whole if isinstance(whole, Problem) else cast("list[Event | Problem]", whole)
+
+
+def parted_events(
+    payload: bytes, *, max_bytes: int, max_batch: int
+) -> tuple[list[Event], list[Problem]] | Problem:
+    """`decode_events`, its verdicts parted: the valid events and the problems, each in their
+    order (a payload decoded in one go is not looked through again)."""
+    if len(payload) > max_bytes:
+        return _oversized(payload, max_bytes)
+    whole = _whole(payload, max_batch)
+    if whole is not None:
+        return whole if isinstance(whole, Problem) else (whole, [])
+    verdicts = _one_by_one(payload, max_batch)
+    if isinstance(verdicts, Problem):
+        return verdicts
+    events: list[Event] = []
+    problems: list[Problem] = []
+    for item in verdicts:
+        if isinstance(item, Problem):
+            problems.append(item)
+        else:
+            events.append(item)
+    return events, problems
+
+
+def _oversized(payload: bytes, max_bytes: int) -> Problem:
+    return Problem("oversized", f"payload of {len(payload)} bytes > {max_bytes}")
+
+
+def _whole(payload: bytes, max_batch: int) -> list[Event] | Problem | None:
+    """Every event of a payload decoded in one go (each one valid), what is wrong with the
+    batch as a whole, or None: some event is invalid, each must be decoded alone."""
     try:
         value = _PAYLOAD.decode(payload)
     except (msgspec.MsgspecError, RecursionError):
-        return _one_by_one(payload, max_batch)
+        return None
     if type(value) is list:
-        return _batch(value, max_batch) or value
-    return [value]
+        problem = _batch(value, max_batch)
+        if problem is not None or _IDS.all_match(value):
+            return problem or value
+    elif _IDS.match(value.stream):
+        return [value]
+    return None
+
+
+class _StreamIds:
+    """Stream ids known to match `STREAM_ID_REGEX`: a stream's id is matched once, not with
+    every event of the stream. Bounded: forgotten all at once when full (ids come and go
+    with the requests they name), then matched again as they come."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: set[str] = set()
+
+    def all_match(self, events: list[Event]) -> bool:
+        """Whether every event's stream id matches."""
+        if self._known.issuperset(map(_STREAM_OF, events)):
+            return True
+        return all(self.match(event.stream) for event in events)
+
+    def match(self, stream: str) -> bool:
+        """Whether `stream` matches."""
+        known = self._known
+        if stream in known:
+            return True
+        if _MATCH(stream) is None:
+            return False
+        if len(known) >= MAX_KNOWN_IDS:
+            known.clear()
+        known.add(stream)
+        return True
+
+
+_IDS = _StreamIds()
 
 
 def _batch(items: list[Any], max_batch: int) -> Problem | None:
@@ -74,7 +159,9 @@ def _one_by_one(payload: bytes, max_batch: int) -> list[Event | Problem] | Probl
         items = _ITEMS.decode(payload)
     except (msgspec.MsgspecError, RecursionError):  # not an array of standard JSON
         return _values(_parse(payload), max_batch)
-    return _batch(items, max_batch) or [_verdict(_EVENT.decode, item) for item in items]
+    return _batch(items, max_batch) or [
+        _verdict(_EVENT.decode, _CHECKED.decode, item) for item in items
+    ]
 
 
 def _parse(payload: bytes) -> Any:
@@ -91,9 +178,11 @@ def _parse(payload: bytes) -> Any:
 
 def _values(value: Any, max_batch: int) -> list[Event | Problem] | Problem:
     if type(value) is list:
-        return _batch(value, max_batch) or [_verdict(_to_event, item) for item in value]
+        return _batch(value, max_batch) or [
+            _verdict(_to_event, _to_checked, item) for item in value
+        ]
     if type(value) is dict:
-        return [_verdict(_to_event, value)]
+        return [_verdict(_to_event, _to_checked, value)]
     if type(value) is Problem:
         return value
     return Problem("invalid_event", f"expected an object or an array, got {_kind(value)}")
@@ -104,11 +193,26 @@ def _to_event(value: Any) -> Event:
     return event
 
 
-def _verdict(decode: Callable[[Any], Event], item: Any) -> Event | Problem:
+def _to_checked(value: Any) -> None:
+    msgspec.convert(value, CheckedEvent)
+
+
+def _verdict(
+    decode: Callable[[Any], Event], check: Callable[[Any], object], item: Any
+) -> Event | Problem:
+    """The event, or what `check` (the pattern of its stream id included) says is wrong."""
     try:
-        return decode(item)
+        event = decode(item)
+    except msgspec.ValidationError:
+        pass  # msgspec's words on it come from `check`: the stream id may come first
+    else:
+        if _IDS.match(event.stream):
+            return event
+    try:
+        check(item)
     except msgspec.ValidationError as exc:
         return Problem("invalid_event", _first_line(str(exc)))
+    raise AssertionError(f"valid only with its stream id checked: {item!r}")
 
 
 def parse_json(payload: bytes, *, max_bytes: int) -> Any | Problem:
