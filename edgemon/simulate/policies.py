@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edgemon.integrations.realtime import STEP_FRAMES
 from edgemon.simulate.budget import AHEAD_FRAMES, BUDGET_MODES, BudgetSetting
 
 if TYPE_CHECKING:
@@ -36,9 +37,9 @@ if TYPE_CHECKING:
 BUDGET_ARGS = ("FRAMES", "ALLOW_MS", "MODE")
 """What `budget:` takes, in order, each optional."""
 
-EDGEMON = "realtime:1.02+lasting:{margin}:1100"
-"""The shipped policy: real-time admission with steps up to 1.02 frames
-(`edgemon.integrations.realtime.STEP_FRAMES`) and edgemon's gate (the players' margin) with
+EDGEMON = f"realtime:{STEP_FRAMES}+lasting:{{margin}}:1100"
+"""The shipped policy: real-time admission with steps up to `STEP_FRAMES` (1.02) frames,
+as the schedulers allow, and edgemon's gate (the players' margin) with
 `max_hold_ms` 1100; see README "Does it help?". Until issue 16's retune it was
 `realtime+lasting:{margin}:1000` (the sweep still runs it)."""
 
