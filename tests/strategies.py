@@ -317,12 +317,23 @@ def late_scenarios(draw: st.DrawFn, *, outage: bool = False) -> LateScenario:
             recv = max(recv, happens + lag + draw(st.integers(0, MAX_DELAY_MS)))
             times.append(recv)
         bodies = [body for *_, body in pending]
+        happened = [happens for happens, *_ in pending]  # each body's, as the bodies move
         for j in range(len(bodies) - 1):
             a, b = bodies[j], bodies[j + 1]
             same = a["stream"] == b["stream"] and a["type"] == b["type"] == "chunk"
-            causal = times[j] >= pending[j + 1][0] + lag  # b cannot arrive before it happened
-            if same and causal and a["seq"] != b["seq"] and draw(st.integers(0, 3)) == 0:
+            causal = times[j] >= happened[j + 1] + lag  # b cannot arrive before it happened
+            # a, moved later, is still no more than MAX_DELAY_MS late (below the lateness:
+            # a chunk later than that is semantics.md's other case, not this record's).
+            bounded = times[j + 1] - happened[j] - lag <= MAX_DELAY_MS
+            if (
+                same
+                and causal
+                and bounded
+                and a["seq"] != b["seq"]
+                and draw(st.integers(0, 3)) == 0
+            ):
                 bodies[j], bodies[j + 1] = b, a
+                happened[j], happened[j + 1] = happened[j + 1], happened[j]
         sent += [(device, body) for *_, body in pending]
         received += [
             (t, len(received) + k, device, body)
