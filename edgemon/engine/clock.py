@@ -47,11 +47,7 @@ class DeviceClock:
         for a whole window has really stepped its clock: then it is believed (the estimate
         starts afresh; with `clock = "trust"` the step becomes the device's offset).
         """
-        if not self._minima and not self._trust:
-            return True  # nothing known yet: the first event sets the clock
-        ahead = t_ms - (recv_ms - self.offset_ms)
-        if ahead <= MAX_JUMP_MS:
-            self._ahead_since = None
+        if self.admits_up_to(recv_ms, t_ms):
             return True
         if self._ahead_since is None:
             self._ahead_since = recv_ms
@@ -68,11 +64,11 @@ class DeviceClock:
         return True
 
     def admits_up_to(self, recv_ms: float, newest_ms: float) -> bool:
-        """Whether the events of a message, the newest at `newest_ms`, all fit this clock, in
-        O(1): True if `admits` says so of the newest, and then of each (none is ahead of it),
-        with the same effect. False: ask `admits` of each."""
+        """Whether the events of a message, the newest at `newest_ms`, all fit this clock
+        without a step of the clock, in O(1): then `admits` says so of each (none is ahead of
+        the newest), with the same effect. False: ask `admits` of each."""
         if not self._minima and not self._trust:
-            return True
+            return True  # nothing known yet: the first event sets the clock
         if newest_ms - (recv_ms - self.offset_ms) <= MAX_JUMP_MS:
             self._ahead_since = None
             return True
