@@ -127,9 +127,9 @@ class WriteAheadLog:
         #: The callbacks of the newest commit under way (None when none is).
         self._in_flight: list[Callable[[], None]] | None = None
         self._commits = 0
-        #: The callback that will start the next commit (at once, or a timer), if armed.
+        #: The callback that will start the next commit (in this turn of the loop, or a
+        #: `TimerHandle`), if armed.
         self._kick_handle: asyncio.Handle | None = None
-        self._kick_soon = False
         self._last_start = -float("inf")
         self._files: dict[int, BinaryIO] = {}
         self.failed = False
@@ -181,20 +181,19 @@ class WriteAheadLog:
         window since the last start has passed, else by a timer two windows after it,
         unless a message arriving after the window starts it first (no wake-up of its own).
         """
-        if self._kick_soon:
-            return
+        handle = self._kick_handle
+        if handle is not None and not isinstance(handle, asyncio.TimerHandle):
+            return  # it starts in this turn already
         loop = asyncio.get_running_loop()
         if loop.time() >= self._last_start + self._window_s:
-            if self._kick_handle is not None:
-                self._kick_handle.cancel()
-            self._kick_soon = True
+            if handle is not None:
+                handle.cancel()
             self._kick_handle = loop.call_soon(self._kick)
-        elif self._kick_handle is None:
+        elif handle is None:
             self._kick_handle = loop.call_at(self._last_start + 2 * self._window_s, self._kick)
 
     def _kick(self) -> None:
         self._kick_handle = None
-        self._kick_soon = False
         if self._pending and not self._commits:
             self._commit()
 
@@ -202,7 +201,6 @@ class WriteAheadLog:
         if self._kick_handle is not None:
             self._kick_handle.cancel()
             self._kick_handle = None
-            self._kick_soon = False
         loop = asyncio.get_running_loop()
         self._last_start = loop.time()
         data = b"".join(self._pending)
