@@ -1,15 +1,19 @@
-"""How the gate says that its broker cannot be reached: one WARNING naming the broker, however
-many attempts fail, `wait_connected` False meanwhile and True once a broker is there."""
+"""How the clients' connections behave: the gate says that its broker cannot be reached in
+one WARNING naming the broker, however many attempts fail (`wait_connected` False meanwhile
+and True once a broker is there); every connection sends without Nagle's delay."""
 
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from edgemon.client import ThrottleGate
+from edgemon.client._mqtt import Broker, new_client, start, stop
 
 from ports import MosquittoServer
 
@@ -41,3 +45,24 @@ def test_an_unreachable_broker_is_said_once_by_the_gate(
     warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert f"{server.host}:{server.port}" in warnings[0]
+
+
+def test_a_client_connection_sends_without_nagles_delay(mosquitto_broker: tuple[str, int]) -> None:
+    """Every connection the Reporter and the gate open (`edgemon.client._mqtt.new_client`)
+    has `TCP_NODELAY` set, reconnections too: a report published just after the client's
+    PUBACK of a throttle object would otherwise wait for the broker's delayed ACK of it."""
+    host, port = mosquitto_broker
+    client = new_client(Broker(host, port), client_id="nodelay-test", clean_session=True)
+    connected = threading.Event()
+    client.on_connect = lambda *_: connected.set()
+    start(client, Broker(host, port))
+    try:
+        for _ in range(2):  # the first connection, then a reconnection
+            assert connected.wait(30)
+            sock = client.socket()
+            assert isinstance(sock, socket.socket)
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            connected.clear()
+            client.reconnect()
+    finally:
+        stop(client, 10)
