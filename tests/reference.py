@@ -365,7 +365,7 @@ class Reference:
                 expected_next=expected_next,
             )
         )
-        st.t_last_event = t
+        st.t_last_event = max(st.t_last_event, t)  # the latest event time, not the last one's
         return True
 
     def snapshot(self, device: str, s: float) -> Snapshot:

@@ -471,3 +471,29 @@ FOUND_RESTART_TRACE_MIN_ON = Scenario(
     sample_ms=50,
     in_order=False,
 )
+
+#: A trace the sampling property found (issue 18's last stop): a chunk whose `t_ms` (150) is
+#: earlier than the one before it (151). The engine expires the stream an idle timeout after
+#: its latest event time (851); the reference took the last event received (850), so at 850
+#: the engine sampled a stream the reference had removed. The reference was wrong: the
+#: stream had an event at 151, and semantics.md's "last event t" is the latest one. An
+#: `@example` of `test_samples_are_exact_with_integer_inputs`.
+FOUND_EARLIER_T_MS = Scenario(
+    config=EngineConfig(
+        slack=SlackPolicy(
+            default_margin_ms=0,
+            hysteresis_ms=0,
+            min_on_ms=0,
+            stream_idle_timeout_ms=700,
+            clock="trust",
+            allowed_lateness_ms=0,
+        ),
+    ),
+    messages=(
+        Message(0, "d0", (_found_chunk("req:0.x-0", 0, eta_ms=0),) * 2, batch=True),
+        Message(151, "d0", (_found_chunk("req:0.x-0", 1, 151, eta_ms=0),), batch=False),
+        Message(152, "d0", (_found_chunk("req:0.x-0", 2, 150, audio_ms=1, eta_ms=0),), batch=False),
+    ),
+    sample_ms=50,
+    in_order=False,
+)

@@ -17,14 +17,14 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from edgemon.engine.config import EngineConfig, SlackPolicy
 from edgemon.replay import replay
 
 from reference import Reference, headroom_of
-from strategies import PLAYERS, Message, Scenario, scenarios
+from strategies import FOUND_EARLIER_T_MS, PLAYERS, Message, Scenario, scenarios
 
 if TYPE_CHECKING:
     from edgemon.engine.config import PlayerModel
@@ -101,6 +101,7 @@ def test_samples_match_reference(player: PlayerModel, data: st.DataObject) -> No
 @pytest.mark.slow  # a property: many generated examples
 @PROPERTY
 @given(scenarios(eta_always=True))
+@example(sc=FOUND_EARLIER_T_MS)
 def test_samples_are_exact_with_integer_inputs(sc: Scenario) -> None:
     """With eta_ms on every chunk all sample values are integers and equal the reference's."""
     got = samples_by_key(run(sc, samples=True)["sample"])
