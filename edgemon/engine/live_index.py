@@ -21,7 +21,7 @@ and read directly.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from edgemon.engine.stream import Phase
 
@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     from edgemon.engine.stream import Stream
 
 _Key = tuple[float, str]
+#: An entry of the list by `P`: (P, id, L, B); by `L`: (L, id, B). A stream's id is unique in
+#: each list, so the values after it never decide the order; they are there for `lowest`,
+#: which then reads nothing but the entries it meets (no lookup per stream found).
+_ByPlateau = tuple[float, str, float, float]
+_ByLasts = tuple[float, str, float]
+_Entry = TypeVar("_Entry", _Key, _ByPlateau, _ByLasts)
 #: Per stream in the index: (P, L, B, L − margin or None when the plateau is at risk).
 _Keys = tuple[float, float, float, float | None]
 
@@ -60,8 +66,8 @@ class LiveIndex:
         self._cap = cap
         self._rebuild = False
         self._by_stream: dict[str, tuple[Stream, _Keys]] = {}
-        self._p: list[_Key] = []
-        self._l: list[_Key] = []
+        self._p: list[_ByPlateau] = []
+        self._l: list[_ByLasts] = []
         self._b: list[_Key] = []
         self._f: list[_Key] = []
         self._plateau_risk = 0
@@ -114,8 +120,8 @@ class LiveIndex:
         sid = stream.id
         plateau, lasts, buffered, falls = keys
         self._by_stream[sid] = (stream, keys)
-        insort(self._p, (plateau, sid))
-        insort(self._l, (lasts, sid))
+        insort(self._p, (plateau, sid, lasts, buffered))
+        insort(self._l, (lasts, sid, buffered))
         insort(self._b, (buffered, sid))
         if falls is None:
             self._plateau_risk += 1
@@ -124,8 +130,8 @@ class LiveIndex:
 
     def _drop(self, sid: str) -> None:
         _, (plateau, lasts, buffered, falls) = self._by_stream.pop(sid)
-        _remove(self._p, (plateau, sid))
-        _remove(self._l, (lasts, sid))
+        _remove(self._p, (plateau, sid, lasts, buffered))
+        _remove(self._l, (lasts, sid, buffered))
         _remove(self._b, (buffered, sid))
         if falls is None:
             self._plateau_risk -= 1
@@ -155,14 +161,14 @@ class LiveIndex:
     def lowest(self, t: float, k: int) -> list[tuple[str, float, float]]:
         """The `k` live streams lowest in headroom at `t` (ties by id): (id, slack, headroom).
 
-        Read from the index's keys (no stream is asked): the lists by `P` and by `L − t` are
-        merged, smallest (value, id) first. A stream's headroom `min(P, L − t)` is the first
-        of its two keys the merge meets, so the first `k` streams met are the `k` lowest, in
-        order, after at most `2k` steps. Slack is `min(B, L − t)`.
+        Read from the index's entries (no stream is asked): the lists by `P` and by `L − t`
+        are merged, smallest (value, id) first. A stream's headroom `min(P, L − t)` is the
+        first of its two keys the merge meets, so the first `k` streams met are the `k`
+        lowest, in order, after at most `2k` steps. Slack is `min(B, L − t)`.
         """
         if k <= 0:
             return []
-        by_plateau, by_lasts, by_stream = self._p, self._l, self._by_stream
+        by_plateau, by_lasts = self._p, self._l
         n_plateau, n_lasts = len(by_plateau), len(by_lasts)
         i = j = 0
         found: list[tuple[str, float, float]] = []
@@ -170,22 +176,23 @@ class LiveIndex:
         need = k
         while need:
             if j < n_lasts:
-                lasts, sid = by_lasts[j]
+                lasts, sid, buffered = by_lasts[j]
                 head = lasts - t
+                # (P, id, L, B) against (L − t, id): decided by the first two unless it is the
+                # same stream with P = L − t, which either way gives the same item.
                 if i < n_plateau and by_plateau[i] <= (head, sid):
-                    head, sid = by_plateau[i]
+                    head, sid, lasts, buffered = by_plateau[i]
                     i += 1
                 else:
                     j += 1
             elif i < n_plateau:
-                head, sid = by_plateau[i]
+                head, sid, lasts, buffered = by_plateau[i]
                 i += 1
             else:
                 break
             if sid in seen:
                 continue
             seen.add(sid)
-            _, lasts, buffered, _ = by_stream[sid][1]
             left = lasts - t
             found.append((sid, buffered if buffered < left else left, head))
             need -= 1
@@ -201,7 +208,7 @@ def _by_headroom(item: tuple[str, float, float]) -> tuple[float, str]:
     return item[2], item[0]
 
 
-def _remove(keys: list[_Key], key: _Key) -> None:
+def _remove(keys: list[_Entry], key: _Entry) -> None:
     i = bisect_left(keys, key)
     if i < len(keys) and keys[i] == key:
         del keys[i]
