@@ -1,6 +1,6 @@
 """Synthetic TTS devices: a pure, seeded model (`model`) and its MQTT publisher (`publisher`).
 
-Only the model is re-exported here, so importing it pulls in neither asyncio nor aiomqtt.
+Only the model is re-exported here, so importing it pulls in neither asyncio nor paho-mqtt.
 """
 
 from __future__ import annotations
