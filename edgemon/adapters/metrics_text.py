@@ -163,8 +163,11 @@ class _Device:
         #: The counts the `counts` lines were written from, and those lines.
         self.counts_key: tuple[object, ...] | None = None
         self.counts: list[tuple[int, str]] = []
-        #: Per histogram: (histogram, observations, sum) when its text was written, the text.
-        self.histograms: list[tuple[Histogram, int, float, str] | None] = [None] * len(_HISTOGRAMS)
+        #: Per histogram: (histogram, its bucket counts and sum when its text was written, the
+        #: text).
+        self.histograms: list[tuple[Histogram, list[int], float, str] | None] = [None] * len(
+            _HISTOGRAMS
+        )
 
 
 class DeviceText:
@@ -263,13 +266,17 @@ class DeviceText:
         )
         texts_of = device.histograms
         for i, histogram in enumerate(histograms):
-            count, total = histogram.count, histogram.total
             entry = texts_of[i]
-            if entry is None or entry[0] is not histogram or entry[1:3] != (count, total):
+            if (
+                entry is None
+                or entry[0] is not histogram
+                or entry[2] != histogram.total
+                or entry[1] != histogram.counts
+            ):
                 entry = texts_of[i] = (
                     histogram,
-                    count,
-                    total,
+                    histogram.counts.copy(),
+                    histogram.total,
                     self._histogram(i, device_id, histogram),
                 )
             texts.append((pos[_HISTOGRAMS[i]], entry[3]))
@@ -313,20 +320,21 @@ class DeviceText:
     ) -> list[tuple[int, str]]:
         """The per-stream series' lines (the lowest-headroom streams, lowest first)."""
         streams = device.streams
-        prefixes = [
-            streams.get(sid) or self._stream(device, device_id, sid) for sid, _, _ in lowest
-        ]
-        slacks = go_floats([slack_ms / _MS for _, slack_ms, _ in lowest])
-        heads = go_floats([head_ms / _MS for _, _, head_ms in lowest])
+        slacks: list[str] = []
+        heads: list[str] = []
+        values: list[float] = []
+        for sid, slack_ms, head_ms in lowest:
+            prefixes = streams.get(sid) or self._stream(device, device_id, sid)
+            slacks.append(prefixes[0])
+            heads.append(prefixes[1])
+            values.append(slack_ms / _MS)
+            values.append(head_ms / _MS)
+        texts = go_floats(values)  # slack, headroom, slack, ... (one call for both series)
+        slacks[:] = [f"{p}{t}\n" for p, t in zip(slacks, texts[::2], strict=True)]
+        heads[:] = [f"{p}{t}\n" for p, t in zip(heads, texts[1::2], strict=True)]
         return [
-            (
-                self._pos["stream_slack"],
-                "".join([f"{p[0]}{t}\n" for p, t in zip(prefixes, slacks, strict=True)]),
-            ),
-            (
-                self._pos["stream_headroom"],
-                "".join([f"{p[1]}{t}\n" for p, t in zip(prefixes, heads, strict=True)]),
-            ),
+            (self._pos["stream_slack"], "".join(slacks)),
+            (self._pos["stream_headroom"], "".join(heads)),
         ]
 
     def _histogram(self, i: int, device_id: str, histogram: Histogram) -> str:
