@@ -358,6 +358,18 @@ def _found_chunk(stream: str, seq: int, t_ms: int = 0, **fields: Any) -> dict[st
     return {"type": "chunk", "stream": stream, "t_ms": t_ms, "seq": seq, "audio_ms": 50, **fields}
 
 
+def _found_config(**slack: Any) -> EngineConfig:
+    """The found traces' configuration: an idle timeout of 700 ms, no hysteresis, min-on or
+    allowed lateness, unless `slack` says otherwise."""
+    base: dict[str, Any] = {
+        "hysteresis_ms": 0,
+        "min_on_ms": 0,
+        "stream_idle_timeout_ms": 700,
+        "allowed_lateness_ms": 0,
+    }
+    return EngineConfig(slack=SlackPolicy(**(base | slack)))
+
+
 # ---------------------------------------------------------------------- found examples
 #: The trace Hypothesis found through the restart property (issue 19): a repeated seq 0 in
 #: one batch, a re-sent first chunk with `play_start_ms`, allowed lateness 0. Cut after the
@@ -366,16 +378,7 @@ def _found_chunk(stream: str, seq: int, t_ms: int = 0, **fields: Any) -> dict[st
 #: entry was due, fired at 99 ahead of d0's at 50. An `@example` of the properties in
 #: `test_snapshot.py` and `test_engine_order.py`.
 FOUND_RESTART_TRACE = Scenario(
-    config=EngineConfig(
-        slack=SlackPolicy(
-            default_margin_ms=101,
-            hysteresis_ms=0,
-            min_on_ms=0,
-            stream_idle_timeout_ms=700,
-            clock="trust",
-            allowed_lateness_ms=0,
-        ),
-    ),
+    config=_found_config(default_margin_ms=101, clock="trust"),
     messages=(
         Message(0, "d0", (_found_chunk("req:1.x-0", 0, play_start_ms=0),) * 2, batch=True),
         Message(
@@ -417,15 +420,7 @@ FOUND_RESTART_TRACE = Scenario(
 #: 1027 where the uninterrupted run did at 1057 (a throttle decision dated before the instant
 #: the device's clock had reached). An `@example` of the property in `test_snapshot.py`.
 FOUND_RESTART_TRACE_MIN_ON = Scenario(
-    config=EngineConfig(
-        slack=SlackPolicy(
-            default_margin_ms=0,
-            hysteresis_ms=0,
-            min_on_ms=250,
-            stream_idle_timeout_ms=700,
-            allowed_lateness_ms=0,
-        ),
-    ),
+    config=_found_config(default_margin_ms=0, min_on_ms=250),
     messages=(
         Message(
             0,
@@ -479,16 +474,7 @@ FOUND_RESTART_TRACE_MIN_ON = Scenario(
 #: stream had an event at 151, and semantics.md's "last event t" is the latest one. An
 #: `@example` of `test_samples_are_exact_with_integer_inputs`.
 FOUND_EARLIER_T_MS = Scenario(
-    config=EngineConfig(
-        slack=SlackPolicy(
-            default_margin_ms=0,
-            hysteresis_ms=0,
-            min_on_ms=0,
-            stream_idle_timeout_ms=700,
-            clock="trust",
-            allowed_lateness_ms=0,
-        ),
-    ),
+    config=_found_config(default_margin_ms=0, clock="trust"),
     messages=(
         Message(0, "d0", (_found_chunk("req:0.x-0", 0, eta_ms=0),) * 2, batch=True),
         Message(151, "d0", (_found_chunk("req:0.x-0", 1, 151, eta_ms=0),), batch=False),

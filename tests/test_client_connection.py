@@ -47,22 +47,27 @@ def test_an_unreachable_broker_is_said_once_by_the_gate(
     assert f"{server.host}:{server.port}" in warnings[0]
 
 
-def test_a_client_connection_sends_without_nagles_delay(mosquitto_broker: tuple[str, int]) -> None:
+def test_a_client_connection_sends_without_nagles_delay(
+    mosquitto_server: MosquittoServer,
+) -> None:
     """Every connection the Reporter and the gate open (`edgemon.client._mqtt.new_client`)
-    has `TCP_NODELAY` set, reconnections too: a report published just after the client's
-    PUBACK of a throttle object would otherwise wait for the broker's delayed ACK of it."""
-    host, port = mosquitto_broker
-    client = new_client(Broker(host, port), client_id="nodelay-test", clean_session=True)
+    has `TCP_NODELAY` set, the one made after the broker restarted too: a report published
+    just after the client's PUBACK of a throttle object would otherwise wait for the broker's
+    delayed ACK of it."""
+    broker = Broker(mosquitto_server.host, mosquitto_server.port)
+    client = new_client(broker, client_id="nodelay-test", clean_session=True)
     connected = threading.Event()
     client.on_connect = lambda *_: connected.set()
-    start(client, Broker(host, port))
+    start(client, broker)
     try:
-        for _ in range(2):  # the first connection, then a reconnection
+        for restart in (True, False):  # the first connection, then the one after a restart
             assert connected.wait(30)
             sock = client.socket()
             assert isinstance(sock, socket.socket)
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
-            connected.clear()
-            client.reconnect()
+            if restart:
+                connected.clear()
+                mosquitto_server.stop()
+                mosquitto_server.start()
     finally:
         stop(client, 10)
