@@ -43,7 +43,8 @@ counted (a new device's first messages set its clock offset). The probe's client
 `TCP_NODELAY`, as edgemon and Mosquitto do. Without it, a probe's message sent shortly after
 the client's PUBACK of a throttle object waited for the broker's delayed ACK of that PUBACK
 (Nagle's algorithm): 25 ms for the median chunk in a packet capture here, and the device
-clock offset, the least delay over a minute, was 1.5-2.2 ms instead of 0.2 ms.
+clock offset, the least delay over a minute, was 1.5-2.2 ms while scraped (0.55-0.85 ms
+quiet) instead of 0.2 ms.
 
 Before/after: run this same file from a checkout of the older tree (`python -m edgemon` is
 started in the directory above this file, so it runs that tree's edgemon).
