@@ -320,18 +320,14 @@ class DeviceText:
     ) -> list[tuple[int, str]]:
         """The per-stream series' lines (the lowest-headroom streams, lowest first)."""
         streams = device.streams
-        slacks: list[str] = []
-        heads: list[str] = []
-        values: list[float] = []
-        for sid, slack_ms, head_ms in lowest:
-            prefixes = streams.get(sid) or self._stream(device, device_id, sid)
-            slacks.append(prefixes[0])
-            heads.append(prefixes[1])
-            values.append(slack_ms / _MS)
-            values.append(head_ms / _MS)
-        texts = go_floats(values)  # slack, headroom, slack, ... (one call for both series)
-        slacks[:] = [f"{p}{t}\n" for p, t in zip(slacks, texts[::2], strict=True)]
-        heads[:] = [f"{p}{t}\n" for p, t in zip(heads, texts[1::2], strict=True)]
+        prefixes = [
+            streams.get(sid) or self._stream(device, device_id, sid) for sid, _, _ in lowest
+        ]
+        n = len(lowest)
+        # One call for both series: the slacks, then the headrooms.
+        texts = go_floats([slack / _MS for _, slack, _ in lowest] + [h / _MS for _, _, h in lowest])
+        slacks = [f"{p[0]}{t}\n" for p, t in zip(prefixes, texts[:n], strict=True)]
+        heads = [f"{p[1]}{t}\n" for p, t in zip(prefixes, texts[n:], strict=True)]
         return [
             (self._pos["stream_slack"], "".join(slacks)),
             (self._pos["stream_headroom"], "".join(heads)),
