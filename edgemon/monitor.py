@@ -110,7 +110,7 @@ class Monitor:
             self._count_gaps(out, mark)
             counts = self.results
             accepted = results.count("accepted")
-            if accepted == len(results) and "accepted" in counts:  # the usual: counted at once
+            if accepted == len(results):  # the usual: every event accepted, counted at once
                 counts["accepted"] += accepted
                 self.events += accepted
                 return
