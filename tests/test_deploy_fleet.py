@@ -55,14 +55,17 @@ def rules(path: Path) -> dict[str, str]:
 
 def test_agent_config_is_valid() -> None:
     """`promtool check config` accepts box/prometheus.yml with EDGEMON_BOX set; it adds the
-    `box` external label, drops the per-stream series and remote-writes."""
+    `box` external label, drops the per-stream series (not the per-device histogram
+    `edgemon_stream_longest_gap_seconds`) and remote-writes."""
     run(
         tool("promtool"), "check", "config", "prometheus.yml",
         cwd=FLEET / "box", env={**os.environ, "EDGEMON_BOX": "box-0001"},
     )  # fmt: skip
     text = (FLEET / "box" / "prometheus.yml").read_text(encoding="utf-8")
     assert "box: ${EDGEMON_BOX}" in text
-    assert re.search(r"regex: edgemon_stream_\.\*\n\s+action: drop", text)
+    assert re.search(
+        r"regex: edgemon_stream_\(playback_slack\|headroom\)_seconds\n\s+action: drop", text
+    )
     assert "remote_write:" in text
     default = (FLEET / "box" / "prometheus.default").read_text(encoding="utf-8")
     assert "--enable-feature=agent,expand-external-labels" in default

@@ -215,7 +215,12 @@ async def test_a_line_is_reused_only_for_the_same_value(
     for slack, head in steps:
         _Scripted.slack_head = (slack, head)
         body, _ = await render(registry, "", Slicer(math.inf))
-        names = ("edgemon_stream_", "edgemon_playback_slack_min", "edgemon_headroom_min")
+        names = (
+            "edgemon_stream_playback",
+            "edgemon_stream_headroom",
+            "edgemon_playback_slack_min",
+            "edgemon_headroom_min",
+        )
         lines = [line for line in body.decode().splitlines() if line.startswith(names)]
         stream, device = '{device="d1",stream="s1"}', '{device="d1"}'
         assert lines == [

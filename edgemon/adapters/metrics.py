@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from edgemon.adapters.metrics_text import DeviceText, add_histogram
 from edgemon.adapters.state import ConnectionState
+from edgemon.engine.service_level import OUTCOMES
 from edgemon.engine.stats import FINISH_REASONS
 from edgemon.engine.views import device_view, device_views
 
@@ -92,9 +93,11 @@ class _Families:
         "kv_max_num_seqs",
         "kv_max_seqs",
         "last_event",
+        "longest_gap",
         "margin",
         "slack_at_arrival",
         "slack_min",
+        "slo",
         "start_silence",
         "started",
         "stream_headroom",
@@ -177,6 +180,12 @@ class _Families:
         self.start_silence = histogram(
             "start_silence_seconds",
             "Start event (the request) to playback start: what the listener waited.",
+        )
+        self.longest_gap = histogram(
+            "stream_longest_gap_seconds", "Each ended stream's longest gap (one underrun)."
+        )
+        self.slo = counter(
+            "streams_slo", "Ended streams by service-level outcome.", ("device", "outcome")
         )
         per = ("device", "stream")
         self.stream_slack = (
@@ -366,6 +375,10 @@ class EdgemonCollector:
         f.chunk_gap.add_histogram(device_id, stats.chunk_gap)
         f.time_to_first_audio.add_histogram(device_id, stats.time_to_first_audio)
         f.start_silence.add_histogram(device_id, stats.start_silence)
+        f.longest_gap.add_histogram(device_id, stats.longest_gap)
+        slo = stats.slo
+        for outcome in OUTCOMES:
+            f.slo.add_metric((device_id, outcome), slo[outcome])
 
     @staticmethod
     def _add_kv(f: _Families, device: DeviceView) -> None:
