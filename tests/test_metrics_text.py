@@ -150,6 +150,12 @@ def _moved_finished(stats: DeviceStats) -> None:
     stats.finished["cancelled"] += 1
 
 
+def _moved_outcome(stats: DeviceStats) -> None:
+    """One ended stream's outcome changes: every outcome's count matters, not their sum."""
+    stats.slo["good"] -= 1
+    stats.slo["gappy"] += 1
+
+
 #: Each count the text path keeps lines of, changed alone between two scrapes.
 COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], None]] = {
     "engagements": lambda _m, s: setattr(s, "throttle_engagements", s.throttle_engagements + 1),
@@ -166,6 +172,8 @@ COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], None]] = {
     ),
     "kv verdict": lambda m, _s: _engine_object(m),
     "histogram": lambda _m, s: s.chunk_gap.observe(42.0),
+    "slo outcome": lambda _m, s: _moved_outcome(s),
+    "longest gap": lambda _m, s: s.longest_gap.observe(120.0),
 }
 
 
