@@ -340,6 +340,16 @@ def test_streams_by_service_level_outcome_and_their_longest_gaps() -> None:
     assert m.get(f"{gaps}_bucket", device="d1", le="0.1") == 2
     assert m.get(f"{gaps}_bucket", device="d1", le="0.15") == 3
     assert m.get(f"{gaps}_sum", device="d1") == pytest.approx(0.15)
+    assert m.get("edgemon_slo_objective") == 0.99  # the default, daemon-wide
+
+
+def test_the_slo_objective_follows_a_reload() -> None:
+    """`edgemon_slo_objective` is the `[slo] objective` in force, read at each scrape: a
+    reconfigured engine (SIGHUP) exports its new objective at once."""
+    rig = Rig(config=EngineConfig(slo=SloPolicy(objective=0.995)))
+    assert rig.scrape().get("edgemon_slo_objective") == 0.995
+    rig.monitor.engine.reconfigure(EngineConfig(slo=SloPolicy(objective=0.9)), rig.wall_ms, [])
+    assert rig.scrape().get("edgemon_slo_objective") == 0.9
 
 
 def test_kv_gauges_once_an_engine_object_is_received() -> None:

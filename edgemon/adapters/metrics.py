@@ -312,29 +312,37 @@ class EdgemonCollector:
         return self._text.write(view, view.now(self._wall_clock()))
 
     def daemon_families(self) -> list[Metric]:
-        """The daemon-wide families (messages by result, MQTT connection)."""
+        """The daemon-wide families (messages by result, MQTT connection, the SLO objective)."""
         return list(self._daemon_families())
 
     def _daemon_families(self) -> Iterator[Metric]:
-        messages, connected, reconnects = self._global_families()
+        messages, connected, reconnects, objective = self._global_families()
         results = self._monitor.results
         for result in (*KNOWN_RESULTS, *sorted(results.keys() - set(KNOWN_RESULTS))):
             messages.add_metric([result], results[result])
         connection = self._connection
         connected.add_metric([], 1.0 if connection.connected else 0.0)
         reconnects.add_metric([], connection.reconnects)
+        objective.add_metric([], self._monitor.engine.config.slo.objective)  # reloads follow
         yield messages
         yield connected
         yield reconnects
+        yield objective
 
     @staticmethod
-    def _global_families() -> tuple[CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+    def _global_families() -> tuple[
+        CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily, GaugeMetricFamily
+    ]:
         return (
             CounterMetricFamily(
                 "edgemon_messages_total", "Messages and events, by result.", labels=["result"]
             ),
             GaugeMetricFamily("edgemon_mqtt_connected", "1 while connected to the broker."),
             CounterMetricFamily("edgemon_mqtt_reconnects_total", "Broker sessions re-established."),
+            GaugeMetricFamily(
+                "edgemon_slo_objective",
+                "[slo] objective: the share of good streams the burn-rate alerts defend.",
+            ),
         )
 
     def _add_device(self, f: _Families, device: DeviceView, now: float) -> None:

@@ -46,7 +46,7 @@ class SloPolicy:
     start_ms: float = 3_000.0
     #: The continuity SLO: the stream's longest underrun, at most this.
     gap_ms: float = 100.0
-    #: The share of good streams the burn-rate alerts defend (not used by the engine itself).
+    #: The share of good streams the burn-rate alerts defend (exported, not judged by the engine).
     objective: float = 0.99
 
 
