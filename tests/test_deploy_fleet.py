@@ -101,13 +101,15 @@ def test_vmalert_dry_run_accepts_the_rules_and_rejects_a_broken_copy(tmp_path: P
 
 def test_fleet_rules_are_the_single_box_rules_grouped_by_box() -> None:
     """Every single-box rule is in the fleet file, its expression the single-box one with
-    `box` added to each `by (...)` and nothing else changed; the only extra is the fleet's own
-    alert, and no `keep_firing_for:` (which Debian's vmalert rejects) is left."""
+    `box` added to each `by (...)` and `on (...)` and nothing else changed; the only extra is
+    the fleet's own alert, and no `keep_firing_for:` (which Debian's vmalert rejects) is
+    left."""
     box, fleet = rules(BOX_RULES), rules(FLEET_RULES)
-    assert len(box) == 13
+    assert len(box) == 20
     assert fleet.keys() == box.keys() | FLEET_ONLY
     for name, expr in box.items():
-        assert fleet[name] == expr.replace("by (", "by (box, "), name
+        grouped = expr.replace("by (", "by (box, ").replace("on (", "on (box, ")
+        assert fleet[name] == grouped, name
     for name in FLEET_ONLY:
         assert "max by (box)" in fleet[name]
     text = FLEET_RULES.read_text(encoding="utf-8")
@@ -122,7 +124,7 @@ def test_fleet_alerts_have_runbook_sections() -> None:
         for heading in re.findall(r"^## (.+)$", runbook, flags=re.MULTILINE)
     }
     urls = re.findall(r"runbook_url: docs/runbook\.md#(\S+)", FLEET_RULES.read_text("utf-8"))
-    assert len(urls) == 9
+    assert len(urls) == 11
     assert set(urls) <= anchors, set(urls) - anchors
 
 
