@@ -6,8 +6,8 @@ encoder calls per scrape. `DeviceText` writes one device's lines at once instead
 what did not change since the last scrape:
 - each series' label prefix (`name{device="…",stream="…"} `) is computed once;
 - the lines of the device's counts (streams tracked, engagements, underruns, retractions,
-  chunks, streams begun and finished, the KV verdict) are rewritten only when one of those
-  integers (or the verdict) changed;
+  chunks, streams begun and finished, ended streams by outcome, the KV verdict) are
+  rewritten only when one of those integers (or the verdict) changed;
 - every other series of the device (those that move with the clock: slack, headroom,
   at-risk, time throttled or in underrun; and the other floats) keeps its last line with
   the value it was written from, and is written again only for another value (formatting
