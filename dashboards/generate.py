@@ -671,6 +671,65 @@ def device() -> Json:
             unit="s",
             w=8,
         ),
+        row("Service level"),
+        timeseries(
+            "Good streams",
+            "The share of streams ended over the rate interval that were good: started "
+            "within [slo] start_ms and never silent longer than [slo] gap_ms "
+            "(edgemon_streams_slo_total, docs/semantics.md). The dashed line is the objective "
+            "the burn-rate alerts defend (edgemon_slo_objective). Empty while no stream ends.",
+            [
+                target(
+                    f'sum(rate(edgemon_streams_slo_total{{{dev},outcome="good"}}'
+                    f"[$__rate_interval])) / sum(rate(edgemon_streams_slo_total{{{dev}}}"
+                    "[$__rate_interval]))",
+                    "good",
+                ),
+                target("max(edgemon_slo_objective)", "objective"),
+            ],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            w=8,
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "objective"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                        {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}},
+                    ],
+                }
+            ],
+        ),
+        timeseries(
+            "Streams by outcome",
+            "Streams ended per rate interval by outcome: good, late (start SLO missed), gappy "
+            "(start met, a gap longer than the gap SLO), unfinished (expired, never played, or "
+            "ended other than completed before its audio played out).",
+            [
+                target(
+                    "sum by (outcome) (increase(edgemon_streams_slo_total"
+                    f"{{{dev}}}[$__rate_interval]))",
+                    "{{outcome}}",
+                )
+            ],
+            unit="short",
+            minimum=0,
+            w=8,
+        ),
+        heatmap(
+            "Longest gap per stream",
+            "Distribution of each ended stream's longest gap, its longest single underrun "
+            "(edgemon_stream_longest_gap_seconds buckets, per rate interval). The le=0 row "
+            "holds the streams without any; mass above 0.1 s misses the default gap SLO.",
+            target(
+                f"sum by (le) (increase(edgemon_stream_longest_gap_seconds_bucket{{{dev}}}"
+                "[$__rate_interval]))"
+            ),
+            y_unit="s",
+            unit="short",
+            w=8,
+        ),
         row("Outcomes"),
         state_timeline(
             "Throttle state",
@@ -770,7 +829,7 @@ def device() -> Json:
         "edgemon-device",
         "edgemon / Device",
         "One device in depth: headroom and slack, slack at chunk arrival, the worst streams, "
-        "chunk gaps, time to first audio, clock offset, outcomes.",
+        "chunk gaps, time to first audio, clock offset, service level, outcomes.",
         panels,
         [datasource_variable(), device_variable(multi=False)],
     )

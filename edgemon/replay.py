@@ -149,6 +149,8 @@ def to_line(output: Output) -> dict[str, Any] | None:
             "underruns": output.underruns,
             "underrun_ms": output.underrun_ms,
             "min_slack_ms": output.min_slack_ms,
+            "longest_gap_ms": output.longest_gap_ms,
+            "outcome": output.outcome,
         }
     if isinstance(output, Rejected):
         return {

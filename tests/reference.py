@@ -81,6 +81,9 @@ class Stream:
     t_last_event: float
     chunks: list[Chunk] = field(default_factory=list)
     removed: tuple[float, str] | None = None
+    #: The ``start`` event's ``t_ms`` (None: begun by its first chunk), and an ``end``'s.
+    start_t: float | None = None
+    end_t: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,12 +312,14 @@ class Reference:
                 player=self._player(device, body),
                 play_start=body.get("play_start_ms"),
                 t_last_event=body["t_ms"],
+                start_t=body["t_ms"],
             )
             return True
         if kind == "end":
             if st is None:
                 raise UnsupportedTraceError(f"end of unknown stream {sid}")
             st.removed = (ev.at, body["reason"])
+            st.end_t = body["t_ms"]
             out.ended[sid] = out.streams.pop(sid)
             return True
         assert kind == "chunk"
@@ -528,26 +533,50 @@ class Reference:
         """Expected ``stream_end`` lines keyed by (device, stream).
 
         ``underrun_ms`` is ``None`` when an underrun was still open at removal (the docs define
-        a duration only for an underrun ended by a chunk).
+        a duration only for an underrun ended by a chunk); ``open_at_removal`` says so. The
+        service level (docs/semantics.md): ``longest_gap_ms`` counts an underrun open at
+        removal up to the removal instant, and ``outcome`` judges the stream by ``[slo]``.
         """
         runs = self.underruns()
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for (device, sid), st in self.removals().items():
             assert st.removed is not None
+            when, reason = st.removed
             mine = [u for u in runs if (u.device, u.stream) == (device, sid)]
             closed = [u.end - u.begin for u in mine if u.end is not None]
+            longest = max(((when if u.end is None else u.end) - u.begin for u in mine), default=0.0)
             before = [_slack_before(st, i) for i in range(1, len(st.chunks))]
-            audio = buffer_and_start(st.chunks, st.play_start, st.player)[0] if st.chunks else 0.0
+            audio, start = (
+                buffer_and_start(st.chunks, st.play_start, st.player)
+                if st.chunks
+                else (0.0, math.inf)
+            )
             out[device, sid] = {
-                "t_ms": st.removed[0],
-                "reason": st.removed[1],
+                "t_ms": when,
+                "reason": reason,
                 "chunks": len(st.chunks),
                 "audio_ms": audio,
                 "underruns": len(mine),
                 "underrun_ms": sum(closed) if len(closed) == len(mine) else None,
+                "open_at_removal": len(closed) != len(mine),
                 "min_slack_ms": min(before) if before else None,
+                "start_silence_ms": _start_silence(st),
+                "longest_gap_ms": longest,
+                "outcome": self._outcome(st, start + audio, longest),
             }
         return out
+
+    def _outcome(self, st: Stream, played_out: float, longest_gap: float) -> str:
+        """docs/semantics.md, "Service level", from the stream's raw facts."""
+        assert st.removed is not None
+        reason = st.removed[1]
+        ended = st.end_t if st.end_t is not None else st.removed[0]
+        if not st.chunks or reason == "expired" or (reason != "completed" and ended < played_out):
+            return "unfinished"
+        silence = _start_silence(st)
+        if silence is not None and silence > self.config.slo.start_ms:
+            return "late"
+        return "gappy" if longest_gap > self.config.slo.gap_ms else "good"
 
     def rejected(self) -> list[tuple[float, str, str]]:
         """Events not applied, as (recv_ms, device, reason): here only duplicates."""
@@ -556,6 +585,16 @@ class Reference:
             for device, evs in self._events.items()
             for ev in self._fold_raw(device, len(evs)).rejected
         ]
+
+
+def _start_silence(st: Stream) -> float | None:
+    """The start event to playback start as the first chunk set it (None: no start event or
+    no chunk)."""
+    if st.start_t is None or not st.chunks:
+        return None
+    first = st.chunks[0]
+    begins = first.play_start if first.play_start is not None else st.play_start
+    return max(0.0, (first.t if begins is None else begins) - st.start_t)
 
 
 def _slack_before(st: Stream, i: int) -> float:

@@ -23,6 +23,7 @@ from edgemon.engine.config import (
     EngineConfig,
     PlayerModel,
     SlackPolicy,
+    SloPolicy,
 )
 
 if TYPE_CHECKING:
@@ -180,6 +181,16 @@ def _stream(
     return out
 
 
+def slo_policies() -> st.SearchStrategy[SloPolicy]:
+    """`[slo]` thresholds at the scale of the generated streams (starts of 0-600 ms, gaps of
+    tens to hundreds), so that every outcome occurs, exact ties included."""
+    return st.builds(
+        SloPolicy,
+        start_ms=st.sampled_from((0, 50, 120, 300, 3000)) | st.integers(0, 600),
+        gap_ms=st.sampled_from((0, 50, 100, 200)) | st.integers(0, 400),
+    )
+
+
 @st.composite
 def scenarios(
     draw: st.DrawFn,
@@ -247,7 +258,7 @@ def scenarios(
             messages[-1] = Message(recv, devices[d], (*last.events, body), batch=True)
         else:
             messages.append(Message(recv, devices[d], (body,), batch=False))
-    config = EngineConfig(slack=slack, devices=overrides)
+    config = EngineConfig(slack=slack, devices=overrides, slo=draw(slo_policies()))
     sample_ms = draw(st.sampled_from((50, 100, 250)))
     return Scenario(config, tuple(messages), sample_ms, in_order)
 
@@ -350,7 +361,8 @@ def late_scenarios(draw: st.DrawFn, *, outage: bool = False) -> LateScenario:
         ]
     received.sort(key=lambda x: (x[0], x[1]))
     messages = tuple(Message(t, device, (body,), batch=False) for t, _, device, body in received)
-    return LateScenario(EngineConfig(slack=slack), tuple(sent), messages, window)
+    config = EngineConfig(slack=slack, slo=draw(slo_policies()))
+    return LateScenario(config, tuple(sent), messages, window)
 
 
 def _found_chunk(stream: str, seq: int, t_ms: int = 0, **fields: Any) -> dict[str, Any]:

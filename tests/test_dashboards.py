@@ -202,6 +202,8 @@ def test_required_panels_exist() -> None:
     ):
         assert title in fleet
     assert device["Slack at chunk arrival"] == "heatmap"
+    assert device["Good streams"] == "timeseries"  # the service level (docs/semantics.md)
+    assert device["Longest gap per stream"] == "heatmap"
     boxes = {item["title"]: item for item in panels(load("edgemon-boxes.json"))}
     for title in (
         "Worst boxes by time in underrun",

@@ -55,14 +55,17 @@ def rules(path: Path) -> dict[str, str]:
 
 def test_agent_config_is_valid() -> None:
     """`promtool check config` accepts box/prometheus.yml with EDGEMON_BOX set; it adds the
-    `box` external label, drops the per-stream series and remote-writes."""
+    `box` external label, drops the per-stream series (not the per-device histogram
+    `edgemon_stream_longest_gap_seconds`) and remote-writes."""
     run(
         tool("promtool"), "check", "config", "prometheus.yml",
         cwd=FLEET / "box", env={**os.environ, "EDGEMON_BOX": "box-0001"},
     )  # fmt: skip
     text = (FLEET / "box" / "prometheus.yml").read_text(encoding="utf-8")
     assert "box: ${EDGEMON_BOX}" in text
-    assert re.search(r"regex: edgemon_stream_\.\*\n\s+action: drop", text)
+    assert re.search(
+        r"regex: edgemon_stream_\(playback_slack\|headroom\)_seconds\n\s+action: drop", text
+    )
     assert "remote_write:" in text
     default = (FLEET / "box" / "prometheus.default").read_text(encoding="utf-8")
     assert "--enable-feature=agent,expand-external-labels" in default
@@ -98,13 +101,15 @@ def test_vmalert_dry_run_accepts_the_rules_and_rejects_a_broken_copy(tmp_path: P
 
 def test_fleet_rules_are_the_single_box_rules_grouped_by_box() -> None:
     """Every single-box rule is in the fleet file, its expression the single-box one with
-    `box` added to each `by (...)` and nothing else changed; the only extra is the fleet's own
-    alert, and no `keep_firing_for:` (which Debian's vmalert rejects) is left."""
+    `box` added to each `by (...)` and `on (...)` and nothing else changed; the only extra is
+    the fleet's own alert, and no `keep_firing_for:` (which Debian's vmalert rejects) is
+    left."""
     box, fleet = rules(BOX_RULES), rules(FLEET_RULES)
-    assert len(box) == 13
+    assert len(box) == 20
     assert fleet.keys() == box.keys() | FLEET_ONLY
     for name, expr in box.items():
-        assert fleet[name] == expr.replace("by (", "by (box, "), name
+        grouped = expr.replace("by (", "by (box, ").replace("on (", "on (box, ")
+        assert fleet[name] == grouped, name
     for name in FLEET_ONLY:
         assert "max by (box)" in fleet[name]
     text = FLEET_RULES.read_text(encoding="utf-8")
@@ -119,7 +124,7 @@ def test_fleet_alerts_have_runbook_sections() -> None:
         for heading in re.findall(r"^## (.+)$", runbook, flags=re.MULTILINE)
     }
     urls = re.findall(r"runbook_url: docs/runbook\.md#(\S+)", FLEET_RULES.read_text("utf-8"))
-    assert len(urls) == 9
+    assert len(urls) == 11
     assert set(urls) <= anchors, set(urls) - anchors
 
 

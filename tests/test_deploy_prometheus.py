@@ -40,6 +40,8 @@ REQUIRED_ALERTS = {
     "EdgemonAbsent",
     "EdgemonBrokerDisconnected",
     "EdgemonInputRejected",
+    "EdgemonSloFastBurn",
+    "EdgemonSloSlowBurn",
 }
 
 
@@ -165,6 +167,9 @@ async def scrape_running_edgemon(host: str, port: int) -> bytes:
                 "edgemon_stream_headroom_seconds{",
                 "edgemon_headroom_min_seconds{",
                 "edgemon_kv_admission_ok{",
+                "edgemon_streams_slo_total{",
+                "edgemon_stream_longest_gap_seconds_bucket{",
+                "edgemon_slo_objective ",
             )
             body = await scrape_when_complete(
                 f"http://127.0.0.1:{daemon.http_port}/metrics", wanted, within_s=10

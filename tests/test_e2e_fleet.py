@@ -399,7 +399,7 @@ def phase_panels_have_every_box_and_underruns_alert_the_overloaded_box_only(flee
     totals = instant_by_box(fleet.vm, "sum by (box) (edgemon_underruns_total)")
     assert totals[OVERLOADED] > 0, totals
     assert totals[CUT] == totals[KILLED] == 0, totals
-    per_stream = 'count by (box) ({__name__=~"edgemon_stream_.*"})'
+    per_stream = 'count by (box) ({__name__=~"edgemon_stream_(playback_slack|headroom)_seconds"})'
     assert instant_by_box(fleet.vm, per_stream) == {}, "per-stream series reached the store"
     preempting = instant_by_box(fleet.vm, "sum by (box) (1 - edgemon_kv_admission_ok)")
     assert preempting == {CUT: 0, OVERLOADED: 1, KILLED: 0}, preempting

@@ -234,8 +234,20 @@ def check_stream_ends(sc: Scenario, lines: list[Line], *, fields: tuple[str, ...
 @given(scenarios(in_order=True))
 def test_stream_ends_match_reference(sc: Scenario) -> None:
     """stream_end: instant, reason, chunks and audio applied, underruns, underrun time (when
-    every underrun was ended by a chunk) and minimum slack before a chunk."""
-    fields = ("t_ms", "reason", "chunks", "audio_ms", "underruns", "underrun_ms", "min_slack_ms")
+    every underrun was ended by a chunk), minimum slack before a chunk, and the service
+    level: the longest gap (one open at removal lasting until then) and the outcome under
+    the scenario's `[slo]`."""
+    fields = (
+        "t_ms",
+        "reason",
+        "chunks",
+        "audio_ms",
+        "underruns",
+        "underrun_ms",
+        "min_slack_ms",
+        "longest_gap_ms",
+        "outcome",
+    )
     check_stream_ends(sc, run(sc)["stream_end"], fields=fields)
 
 

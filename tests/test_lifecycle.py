@@ -51,6 +51,7 @@ def test_removal_settles_the_underrun_and_buries_the_id_with_a_summary() -> None
         StreamEnded(
             device="d", stream="s", t_ms=200.0, reason="cancelled", chunks=1, audio_ms=100.0,
             underruns=1, underrun_ms=100.0, min_slack_ms=None, time_to_first_audio_ms=None,
+            start_silence_ms=None, longest_gap_ms=100.0, outcome="good",
         ),
     ]  # fmt: skip
     assert (parts.streams, lifecycle.live, parts.throttle.risk_count) == ({}, 0, 0)

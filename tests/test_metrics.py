@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgemon.adapters.metrics import ConnectionState, build_registry
-from edgemon.engine import EngineConfig, Limits, SlackPolicy
+from edgemon.engine import EngineConfig, Limits, SlackPolicy, SloPolicy
 from edgemon.monitor import Monitor
 
 if TYPE_CHECKING:
@@ -307,6 +307,49 @@ def test_finished_reasons_are_folded_and_all_present() -> None:
         "other": 1,
     }
     assert m.get("edgemon_streams_active", device="d1") == 0
+
+
+def test_streams_by_service_level_outcome_and_their_longest_gaps() -> None:
+    """Each ended stream counts once under its outcome (every outcome present from the first
+    scrape) and, if it played, its longest gap goes into the histogram (in seconds)."""
+    rig = Rig(config=EngineConfig(slo=SloPolicy(start_ms=500, gap_ms=100)))
+    slo, gaps = "edgemon_streams_slo_total", "edgemon_stream_longest_gap_seconds"
+    rig.send(D, start("good", D), start("late", D), start("gappy", D), start("gone", D))
+    m = rig.scrape()
+    assert {o: m.get(slo, device="d1", outcome=o) for o in m.labels(slo, "outcome")} == {
+        "good": 0,
+        "late": 0,
+        "gappy": 0,
+        "unfinished": 0,
+    }
+    rig.send(D + 100, chunk("good", D + 100, 0, 200, final=True))  # played out at D+300
+    rig.send(D + 100, chunk("gappy", D + 100, 0, 200))  # dry at D+300
+    rig.send(D + 450, chunk("gappy", D + 450, 1, 100, final=True))  # a 150 ms gap
+    rig.send(D + 460, end("gone", D + 460, "cancelled"))  # never played
+    rig.send(D + 600, chunk("late", D + 600, 0, 200, final=True))  # 600 ms of silence first
+    rig.advance(D + 2_000)
+    m = rig.scrape()
+    assert {o: m.get(slo, device="d1", outcome=o) for o in m.labels(slo, "outcome")} == {
+        "good": 1,
+        "late": 1,
+        "gappy": 1,
+        "unfinished": 1,
+    }
+    assert m.get(f"{gaps}_count", device="d1") == 3  # not the stream that never played
+    assert m.get(f"{gaps}_bucket", device="d1", le="0.0") == 2
+    assert m.get(f"{gaps}_bucket", device="d1", le="0.1") == 2
+    assert m.get(f"{gaps}_bucket", device="d1", le="0.15") == 3
+    assert m.get(f"{gaps}_sum", device="d1") == pytest.approx(0.15)
+    assert m.get("edgemon_slo_objective") == 0.99  # the default, daemon-wide
+
+
+def test_the_slo_objective_follows_a_reload() -> None:
+    """`edgemon_slo_objective` is the `[slo] objective` in force, read at each scrape: a
+    reconfigured engine (SIGHUP) exports its new objective at once."""
+    rig = Rig(config=EngineConfig(slo=SloPolicy(objective=0.995)))
+    assert rig.scrape().get("edgemon_slo_objective") == 0.995
+    rig.monitor.engine.reconfigure(EngineConfig(slo=SloPolicy(objective=0.9)), rig.wall_ms, [])
+    assert rig.scrape().get("edgemon_slo_objective") == 0.9
 
 
 def test_kv_gauges_once_an_engine_object_is_received() -> None:

@@ -150,6 +150,12 @@ def _moved_finished(stats: DeviceStats) -> None:
     stats.finished["cancelled"] += 1
 
 
+def _moved_outcome(stats: DeviceStats) -> None:
+    """One ended stream's outcome changes: every outcome's count matters, not their sum."""
+    stats.slo["good"] -= 1
+    stats.slo["gappy"] += 1
+
+
 #: Each count the text path keeps lines of, changed alone between two scrapes.
 COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], None]] = {
     "engagements": lambda _m, s: setattr(s, "throttle_engagements", s.throttle_engagements + 1),
@@ -166,6 +172,8 @@ COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], None]] = {
     ),
     "kv verdict": lambda m, _s: _engine_object(m),
     "histogram": lambda _m, s: s.chunk_gap.observe(42.0),
+    "slo outcome": lambda _m, s: _moved_outcome(s),
+    "longest gap": lambda _m, s: s.longest_gap.observe(120.0),
 }
 
 
@@ -215,7 +223,12 @@ async def test_a_line_is_reused_only_for_the_same_value(
     for slack, head in steps:
         _Scripted.slack_head = (slack, head)
         body, _ = await render(registry, "", Slicer(math.inf))
-        names = ("edgemon_stream_", "edgemon_playback_slack_min", "edgemon_headroom_min")
+        names = (
+            "edgemon_stream_playback",
+            "edgemon_stream_headroom",
+            "edgemon_playback_slack_min",
+            "edgemon_headroom_min",
+        )
         lines = [line for line in body.decode().splitlines() if line.startswith(names)]
         stream, device = '{device="d1",stream="s1"}', '{device="d1"}'
         assert lines == [

@@ -84,7 +84,11 @@ def test_stream_end_summary_of_expired_stream() -> None:
         "audio_ms": 600,
         "underruns": 2,
         "underrun_ms": None,  # the second underrun is still open when the stream expires
+        "open_at_removal": True,
         "min_slack_ms": -100,
+        "start_silence_ms": None,  # begun by its first chunk
+        "longest_gap_ms": 1000,  # the open one, from 600 until the removal at 1600
+        "outcome": "unfinished",
     }
 
 

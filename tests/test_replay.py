@@ -38,6 +38,8 @@ KEYS = {
         "underruns",
         "underrun_ms",
         "min_slack_ms",
+        "longest_gap_ms",
+        "outcome",
     },
     "rejected": {"kind", "recv_ms", "topic", "reason", "detail"},
     "summary": {
@@ -281,6 +283,8 @@ def test_stream_ended_by_end_event() -> None:
             "underruns": 0,
             "underrun_ms": 0,
             "min_slack_ms": 400,
+            "longest_gap_ms": 0,
+            "outcome": "unfinished",  # cancelled at 250, its audio lasting until 1100
         }
     ]
     assert [s["t_ms"] for s in kinds(lines, "sample")] == [100, 150, 200]  # not at 250

@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 import pytest
 
-from edgemon.engine.config import DeviceOverride, EngineConfig, Limits, SlackPolicy
+from edgemon.engine.config import DeviceOverride, EngineConfig, Limits, SlackPolicy, SloPolicy
 from edgemon.settings import (
     Broker,
     ConfigError,
@@ -56,6 +56,11 @@ max_streams_per_device = 4
 max_payload_bytes = 4096
 max_batch_events = 8
 per_stream_series = 0
+
+[slo]
+start_ms = 2500
+gap_ms = 80
+objective = 0.995
 
 [devices.kitchen-01]
 margin_ms = 40
@@ -147,6 +152,11 @@ def test_every_key_of_the_file_is_read(tmp_path: Path) -> None:
     assert settings.devices["cam.1"].player == "conceal"
     assert settings.log.level == "warning"
     assert settings.state.snapshot_interval_s == 2.5
+    assert (settings.slo.start_ms, settings.slo.gap_ms, settings.slo.objective) == (
+        2500,
+        80,
+        0.995,
+    )
 
 
 def test_environment_beats_the_file(tmp_path: Path) -> None:
@@ -239,6 +249,24 @@ format = "xml"
         "limits.max_batch_events: must be an integer (got 'many')",
         "log.format: must be 'auto', 'json' or 'console' (got 'xml')",
     ]
+
+
+def test_slo_problems_are_listed_and_the_environment_sets_the_slo(tmp_path: Path) -> None:
+    """`[slo]`: thresholds are durations ≥ 0 and the objective a share strictly between 0 and
+    1 (at 1 no stream may fail, and a burn rate has no budget to divide by); each key can be
+    set by `EDGEMON_SLO__<KEY>` like the other sections'."""
+    text = '[slo]\nstart_ms = -1\ngap_ms = "short"\nobjective = 1\n'
+    assert problems_of(write(tmp_path, text)) == [
+        "slo.start_ms: must be ≥ 0 (got -1)",
+        "slo.gap_ms: must be a number (got 'short')",
+        "slo.objective: must be < 1 (got 1)",
+    ]
+    assert problems_of(None, {"EDGEMON_SLO__OBJECTIVE": "0"}) == [
+        "slo.objective: must be > 0 (got '0') (from EDGEMON_SLO__OBJECTIVE)"
+    ]
+    environ = {"EDGEMON_SLO__START_MS": "1500", "EDGEMON_SLO__GAP_MS": "40"}
+    slo = load_settings(None, environ=environ, default_path=NO_FILE).engine_config().slo
+    assert slo == SloPolicy(start_ms=1500, gap_ms=40, objective=0.99)
 
 
 def test_error_message_counts_the_problems(tmp_path: Path) -> None:
@@ -426,6 +454,7 @@ def test_engine_config_mapping(tmp_path: Path) -> None:
             }
         ),
         topic_prefix="site/a/edgemon",
+        slo=SloPolicy(start_ms=2500.0, gap_ms=80.0, objective=0.995),
     )
     assert isinstance(config.devices, MappingProxyType)
 
@@ -436,6 +465,7 @@ def test_default_engine_config_is_the_engine_default() -> None:
     assert config.slack == SlackPolicy()
     assert config.limits == Limits()
     assert config.topic_prefix == EngineConfig().topic_prefix
+    assert config.slo == SloPolicy() == SloPolicy(start_ms=3000, gap_ms=100, objective=0.99)
     assert not math.isnan(config.slack.default_margin_ms)
 
 

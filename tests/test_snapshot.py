@@ -68,7 +68,9 @@ def totals(monitor: Monitor) -> dict[str, Any]:
             device.stats.underruns,
             device.stats.throttle_engagements,
             dict(device.stats.finished),
+            dict(device.stats.slo),
             device.stats.slack_at_arrival.counts,
+            device.stats.longest_gap.counts,
             sorted(device.streams),
         )
         for device in monitor.engine.devices()
@@ -264,3 +266,24 @@ def test_the_device_gap_estimate_survives_a_restart() -> None:
     device = second.engine.device("d")
     assert device is not None
     assert device.streams["b"].expected == 250.0 + 100.0
+
+
+def test_a_snapshot_from_before_the_service_level_restores_without_it() -> None:
+    """A snapshot written before streams had a start silence and a longest gap (and devices
+    their outcome counts and longest-gap histogram) restores with none of them: the streams
+    go on, judged from then on (a stream's gaps before the restart are not known)."""
+    monitor = Monitor(CONFIG)
+    drive(monitor, simulated_messages(5.0))
+    data = json.loads(json.dumps(monitor.snapshot(5_000.0), allow_nan=False))
+    for device in data["engine"]["devices"]:
+        del device["stats"]["slo"], device["stats"]["longest_gap"]
+        for stream in device["streams"]:
+            del stream["start_silence_ms"], stream["longest_gap_ms"]
+    successor = Monitor(CONFIG)
+    successor.restore(data, 5_000.0)
+    devices = list(successor.engine.devices())
+    assert devices
+    assert all(not d.stats.slo and d.stats.longest_gap.count == 0 for d in devices)
+    streams = [s for d in devices for s in d.streams.values()]
+    assert streams
+    assert all((s.start_silence_ms, s.longest_gap_ms) == (None, 0.0) for s in streams)

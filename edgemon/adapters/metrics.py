@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from edgemon.adapters.metrics_text import DeviceText, add_histogram
 from edgemon.adapters.state import ConnectionState
+from edgemon.engine.service_level import OUTCOMES
 from edgemon.engine.stats import FINISH_REASONS
 from edgemon.engine.views import device_view, device_views
 
@@ -92,9 +93,11 @@ class _Families:
         "kv_max_num_seqs",
         "kv_max_seqs",
         "last_event",
+        "longest_gap",
         "margin",
         "slack_at_arrival",
         "slack_min",
+        "slo",
         "start_silence",
         "started",
         "stream_headroom",
@@ -177,6 +180,12 @@ class _Families:
         self.start_silence = histogram(
             "start_silence_seconds",
             "Start event (the request) to playback start: what the listener waited.",
+        )
+        self.longest_gap = histogram(
+            "stream_longest_gap_seconds", "Each ended stream's longest gap (one underrun)."
+        )
+        self.slo = counter(
+            "streams_slo", "Ended streams by service-level outcome.", ("device", "outcome")
         )
         per = ("device", "stream")
         self.stream_slack = (
@@ -303,29 +312,37 @@ class EdgemonCollector:
         return self._text.write(view, view.now(self._wall_clock()))
 
     def daemon_families(self) -> list[Metric]:
-        """The daemon-wide families (messages by result, MQTT connection)."""
+        """The daemon-wide families (messages by result, MQTT connection, the SLO objective)."""
         return list(self._daemon_families())
 
     def _daemon_families(self) -> Iterator[Metric]:
-        messages, connected, reconnects = self._global_families()
+        messages, connected, reconnects, objective = self._global_families()
         results = self._monitor.results
         for result in (*KNOWN_RESULTS, *sorted(results.keys() - set(KNOWN_RESULTS))):
             messages.add_metric([result], results[result])
         connection = self._connection
         connected.add_metric([], 1.0 if connection.connected else 0.0)
         reconnects.add_metric([], connection.reconnects)
+        objective.add_metric([], self._monitor.engine.config.slo.objective)  # reloads follow
         yield messages
         yield connected
         yield reconnects
+        yield objective
 
     @staticmethod
-    def _global_families() -> tuple[CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+    def _global_families() -> tuple[
+        CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily, GaugeMetricFamily
+    ]:
         return (
             CounterMetricFamily(
                 "edgemon_messages_total", "Messages and events, by result.", labels=["result"]
             ),
             GaugeMetricFamily("edgemon_mqtt_connected", "1 while connected to the broker."),
             CounterMetricFamily("edgemon_mqtt_reconnects_total", "Broker sessions re-established."),
+            GaugeMetricFamily(
+                "edgemon_slo_objective",
+                "[slo] objective: the share of good streams the burn-rate alerts defend.",
+            ),
         )
 
     def _add_device(self, f: _Families, device: DeviceView, now: float) -> None:
@@ -366,6 +383,10 @@ class EdgemonCollector:
         f.chunk_gap.add_histogram(device_id, stats.chunk_gap)
         f.time_to_first_audio.add_histogram(device_id, stats.time_to_first_audio)
         f.start_silence.add_histogram(device_id, stats.start_silence)
+        f.longest_gap.add_histogram(device_id, stats.longest_gap)
+        slo = stats.slo
+        for outcome in OUTCOMES:
+            f.slo.add_metric((device_id, outcome), slo[outcome])
 
     @staticmethod
     def _add_kv(f: _Families, device: DeviceView) -> None:

@@ -6,8 +6,8 @@ encoder calls per scrape. `DeviceText` writes one device's lines at once instead
 what did not change since the last scrape:
 - each series' label prefix (`name{device="…",stream="…"} `) is computed once;
 - the lines of the device's counts (streams tracked, engagements, underruns, retractions,
-  chunks, streams begun and finished, the KV verdict) are rewritten only when one of those
-  integers (or the verdict) changed;
+  chunks, streams begun and finished, ended streams by outcome, the KV verdict) are
+  rewritten only when one of those integers (or the verdict) changed;
 - every other series of the device (those that move with the clock: slack, headroom,
   at-risk, time throttled or in underrun; and the other floats) keeps its last line with
   the value it was written from, and is written again only for another value (formatting
@@ -32,6 +32,8 @@ import msgspec
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from edgemon.engine.service_level import OUTCOMES
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -50,7 +52,13 @@ _REPR_BELOW: Final = 1e6
 #: Streams' series kept per device before its cache starts afresh (streams come and go).
 STREAM_SERIES_LIMIT: Final = 4096
 #: The device's histograms, in the order their text is cached.
-_HISTOGRAMS: Final = ("slack_at_arrival", "chunk_gap", "time_to_first_audio", "start_silence")
+_HISTOGRAMS: Final = (
+    "slack_at_arrival",
+    "chunk_gap",
+    "time_to_first_audio",
+    "start_silence",
+    "longest_gap",
+)
 #: `DeviceView.kv`'s families, by the `KVVerdict` field they export.
 _KV: Final = ("kv_bytes_per_token", "kv_max_seqs", "kv_max_num_seqs", "kv_admission_ok")
 
@@ -151,13 +159,17 @@ class _Series:
 class _Device:
     """What is kept of one device between scrapes."""
 
-    __slots__ = ("counts", "counts_key", "finished", "histograms", "series", "streams")
+    __slots__ = ("counts", "counts_key", "finished", "histograms", "series", "slo", "streams")
 
-    def __init__(self, series: dict[str, _Series], finished: tuple[str, ...]) -> None:
+    def __init__(
+        self, series: dict[str, _Series], finished: tuple[str, ...], slo: tuple[str, ...]
+    ) -> None:
         #: Each device-labelled family's series, by family.
         self.series = series
         #: `edgemon_streams_finished_total`'s prefixes, in reason order.
         self.finished = finished
+        #: `edgemon_streams_slo_total`'s prefixes, in `OUTCOMES` order.
+        self.slo = slo
         #: Per stream: its slack and headroom series prefixes.
         self.streams: dict[str, tuple[str, str]] = {}
         #: The counts the `counts` lines were written from, and those lines.
@@ -200,11 +212,13 @@ class DeviceText:
         series = {
             slot: _Series(f"{name}{{{label}}} ")
             for slot, (_, name) in self._layout.items()
-            if slot not in ("finished", "stream_slack", "stream_headroom", *_HISTOGRAMS)
+            if slot not in ("finished", "slo", "stream_slack", "stream_headroom", *_HISTOGRAMS)
         }
         name = self._layout["finished"][1]
         finished = tuple(f'{name}{{{label},reason="{escape(r)}"}} ' for r in self._reasons)
-        device = self._devices[device_id] = _Device(series, finished)
+        name = self._layout["slo"][1]
+        slo = tuple(f'{name}{{{label},outcome="{o}"}} ' for o in OUTCOMES)
+        device = self._devices[device_id] = _Device(series, finished, slo)
         return device
 
     def _stream(self, device: _Device, device_id: str, stream_id: str) -> tuple[str, str]:
@@ -225,6 +239,7 @@ class DeviceText:
         pos, series = self._pos, device.series
         stats = view.stats
         get = stats.finished.get
+        outcomes = stats.slo.get
         kv = view.kv
         key = (
             view.stream_count,
@@ -235,6 +250,7 @@ class DeviceText:
             stats.streams_started,
             kv,
             *[get(reason, 0) for reason in self._reasons],
+            *[outcomes(outcome, 0) for outcome in OUTCOMES],
         )
         if key != device.counts_key:
             device.counts = self._counts(device, key, kv)
@@ -263,6 +279,7 @@ class DeviceText:
             stats.chunk_gap,
             stats.time_to_first_audio,
             stats.start_silence,
+            stats.longest_gap,
         )
         texts_of = device.histograms
         for i, histogram in enumerate(histograms):
@@ -299,16 +316,21 @@ class DeviceText:
             (pos[slot], _line(series[slot].prefix, value))  # type: ignore[arg-type]
             for slot, value in zip(slots, key, strict=False)
         ]
-        finished = key[len(slots) + 1 :]
-        lines.append(
-            (
-                pos["finished"],
-                "".join(
-                    _line(p, n)  # type: ignore[arg-type]
-                    for p, n in zip(device.finished, finished, strict=True)
-                ),
+        finished = len(slots) + 1  # after the counts, the KV verdict
+        outcomes = finished + len(device.finished)
+        for slot, prefixes, counts in (
+            ("finished", device.finished, key[finished:outcomes]),
+            ("slo", device.slo, key[outcomes:]),
+        ):
+            lines.append(
+                (
+                    pos[slot],
+                    "".join(
+                        _line(p, n)  # type: ignore[arg-type]
+                        for p, n in zip(prefixes, counts, strict=True)
+                    ),
+                )
             )
-        )
         if kv is not None:
             for slot, value in zip(_KV, _kv_values(kv), strict=True):
                 if value is not None:

@@ -152,6 +152,7 @@ def _detail(
     elif isinstance(output, StreamEnded):
         fields["reason"] = output.reason
         fields["underruns"] = output.underruns
+        fields["outcome"] = output.outcome
     else:
         fields["t_ms"] = output.t_ms
         if isinstance(output, UnderrunConfirmed):

@@ -6,7 +6,7 @@ drive the same `Engine` with events and the time.
 
 from __future__ import annotations
 
-from edgemon.engine.config import DeviceOverride, EngineConfig, Limits, SlackPolicy
+from edgemon.engine.config import DeviceOverride, EngineConfig, Limits, SlackPolicy, SloPolicy
 from edgemon.engine.engine import Engine
 from edgemon.engine.events import ChunkEvent, EndEvent, Event, StartEvent
 from edgemon.engine.outputs import (
@@ -36,6 +36,7 @@ __all__ = [
     "Output",
     "Rejected",
     "SlackPolicy",
+    "SloPolicy",
     "StartEvent",
     "StreamEnded",
     "StreamSample",

@@ -142,7 +142,7 @@ class Applier:
                 self._lateness.retract(stream, at, out)  # ended before its buffer ran dry
             else:
                 self._lateness.confirm(stream, at, out)
-        lifecycle.remove(stream, event.reason or "completed", at, out)
+        lifecycle.remove(stream, event.reason or "completed", at, out, ended_ms=event.t_ms)
         return "accepted"
 
     def _chunk(  # noqa: C901, PLR0912

@@ -62,7 +62,8 @@ def take_chunk(  # noqa: C901, PLR0912 - one pass over a chunk, on the hot path
     if event.play_start_ms is not None:
         stream.start = event.play_start_ms
     if stream.chunks == 0 and stream.t_start_event is not None:
-        stats.start_silence.observe(max(0.0, stream.start - stream.t_start_event))
+        stream.start_silence_ms = silence = max(0.0, stream.start - stream.t_start_event)
+        stats.start_silence.observe(silence)
     if gap and event.audio_total_ms is not None:
         stream.buffered = event.audio_total_ms
     else:

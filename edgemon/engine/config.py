@@ -1,4 +1,5 @@
-"""What the engine is told: slack policy, limits and per-device overrides (plain frozen values)."""
+"""What the engine is told: slack policy, limits, per-device overrides and service-level
+objectives (plain frozen values)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,19 @@ class SlackPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class SloPolicy:
+    """The `[slo]` section: when an ended stream served its listener well (docs/semantics.md,
+    "Service level")."""
+
+    #: The start SLO: start event (the request) to playback start, at most this.
+    start_ms: float = 3_000.0
+    #: The continuity SLO: the stream's longest underrun, at most this.
+    gap_ms: float = 100.0
+    #: The share of good streams the burn-rate alerts defend (exported, not judged by the engine).
+    objective: float = 0.99
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     """The `[limits]` section: what bounds memory whatever devices send."""
 
@@ -66,3 +80,4 @@ class EngineConfig:
     limits: Limits = field(default_factory=Limits)
     devices: Mapping[str, DeviceOverride] = field(default_factory=dict)
     topic_prefix: str = "edgemon/v1"
+    slo: SloPolicy = field(default_factory=SloPolicy)

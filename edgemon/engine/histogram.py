@@ -44,3 +44,9 @@ TIME_TO_FIRST_AUDIO_MS = (10.0, 25.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 50
                           2000.0, 5000.0)  # fmt: skip
 START_SILENCE_MS = (50.0, 100.0, 200.0, 300.0, 500.0, 750.0, 1000.0, 1500.0, 2000.0, 3000.0,
                     5000.0, 10000.0, 20000.0)  # fmt: skip
+#: A stream's longest gap, around the continuity SLO (100 ms by default): 0 for the streams
+#: without any (most of them), 20 ms steps up to 100 so that a quantile near the threshold is
+#: read between close bounds and `le="0.1"` counts the streams that met the default exactly,
+#: then up to 5 s, past which a gap is an outage rather than a glitch.
+LONGEST_GAP_MS = (0.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0,
+                  2000.0, 5000.0)  # fmt: skip

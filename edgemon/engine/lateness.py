@@ -183,6 +183,8 @@ class LatenessState:
         stream.underrun_since = None
         self.open_underruns.pop(stream.id, None)
         stream.underrun_ms += duration
+        if duration > stream.longest_gap_ms:
+            stream.longest_gap_ms = duration
         self._stats.underrun_ms += duration
         out.append(UnderrunEnded(self._device_id, stream.id, at, duration))
 

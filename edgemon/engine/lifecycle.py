@@ -2,8 +2,8 @@
 
 A stream begins at a `start` or its first chunk (within the device's stream limit) and ends by
 an `end`, by playing out its `final` chunk, or by expiry; its removal settles any underrun it
-is in and emits its `StreamEnded` summary. Its id is then buried for a while
-(`edgemon.engine.tombstones`) so that late redeliveries do not bring it back.
+is in, judges its service level and emits its `StreamEnded` summary. Its id is then buried
+for a while (`edgemon.engine.tombstones`) so that late redeliveries do not bring it back.
 
 Between events each stream has one next instant, armed in the device's timer heap: when a
 flag of a live stream changes or its buffer runs dry, when it expires, or when a draining
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from edgemon.engine.headroom import INF
 from edgemon.engine.outputs import StreamEnded
+from edgemon.engine.service_level import outcome
 from edgemon.engine.stats import fold_reason
 from edgemon.engine.stream import DRAINING, LIVE, WAITING, Stream
 from edgemon.engine.tombstones import Tombstones
@@ -113,8 +114,17 @@ class Lifecycle:
         self._stats.streams_started += 1
         return stream
 
-    def remove(self, stream: Stream, reason: str, now: float, out: list[Output]) -> None:
-        """Remove a stream at `now` for `reason`, settling its underrun, with its summary."""
+    def remove(
+        self,
+        stream: Stream,
+        reason: str,
+        now: float,
+        out: list[Output],
+        *,
+        ended_ms: float | None = None,
+    ) -> None:
+        """Remove a stream at `now` for `reason`, settling its underrun, with its summary and
+        its service level; `ended_ms`: when an `end` event says it ended (else `now`)."""
         stream.held = None
         lateness = self._lateness
         if stream.underrun_provisional:
@@ -132,7 +142,12 @@ class Lifecycle:
             stream.id, now, keep_ms=self._idle_ms,
             cap=4 * self._config.limits.max_streams_per_device,
         )  # fmt: skip
-        self._stats.finished[fold_reason(reason)] += 1
+        stats = self._stats
+        stats.finished[fold_reason(reason)] += 1
+        judged = outcome(stream, reason, now if ended_ms is None else ended_ms, self._config.slo)
+        stats.slo[judged] += 1
+        if stream.chunks:
+            stats.longest_gap.observe(stream.longest_gap_ms)
         out.append(
             StreamEnded(
                 device=self._device_id,
@@ -145,6 +160,9 @@ class Lifecycle:
                 underrun_ms=stream.underrun_ms,
                 min_slack_ms=stream.min_slack,
                 time_to_first_audio_ms=stream.first_audio_ms,
+                start_silence_ms=stream.start_silence_ms,
+                longest_gap_ms=stream.longest_gap_ms,
+                outcome=judged,
             )
         )
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from edgemon.engine.service_level import Outcome
     from edgemon.engine.stats import DeviceStats
 
 
@@ -80,7 +81,9 @@ class ThrottleChanged:
 
 @dataclass(frozen=True, slots=True)
 class StreamEnded:
-    """A stream was removed; its summary."""
+    """A stream was removed; its summary, with its service level (docs/semantics.md): its
+    start silence (None without a start event or a chunk), its longest gap and its outcome
+    (`edgemon.engine.service_level`)."""
 
     device: str
     stream: str
@@ -92,6 +95,9 @@ class StreamEnded:
     underrun_ms: float
     min_slack_ms: float | None
     time_to_first_audio_ms: float | None
+    start_silence_ms: float | None
+    longest_gap_ms: float
+    outcome: Outcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,9 +64,12 @@ _STAT_FIELDS = (
 )
 _HISTOGRAMS = ("chunk_gap", "slack_at_arrival", "time_to_first_audio")
 #: Histograms added later; an older snapshot without them restores them empty.
-_HISTOGRAMS_ADDED = ("start_silence",)
+_HISTOGRAMS_ADDED = ("start_silence", "longest_gap")
 #: Fields added with late delivery (docs/semantics.md), and their values in an older snapshot.
 _STREAM_LATE_FIELDS = {"underrun_provisional": False, "underrun_published": False}
+#: Fields added with the service level (docs/semantics.md), and their values in an older
+#: snapshot (which knew no start silence and no longest gap).
+_STREAM_SLO_FIELDS: dict[str, float | None] = {"start_silence_ms": None, "longest_gap_ms": 0.0}
 
 
 class SnapshotError(ValueError):
@@ -113,6 +116,7 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
             **{name: getattr(stats, name) for name in _STAT_FIELDS},
             "underruns_retracted": stats.underruns_retracted,
             "finished": dict(stats.finished),
+            "slo": dict(stats.slo),
             **{name: _histogram(getattr(stats, name)) for name in _HISTOGRAMS + _HISTOGRAMS_ADDED},
         },
         "tombstones": device.tombstones.as_dict(),  # a copy: serialised off the event loop
@@ -127,6 +131,7 @@ def _stream(stream: Stream) -> dict[str, Any]:
         "rebuffer": stream.rebuffer,
         **{name: _finite(getattr(stream, name)) for name in _STREAM_FIELDS},
         **{name: getattr(stream, name) for name in _STREAM_LATE_FIELDS},
+        **{name: getattr(stream, name) for name in _STREAM_SLO_FIELDS},
         "held": None if stream.held is None else _held(stream.held),
     }
 
@@ -202,6 +207,7 @@ def _restore_stats(device: Device, data: dict[str, Any]) -> None:
         setattr(stats, name, type(getattr(stats, name))(data[name]))
     stats.underruns_retracted = int(data.get("underruns_retracted", 0))
     stats.finished.update({str(k): int(v) for k, v in data["finished"].items()})
+    stats.slo.update({str(k): int(v) for k, v in data.get("slo", {}).items()})
     for name in _HISTOGRAMS + tuple(name for name in _HISTOGRAMS_ADDED if name in data):
         histogram: Histogram = getattr(stats, name)
         counts = [int(n) for n in data[name]["counts"]]
@@ -226,6 +232,9 @@ def _restore_stream(fields: dict[str, Any], resumed: float) -> Stream:
         setattr(stream, name, INF if value is None and name in ("start", "expected") else value)
     for name, default in _STREAM_LATE_FIELDS.items():
         setattr(stream, name, bool(fields.get(name, default)))
+    for name, absent in _STREAM_SLO_FIELDS.items():
+        value = fields.get(name, absent)
+        setattr(stream, name, None if value is None else float(value))
     held = fields.get("held")
     if held is not None:
         stream.held = Held()

@@ -6,6 +6,7 @@ from collections import Counter
 
 from edgemon.engine.histogram import (
     CHUNK_GAP_MS,
+    LONGEST_GAP_MS,
     SLACK_AT_ARRIVAL_MS,
     START_SILENCE_MS,
     TIME_TO_FIRST_AUDIO_MS,
@@ -29,7 +30,9 @@ class DeviceStats:
         "chunk_gap",
         "chunks",
         "finished",
+        "longest_gap",
         "slack_at_arrival",
+        "slo",
         "start_silence",
         "streams_started",
         "throttle_engagements",
@@ -55,3 +58,7 @@ class DeviceStats:
         self.time_to_first_audio = Histogram(TIME_TO_FIRST_AUDIO_MS)
         #: A start event (the request) to its playback start: what the listener waited.
         self.start_silence = Histogram(START_SILENCE_MS)
+        #: Each ended stream's longest gap (streams that played audio), and its outcome
+        #: (docs/semantics.md, "Service level").
+        self.longest_gap = Histogram(LONGEST_GAP_MS)
+        self.slo: Counter[str] = Counter()

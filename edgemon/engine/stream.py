@@ -45,6 +45,7 @@ class Stream:
         "held",
         "id",
         "last_seq",
+        "longest_gap_ms",
         "margin",
         "margin_from_start",
         "min_slack",
@@ -52,6 +53,7 @@ class Stream:
         "rebuffer",
         "risk",
         "start",
+        "start_silence_ms",
         "t_last_chunk",
         "t_last_event",
         "t_start_event",
@@ -87,6 +89,8 @@ class Stream:
         self.t_last_event = t_ms
         self.t_start_event = t_ms if started_by_event else None
         self.first_audio_ms: float | None = None
+        #: Start event to playback start, fixed by the first chunk (None: no start event).
+        self.start_silence_ms: float | None = None
         self.gap_ewma: float | None = None
         self.chunks = 0
         self.min_slack: float | None = None
@@ -99,6 +103,8 @@ class Stream:
         #: Confirmed underruns (the record).
         self.underruns = 0
         self.underrun_ms = 0.0
+        #: The longest confirmed underrun that has ended (docs/semantics.md, "Service level").
+        self.longest_gap_ms = 0.0
         self.risk = False
         self.unsafe = False
         self.due = INF  # instant of this stream's entry in its device's timer heap

@@ -28,6 +28,7 @@ from edgemon.engine.config import (
     Limits,
     PlayerModel,
     SlackPolicy,
+    SloPolicy,
 )
 from edgemon.settings._errors import ConfigError, CrossFieldError
 
@@ -273,6 +274,15 @@ class DeviceSettings(_Section):
     player: PlayerModel | None = None
 
 
+class SloSettings(_Section):
+    """`[slo]`: when an ended stream served its listener well (docs/semantics.md, "Service
+    level"), and the share of such streams the burn-rate alerts defend."""
+
+    start_ms: NonNegativeMs = 3_000.0
+    gap_ms: NonNegativeMs = 100.0
+    objective: Annotated[float, Field(gt=0, lt=1)] = 0.99
+
+
 class LogSettings(_Section):
     """`[log]`: `auto` is console on a terminal, JSON otherwise."""
 
@@ -310,6 +320,7 @@ class Settings(BaseSettings):
     slack: SlackSettings = Field(default_factory=SlackSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     devices: dict[DeviceId, DeviceSettings] = Field(default_factory=dict)
+    slo: SloSettings = Field(default_factory=SloSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     state: StateSettings = Field(default_factory=StateSettings)
 
@@ -355,4 +366,7 @@ class Settings(BaseSettings):
                 }
             ),
             topic_prefix=self.mqtt.topic_prefix,
+            slo=SloPolicy(
+                start_ms=self.slo.start_ms, gap_ms=self.slo.gap_ms, objective=self.slo.objective
+            ),
         )
