@@ -68,13 +68,11 @@ def test_split_waits_for_the_whole_packet() -> None:
 
 
 def test_decode_publish_and_acks() -> None:
-    """PUBLISH: QoS, DUP, id and payload; v5 properties are skipped; QoS 2 is refused. CONNACK
+    """PUBLISH: QoS, DUP, id and payload; v5 properties are skipped. CONNACK
     v5 properties are read (Server Keep Alive); a SUBACK's codes; a v5 DISCONNECT's reason."""
-    body = b"\x00\x03a/b\x00\x09" + b"\x03\x01\x01\x00" + b"pay"  # v5: a 3-byte property block
+    body = b"\x00\x03a/b\x00\x09" + b"\x02\x01\x01" + b"pay"  # v5: Payload Format Indicator 1
     assert codec.decode_publish(0x3A, body, version=codec.V5) == ("a/b", b"pay", 1, True, 9)
     assert codec.decode_publish(0x30, b"\x00\x01tp", version=codec.V311) == ("t", b"p", 0, False, 0)
-    with pytest.raises(codec.ProtocolError):
-        codec.decode_publish(0x34, b"\x00\x01t\x00\x01", version=codec.V311)
     connack = codec.decode_connack(b"\x01\x00\x03\x13\x00\x05", version=codec.V5)
     assert (connack.session_present, connack.refused) == (True, False)
     assert connack.properties == {codec.SERVER_KEEP_ALIVE: 5}

@@ -33,7 +33,7 @@ from edgemon.adapters.http import (
     serve,
     ssl_context_from_files,
 )
-from edgemon.adapters.metrics import DeadlineLatenessCollector, build_registry
+from edgemon.adapters.metrics import CallbackCounter, DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.catchup import CatchUp
 from edgemon.daemon.clock import MonotonicWallClock
@@ -41,7 +41,7 @@ from edgemon.daemon.digest import DeviceDigest
 from edgemon.daemon.dispatch import Dispatcher
 from edgemon.daemon.gcpacer import GcPacer
 from edgemon.daemon.logs import LogBudget, RejectionLog
-from edgemon.daemon.mqtt import LinkHooks, MqttLink
+from edgemon.daemon.mqtt import LinkHooks, MqttLink, max_packet_size
 from edgemon.daemon.persistence import open_persistence
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
 from edgemon.daemon.recorder import TraceRecorder
@@ -132,6 +132,14 @@ class Daemon:
                 when_durable=self._when_durable,
             ),
             log=self.log,
+            max_packet=max_packet_size(settings.limits.max_payload_bytes),
+        )
+        self.registry.register(
+            CallbackCounter(
+                "edgemon_mqtt_sessions_lost_total",
+                "Reconnections whose CONNACK said the broker kept no session.",
+                lambda: self.connection.sessions_lost,
+            )
         )
         owned = settings.mqtt.devices
         self.publisher = ThrottlePublisher(
