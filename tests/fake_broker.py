@@ -117,6 +117,13 @@ class FakeBroker:
         """Send an MQTT 5 DISCONNECT with `reason` (142: session taken over)."""
         self._send(bytes((DISCONNECT, 2, reason, 0)))
 
+    def drop(self) -> None:
+        """Close the connection now (the client may connect again)."""
+        with self._lock:
+            if self._sock is not None:
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
+
     def send(self, data: bytes) -> None:
         """Send these bytes to the client as they are."""
         self._send(data)

@@ -42,10 +42,12 @@ async def running_link(
     **settings: Any,
 ) -> AsyncIterator[tuple[MqttLink, FakeBroker]]:
     """The daemon's link (`MqttSettings(**settings)`) running against `broker` (a new
-    FakeBroker by default); on exit it is stopped (within 30 s) and the broker closed."""
+    FakeBroker by default; another broker if `settings` has a `url`); on exit it is stopped
+    (within 30 s) and the broker closed."""
     broker = broker or FakeBroker()
+    url = settings.pop("url", f"mqtt://127.0.0.1:{broker.port}")
     link = MqttLink(
-        MqttSettings(url=f"mqtt://127.0.0.1:{broker.port}", client_id=client_id, **settings),
+        MqttSettings(url=url, client_id=client_id, **settings),
         topics=Topics(),
         connection=ConnectionState(),
         hooks=hooks

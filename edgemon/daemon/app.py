@@ -48,7 +48,7 @@ from edgemon.daemon.recorder import TraceRecorder
 from edgemon.daemon.scheduler import Scheduler, StallGuard
 from edgemon.daemon.status import status_line, status_payload
 from edgemon.daemon.systemd import Notifier
-from edgemon.engine.outputs import ThrottleChanged
+from edgemon.engine.outputs import Rejected, ThrottleChanged
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
 from edgemon.trace import TraceMark, TraceRecord
@@ -130,6 +130,7 @@ class Daemon:
                 on_connected=self._on_connected,
                 on_disconnected=self._on_disconnected,
                 when_durable=self._when_durable,
+                on_too_large=self._on_too_large,
             ),
             log=self.log,
             max_packet=max_packet_size(settings.limits.max_payload_bytes),
@@ -472,6 +473,18 @@ class Daemon:
             self._dispatch(out)
             out.clear()
         self.scheduler.poke()
+
+    def _on_too_large(self, topic: str, size: int) -> None:
+        """A message too large to read, dropped unread by the link: `oversized`, as one the
+        engine refuses for its payload."""
+        self.monitor.results["oversized"] += 1
+        parsed = self.monitor.topics.parse(topic)
+        self._rejections(
+            Rejected(
+                self.clock.now_ms(), topic, None if parsed is None else parsed[0], "oversized",
+                f"packet of {size} bytes, larger than edgemon reads: dropped unread",
+            )
+        )  # fmt: skip
 
     def _apply(self, topic: str, payload: bytes, now: float) -> None:
         """The engine path of every message, live or replayed from the log, in the order

@@ -77,8 +77,11 @@ class Intake:
         when_durable: Callable[[Callable[[], None]], None] = _no_wal,
         pending_limits: tuple[int, int] = (PENDING_MESSAGES, PENDING_BYTES),
         topics: frozenset[str] | None = None,
+        too_large: Callable[[str, int], None] = lambda _topic, _size: None,
     ) -> None:
         self._apply = apply
+        #: Told of each message too large to read (topic, packet size).
+        self._too_large = too_large
         #: The topics this instance reads (its own devices'), or None for any.
         self._topics = topics
         #: Messages on other topics (another instance's devices): acknowledged, not applied.
@@ -161,6 +164,15 @@ class Intake:
             self._apply(topic, payload)
         if qos:
             self._queue_ack(_ACK_HEAD[qos] + mid.to_bytes(2, "big"), topic, payload)
+
+    def on_too_large(self, topic: str, size: int, qos: int, mid: int) -> None:
+        """A PUBLISH too large to read (MQTT 3.1.1: dropped as it arrives): not applied,
+        reported, and acknowledged in its turn so that the broker does not deliver it again."""
+        if self._closed:
+            return
+        self._too_large(topic, size)
+        if qos:
+            self._queue_ack(_ACK_HEAD[qos] + mid.to_bytes(2, "big"), topic, b"")
 
     def end_batch(self) -> None:
         """What was read together has been applied: it is one batch for the log."""

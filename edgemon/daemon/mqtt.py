@@ -132,6 +132,8 @@ class LinkHooks:
     on_disconnected: Callable[[], None] = lambda: None
     #: Call the callback once every message given to `on_message` so far is durable.
     when_durable: Callable[[Callable[[], None]], None] = lambda callback: callback()
+    #: A message too large to read (topic, packet size), dropped unread (MQTT 3.1.1).
+    on_too_large: Callable[[str, int], None] = lambda _topic, _size: None
 
 
 class MqttLink:
@@ -169,6 +171,7 @@ class MqttLink:
         self.intake = Intake(
             hooks.on_message, when_durable=hooks.when_durable, pending_limits=pending_limits,
             topics=None if settings.devices is None else frozenset(self._filters),
+            too_large=hooks.on_too_large,
         )  # fmt: skip
         self._sessions = 0
         #: Sessions in a row that the broker ended soon after they began.

@@ -7,7 +7,8 @@ not handled yet because the intake paused) goes into one `bytearray`, which the 
 are appended to: a packet that arrives in many small pieces is copied once, not once per
 piece (joining `bytes` would copy the whole tail on every read, quadratic in its size).
 
-`moved` counts the bytes copied within the buffer, so a test can check the work is linear.
+`moved` counts the bytes copied within the buffer, so a test can check the work is linear;
+`peak` the most it held at once, so a test can check a packet too large to read was not kept.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ __all__ = ["PacketBuffer"]
 class PacketBuffer:
     """The bytes received and not handled yet: `data[pos:]`. The reader advances `pos`."""
 
-    __slots__ = ("data", "moved", "pos")
+    __slots__ = ("data", "moved", "peak", "pos")
 
     def __init__(self) -> None:
         #: A block as received (nothing was left before it), or the leftovers and what came
@@ -28,6 +29,8 @@ class PacketBuffer:
         self.pos = 0
         #: Bytes copied within the buffer so far (leftovers kept, blocks appended to them).
         self.moved = 0
+        #: The most bytes it held at once.
+        self.peak = 0
 
     def feed(self, block: bytes) -> None:
         """Append one block received."""
@@ -47,6 +50,7 @@ class PacketBuffer:
             self.data = kept
             self.moved += left + len(block)
         self.pos = 0
+        self.peak = max(self.peak, len(self.data))
 
     @property
     def pending(self) -> int:

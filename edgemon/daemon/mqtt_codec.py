@@ -88,8 +88,15 @@ _V5_REASONS = {
     0x8D: "keep alive timeout",
     0x8E: "session taken over",
     0x8F: "topic filter invalid",
+    0x90: "topic name invalid",
+    0x93: "receive maximum exceeded",
+    0x94: "topic alias invalid",
     0x95: "packet too large",
+    0x96: "message rate too high",
     0x97: "quota exceeded",
+    0x99: "payload format invalid",
+    0x9A: "retain not supported",
+    0x9B: "QoS not supported",
     0x9C: "use another server",
     0x9D: "server moved",
     0x9F: "connection rate exceeded",
@@ -312,6 +319,24 @@ def decode_publish(first: int, body: bytes, *, version: int) -> Message:
     if start > len(body):
         raise ProtocolError("PUBLISH too short")
     return topic, body[start:], qos, bool(first & 0x08), mid
+
+
+def publish_head(buf: bytes | bytearray, pos: int) -> tuple[str, int, int] | None:
+    """The topic, QoS and packet id of the PUBLISH starting at `buf[pos]`, read from the
+    start of its body alone (its payload need not be there); None until that much is."""
+    first = buf[pos]
+    qos = (first >> 1) & 3
+    i = pos + 1
+    while i < len(buf) and buf[i] & 0x80:
+        i += 1
+    start = i + 1  # after the remaining length
+    if start + 2 > len(buf):
+        return None
+    end = start + 2 + int.from_bytes(buf[start : start + 2], "big")
+    if end + (2 if qos else 0) > len(buf):
+        return None
+    topic, _, qos, _, mid = decode_publish(first, bytes(buf[start : end + 2]), version=V311)
+    return topic, qos, mid
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,8 @@ class Connection(asyncio.Protocol):
         self._closing = False
         self._not_reading = False  # the transport's reading paused by us
         self._continue: asyncio.Handle | None = None
+        #: Bytes of a PUBLISH too large to read that are still to come, to be dropped.
+        self._skip = 0
         self._last_write = self._last_read = loop.time()
         self._ping_sent: float | None = None
         self._keepalive: asyncio.TimerHandle | None = None
@@ -125,6 +127,12 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         """A block of what the broker sent: handled now, up to the budget."""
         self._last_read = self._loop.time()
+        if self._skip:
+            dropped = min(self._skip, len(data))
+            self._skip -= dropped
+            if dropped == len(data):
+                return
+            data = data[dropped:]
         self.buffer.feed(data)
         if self._continue is None:
             self._handle()
@@ -175,7 +183,14 @@ class Connection(asyncio.Protocol):
         more = False
         try:
             while not intake.paused:
-                where = codec.split(buf, pos, limit) if len(buf) - pos >= 2 else None
+                try:
+                    where = codec.split(buf, pos, limit) if len(buf) - pos >= 2 else None
+                except codec.PacketTooLargeError as error:
+                    after = self._too_large(buf, pos, error)
+                    if after is None:
+                        break
+                    pos = after
+                    continue
                 if where is None:
                     break
                 if not budget:
@@ -204,6 +219,28 @@ class Connection(asyncio.Protocol):
         if more and not intake.paused:
             self._continue = self._loop.call_soon(self._handle)
         self._read(on=not more and not intake.paused)
+
+    def _too_large(
+        self, buf: bytes | bytearray, pos: int, error: codec.PacketTooLargeError
+    ) -> int | None:
+        """A packet larger than edgemon reads, at `pos`. On MQTT 3.1.1 a PUBLISH (which the
+        broker cannot be told to hold back) is dropped as it arrives, never buffered, and
+        acknowledged in its turn, so the broker does not deliver it again: where reading goes
+        on (None until its topic and packet id are in). Anything else: `error` (on MQTT 5
+        the broker was told the limit, and the standard makes it a protocol error)."""
+        first = buf[pos]
+        if self._version != codec.V311 or first & 0xF0 != codec.PUBLISH or not self._accepted:
+            raise error
+        head = codec.publish_head(buf, pos)
+        if head is None:
+            return None
+        topic, qos, mid = head
+        self._intake.on_too_large(topic, error.size, qos, mid)
+        end = pos + error.size
+        if end <= len(buf):
+            return end
+        self._skip = end - len(buf)
+        return len(buf)
 
     def _read(self, *, on: bool) -> None:
         transport = self._transport
