@@ -6,8 +6,10 @@ MQTT 3.1.1 (or 5, as the client's CONNECT asks) says, and sends the client what 
 
 It exists for what a real broker cannot show: whether a PUBACK left before the message was
 durable, how many reads the PUBACKs of a batch took, whether the client stopped reading (the
-broker's sends block: TCP backpressure). Its sockets are plain blocking ones in threads, so
-the client's event loop and the broker never share a scheduler.
+broker's sends block: TCP backpressure); and for faults: packets it leaves unanswered
+(`ignore`), a CONNACK or SUBACK of the test's choosing (`connack`, `grant`), any bytes at all
+(`send`). Its sockets are plain blocking ones in threads, so the client's event loop and the
+broker never share a scheduler. It serves one connection at a time, then the next.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 CONNECT, PUBLISH, PUBACK, SUBSCRIBE, PINGREQ, DISCONNECT = 0x10, 0x30, 0x40, 0x80, 0xC0, 0xE0
+PUBREC, PUBCOMP = 0x50, 0x70
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +69,16 @@ def _remaining(length: int) -> bytes:
             return bytes(out)
 
 
-def publish_packet(topic: str, payload: bytes, mid: int) -> bytes:
-    """A QoS 1 PUBLISH (MQTT 3.1.1)."""
+def publish_packet(topic: str, payload: bytes, mid: int, *, qos: int = 1) -> bytes:
+    """A PUBLISH at QoS 1 (or `qos`) (MQTT 3.1.1)."""
     name = topic.encode()
     body = len(name).to_bytes(2, "big") + name + mid.to_bytes(2, "big") + payload
-    return bytes((PUBLISH | 0x02,)) + _remaining(len(body)) + body
+    return bytes((PUBLISH | qos << 1,)) + _remaining(len(body)) + body
+
+
+def packet(first: int, body: bytes) -> bytes:
+    """Any packet: its first byte, the remaining length, `body`."""
+    return bytes((first,)) + _remaining(len(body)) + body
 
 
 class FakeBroker:
@@ -86,6 +94,15 @@ class FakeBroker:
         self.version = 4
         self.packets: list[Packet] = []
         self.subscribed = threading.Event()
+        #: Packet types (high nibble) left unanswered: all of them for a silent broker.
+        self.ignore: set[int] = set()
+        #: The CONNACK sent (None: accepted, no session present, no properties).
+        self.connack: bytes | None = None
+        #: The QoS granted to every filter (None: what was asked).
+        self.grant: int | None = None
+        #: Connections accepted so far; `ended` once one of them was closed by the client.
+        self.connections = 0
+        self.ended = threading.Event()
         #: A send to the client found its buffers full: the client is not reading.
         self.blocked = threading.Event()
         self.flooded = threading.Event()
@@ -99,6 +116,17 @@ class FakeBroker:
     def disconnect(self, reason: int) -> None:
         """Send an MQTT 5 DISCONNECT with `reason` (142: session taken over)."""
         self._send(bytes((DISCONNECT, 2, reason, 0)))
+
+    def drop(self) -> None:
+        """Close the connection now (the client may connect again)."""
+        with self._lock:
+            if self._sock is not None:
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
+
+    def send(self, data: bytes) -> None:
+        """Send these bytes to the client as they are."""
+        self._send(data)
 
     def publish(self, messages: list[tuple[str, bytes, int]]) -> None:
         """Send these QoS 1 PUBLISHes (topic, payload, packet id) in one write."""
@@ -135,31 +163,39 @@ class FakeBroker:
             self._sock.sendall(data)
 
     def _serve(self) -> None:
-        try:
-            sock, _ = self._listener.accept()
-        except OSError:
-            return
-        self._sock = sock
-        buf = b""
-        with contextlib.suppress(OSError):
-            while data := sock.recv(65536):
-                self.reads.append(data)
-                buf += data
-                while (packet := _split(buf)) is not None:
-                    head, body, buf = packet
-                    self._answer(Packet(head[0], body, len(self.reads) - 1))
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._sock = sock
+                self.connections += 1
+            buf = b""
+            with contextlib.suppress(OSError):
+                while data := sock.recv(65536):
+                    self.reads.append(data)
+                    buf += data
+                    while (packet := _split(buf)) is not None:
+                        head, body, buf = packet
+                        self._answer(Packet(head[0], body, len(self.reads) - 1))
+            self.ended.set()
+            sock.close()
 
     def _answer(self, packet: Packet) -> None:
         self.packets.append(packet)
+        if packet.kind in self.ignore:
+            return
         if packet.kind == CONNECT:
             self.version = packet.body[6]  # the protocol level: 4 (3.1.1) or 5
             # CONNACK, no session present, accepted (on 5: and no properties)
-            self._send(b"\x20\x03\x00\x00\x00" if self.version == 5 else b"\x20\x02\x00\x00")
+            default = b"\x20\x03\x00\x00\x00" if self.version == 5 else b"\x20\x02\x00\x00"
+            self._send(default if self.connack is None else self.connack)
         elif packet.kind == SUBSCRIBE:
             filters, i, granted = packet.body, 2 + (self.version == 5), bytearray()
             while i < len(filters):
                 i += 2 + int.from_bytes(filters[i : i + 2], "big")
-                granted.append(filters[i])
+                granted.append(filters[i] if self.grant is None else self.grant)
                 i += 1
             head = packet.body[:2] + (b"\x00" if self.version == 5 else b"")  # v5: no properties
             self._send(bytes((0x90, len(head) + len(granted))) + head + bytes(granted))
@@ -169,6 +205,8 @@ class FakeBroker:
             self._send(b"\x40\x02" + packet.body[name_end : name_end + 2])
         elif packet.kind == PINGREQ:
             self._send(b"\xd0\x00")
+        elif packet.kind == PUBREC:  # a QoS 2 message received: release it
+            self._send(b"\x62\x02" + packet.body[:2])
 
     def close(self) -> None:
         """End the connection and the listener."""

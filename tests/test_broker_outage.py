@@ -113,7 +113,8 @@ async def test_broker_outage_loses_and_doubles_nothing(
     and started again. During the outage `/readyz` is 503 and `edgemon_mqtt_connected` 0, and
     edgemon retries with growing jittered delays; the broker is restarted while edgemon waits
     out a delay, so chunks the device publishes then are queued for edgemon's persistent
-    session. Afterwards `/readyz` is 200, one reconnect is counted, both streams are the ones
+    session. Afterwards `/readyz` is 200, one reconnect is counted (and no session lost),
+    both streams are the ones
     started before (no new stream, no underrun), and `edgemon_chunks_total` summed over the
     devices equals exactly the number of chunks the device got PUBACKs for: the ones it
     published twice (no PUBACK in time) are counted as `duplicate`, not as chunks."""
@@ -192,6 +193,7 @@ async def test_broker_outage_loses_and_doubles_nothing(
     assert device.acked_while_edgemon_away > 0, "nothing was queued for edgemon's session"
     assert samples(metrics, "edgemon_mqtt_connected") == {(): 1.0}
     assert samples(metrics, "edgemon_mqtt_reconnects_total") == {(): 1.0}
+    assert samples(metrics, "edgemon_mqtt_sessions_lost_total") == {(): 0.0}  # it persisted
     assert samples(metrics, "edgemon_streams_started_total") == {
         (("device", d),): 1.0 for d in DEVICES
     }

@@ -13,7 +13,7 @@ import structlog
 from edgemon.daemon import Daemon
 from edgemon.daemon.intake import Intake
 from edgemon.daemon.mqtt_codec import V311
-from edgemon.daemon.mqtt_session import Session
+from edgemon.daemon.mqtt_connection import Connection
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
 from clients import settings_for, throttle_on_then_off, watching
@@ -33,7 +33,7 @@ async def test_the_link_disables_nagle_so_throttles_are_not_held_back(
     broker's delayed ACK."""
     _, port = mosquitto_broker
     intake = Intake(lambda *_: None)
-    session = Session(intake, version=V311, keepalive_s=30, on_accepted=lambda *_: None)
+    session = Connection(intake, version=V311, keepalive_s=30, on_accepted=lambda *_: None)
     loop = asyncio.get_running_loop()
     transport, _ = await loop.create_connection(lambda: session, "127.0.0.1", port)
     try:

@@ -12,8 +12,8 @@ import pytest
 
 from edgemon.daemon import mqtt_codec as codec
 from edgemon.daemon.app import Daemon
-from edgemon.daemon.mqtt import RECEIVE_MAXIMUM, connect_request
-from edgemon.settings import HttpSettings, MqttSettings, Settings
+from edgemon.daemon.mqtt import RECEIVE_MAXIMUM, connect_request, max_packet_size
+from edgemon.settings import HttpSettings, LimitsSettings, MqttSettings, Settings
 
 from clients import throttle_on_then_off, watching
 from daemons import running
@@ -46,11 +46,18 @@ def test_connect_by_protocol() -> None:
     assert (fleeting.clean, fleeting.session_expiry_s) == (True, 0)
 
 
-def test_v5_declares_a_receive_maximum() -> None:
-    """Flow control on MQTT 5 (reliability.md): CONNECT carries a Receive Maximum, so the broker
-    keeps at most that many unacknowledged QoS 1 messages out to edgemon and holds the rest.
+def test_v5_declares_what_the_broker_may_send() -> None:
+    """Flow control and bounded input on MQTT 5 (reliability.md): CONNECT carries a Receive
+    Maximum, so the broker keeps at most that many unacknowledged QoS 1 messages out to edgemon
+    and holds the rest; a Maximum Packet Size a little above `[limits] max_payload_bytes`, so
+    it sends no larger packet; and a Topic Alias Maximum of 0, so it sends no topic alias.
     Read from the CONNECT packet's bytes: its properties follow the keep-alive."""
-    packet = codec.connect(_request(MqttSettings(protocol="5", session_expiry_s=600)))
+    limit = max_packet_size(LimitsSettings().max_payload_bytes)
+    assert LimitsSettings().max_payload_bytes < limit <= LimitsSettings().max_payload_bytes + 8192
+    settings = MqttSettings(protocol="5", session_expiry_s=600)
+    packet = codec.connect(
+        connect_request(settings, b"offline", "edgemon/v1/_edgemon/x/status", max_packet=limit)
+    )
     start, _ = codec.split(packet, 0) or (0, 0)
     variable = packet[start + 6 :]  # after "\x00\x04MQTT"
     assert variable[0] == codec.V5
@@ -59,6 +66,8 @@ def test_v5_declares_a_receive_maximum() -> None:
     assert properties == (
         bytes((codec.SESSION_EXPIRY_INTERVAL,)) + (600).to_bytes(4, "big")
         + bytes((codec.RECEIVE_MAXIMUM,)) + RECEIVE_MAXIMUM.to_bytes(2, "big")
+        + bytes((codec.MAXIMUM_PACKET_SIZE,)) + limit.to_bytes(4, "big")
+        + bytes((codec.TOPIC_ALIAS_MAXIMUM,)) + b"\x00\x00"
     )  # fmt: skip
 
 

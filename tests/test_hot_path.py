@@ -26,6 +26,7 @@ from edgemon.settings import LogSettings, MqttSettings
 from edgemon.wire.topics import Topics
 
 from fake_broker import FakeBroker
+from links import until
 from strategies import Scenario, scenarios
 
 if TYPE_CHECKING:
@@ -199,16 +200,6 @@ class Durability:
             callback()
 
 
-async def until(condition: Callable[[], bool], what: str, within_s: float = 30.0) -> None:
-    """Wait for `condition` (a generous deadline: the machine may be loaded)."""
-    try:
-        async with asyncio.timeout(within_s):
-            while not condition():  # noqa: ASYNC110 - polling state another thread sets
-                await asyncio.sleep(0.005)
-    except TimeoutError:
-        raise AssertionError(f"not within {within_s} s: {what}") from None
-
-
 @contextlib.asynccontextmanager
 async def linked(
     broker: FakeBroker, durability: Durability, applied: list[bytes], *, pending: int
@@ -261,7 +252,7 @@ async def test_pubacks_leave_only_once_durable_and_together() -> None:
             durability.release()
             await until(lambda: len(broker.pubacks()) == 100, "100 PUBACKs")
             acks = broker.pubacks()
-            assert sorted(ack.mid for ack in acks) == list(range(1, 101))
+            assert [ack.mid for ack in acks] == list(range(1, 101))  # in the order received
             assert len({ack.read for ack in acks}) == 1
             assert len(broker.reads[acks[0].read]) == 4 * 100  # that read: the PUBACKs only
     finally:
@@ -289,6 +280,6 @@ async def test_a_paused_intake_stops_reading_the_socket() -> None:
             await until(lambda: len(broker.pubacks()) == count, "every message acknowledged")
             assert len(applied) == count
             assert [payload[:5] for payload in applied] == [b"%05d" % n for n in range(count)]
-            assert sorted(ack.mid for ack in broker.pubacks()) == list(range(1, count + 1))
+            assert [ack.mid for ack in broker.pubacks()] == list(range(1, count + 1))
     finally:
         broker.close()

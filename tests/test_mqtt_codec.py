@@ -4,23 +4,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import structlog
 
-from edgemon.adapters.state import ConnectionState
 from edgemon.daemon import mqtt_codec as codec
-from edgemon.daemon.mqtt import LinkHooks, MqttLink
-from edgemon.settings import MqttSettings
-from edgemon.wire.topics import Topics
 
 from daemons import logged
-from fake_broker import PINGREQ, FakeBroker
+from fake_broker import PINGREQ
+from links import running_link
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, MutableMapping
+    from collections.abc import MutableMapping
 
 
 def test_connect_3_1_1_with_will_and_credentials() -> None:
@@ -68,13 +63,11 @@ def test_split_waits_for_the_whole_packet() -> None:
 
 
 def test_decode_publish_and_acks() -> None:
-    """PUBLISH: QoS, DUP, id and payload; v5 properties are skipped; QoS 2 is refused. CONNACK
+    """PUBLISH: QoS, DUP, id and payload; v5 properties are skipped. CONNACK
     v5 properties are read (Server Keep Alive); a SUBACK's codes; a v5 DISCONNECT's reason."""
-    body = b"\x00\x03a/b\x00\x09" + b"\x03\x01\x01\x00" + b"pay"  # v5: a 3-byte property block
+    body = b"\x00\x03a/b\x00\x09" + b"\x02\x01\x01" + b"pay"  # v5: Payload Format Indicator 1
     assert codec.decode_publish(0x3A, body, version=codec.V5) == ("a/b", b"pay", 1, True, 9)
     assert codec.decode_publish(0x30, b"\x00\x01tp", version=codec.V311) == ("t", b"p", 0, False, 0)
-    with pytest.raises(codec.ProtocolError):
-        codec.decode_publish(0x34, b"\x00\x01t\x00\x01", version=codec.V311)
     connack = codec.decode_connack(b"\x01\x00\x03\x13\x00\x05", version=codec.V5)
     assert (connack.session_present, connack.refused) == (True, False)
     assert connack.properties == {codec.SERVER_KEEP_ALIVE: 5}
@@ -84,35 +77,6 @@ def test_decode_publish_and_acks() -> None:
     assert codec.decode_disconnect(b"\x8e\x00") == (142, {})
     assert "session taken over" in codec.reason_text(142, version=codec.V5)
     assert "not authorised" in codec.reason_text(5, version=codec.V311)
-
-
-@contextlib.asynccontextmanager
-async def running_link(
-    client_id: str, log_name: str, **settings: Any
-) -> AsyncIterator[tuple[MqttLink, FakeBroker]]:
-    """The daemon's link (`MqttSettings(**settings)`) running against a FakeBroker; on exit
-    it is stopped (within 30 s) and the broker closed."""
-    broker = FakeBroker()
-    link = MqttLink(
-        MqttSettings(url=f"mqtt://127.0.0.1:{broker.port}", client_id=client_id, **settings),
-        topics=Topics(),
-        connection=ConnectionState(),
-        hooks=LinkHooks(on_message=lambda *_: None, status_payload=lambda state: state.encode()),
-        log=structlog.get_logger(log_name),
-    )
-    stop = asyncio.Event()
-
-    async def farewell() -> None:
-        return None
-
-    task = asyncio.create_task(link.run(stop, farewell))
-    try:
-        yield link, broker
-    finally:
-        stop.set()
-        async with asyncio.timeout(30):
-            await task
-        broker.close()
 
 
 @pytest.mark.asyncio
@@ -147,3 +111,37 @@ async def test_a_v5_takeover_is_reported_from_the_brokers_reason_code(
     assert report["sessions_lost"] == 1
     (lost,) = logged(captured_logs, "mqtt_disconnected")
     assert "session taken over (code 142)" in lost["error"]
+
+
+def test_the_codec_refuses_what_the_standards_forbid() -> None:
+    """A remaining length never takes more than four bytes (268,435,455 at most); a PUBLISH
+    with both QoS bits set, with DUP at QoS 0, or with packet identifier 0 at QoS 1 or 2 is
+    malformed; an MQTT 5 PUBLISH carrying a topic alias is refused (edgemon declares a Topic
+    Alias Maximum of 0); QoS 2 is read (the connection answers it with PUBREC)."""
+    assert codec.varint(codec.MAX_REMAINING_LENGTH) == b"\xff\xff\xff\x7f"
+    with pytest.raises(ValueError, match="four bytes"):
+        codec.varint(codec.MAX_REMAINING_LENGTH + 1)
+    body = b"\x00\x01t\x00\x05p"
+    for first, problem in ((0x36, "both QoS bits"), (0x38, "DUP")):
+        with pytest.raises(codec.ProtocolError, match=problem):
+            codec.decode_publish(first, body, version=codec.V311)
+    for first in (0x32, 0x34):
+        with pytest.raises(codec.ProtocolError, match="packet identifier 0"):
+            codec.decode_publish(first, b"\x00\x01t\x00\x00p", version=codec.V311)
+    aliased = b"\x00\x00\x00\x05" + b"\x03\x23\x00\x01" + b"p"  # empty topic, Topic Alias 1
+    with pytest.raises(codec.ProtocolError, match="topic alias"):
+        codec.decode_publish(0x32, aliased, version=codec.V5)
+    assert codec.decode_publish(0x34, body, version=codec.V311) == ("t", b"p", 2, False, 5)
+
+
+def test_split_refuses_a_packet_over_the_limit_from_its_header() -> None:
+    """`split` says a packet is too large as soon as its fixed header is in, before any of
+    its body: a header announcing 50 MB is refused with 2 bytes of body received."""
+    header = b"\x30" + codec.varint(50_000_000)
+    with pytest.raises(codec.PacketTooLargeError, match="50,000,005 bytes"):
+        codec.split(header + b"\x00\x01", 0, 1000)
+    packet = codec.publish("t", b"x" * 990, qos=0, retain=False, mid=0, version=codec.V311)
+    assert len(packet) == 996  # 1 + 2 (remaining length 993) + 2 + 1 + 990
+    assert codec.split(packet, 0, 996) == (3, 996)
+    with pytest.raises(codec.PacketTooLargeError):
+        codec.split(packet, 0, 995)

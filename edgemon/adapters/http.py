@@ -4,7 +4,7 @@
 |---|---|
 | `/metrics` | the registry, in the Prometheus text format or OpenMetrics (by `Accept`) |
 | `/healthz` | 200 `ok` while the event loop answers |
-| `/readyz` | 200 once connected to the broker and subscribed, else 503 with the reason |
+| `/readyz` | 200 once connected to the broker and subscribed (saying why if degraded), else 503 |
 | `/api/v1/streams` | devices and their streams at each device's current time (`streams_view`) |
 
 `/api/v1/streams` takes `?device=<id>` (that device only) and pages the fleet by device id:
@@ -147,6 +147,8 @@ class _Views:
             return web.Response(status=503, text="not ready: not connected to the MQTT broker\n")
         if not connection.subscribed:
             return web.Response(status=503, text="not ready: subscriptions not acknowledged\n")
+        if connection.degraded is not None:
+            return web.Response(text=f"ready, degraded: {connection.degraded}\n")
         return web.Response(text="ready\n")
 
     async def streams(self, request: web.Request) -> web.Response:

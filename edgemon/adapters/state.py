@@ -15,6 +15,12 @@ class ConnectionState:
     subscribed: bool = False
     #: Sessions re-established after a lost one (the first connect does not count).
     reconnects: int = 0
+    #: Reconnections whose CONNACK said the broker kept no session (what it had queued for
+    #: edgemon is gone).
+    sessions_lost: int = 0
+    #: Why the broker's grants fall short of what edgemon asked (a QoS below 1): still ready,
+    #: but degraded. None when they do not.
+    degraded: str | None = None
 
     @property
     def ready(self) -> bool:

@@ -33,7 +33,7 @@ from edgemon.adapters.http import (
     serve,
     ssl_context_from_files,
 )
-from edgemon.adapters.metrics import DeadlineLatenessCollector, build_registry
+from edgemon.adapters.metrics import CallbackCounter, DeadlineLatenessCollector, build_registry
 from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.catchup import CatchUp
 from edgemon.daemon.clock import MonotonicWallClock
@@ -41,14 +41,14 @@ from edgemon.daemon.digest import DeviceDigest
 from edgemon.daemon.dispatch import Dispatcher
 from edgemon.daemon.gcpacer import GcPacer
 from edgemon.daemon.logs import LogBudget, RejectionLog
-from edgemon.daemon.mqtt import LinkHooks, MqttLink
+from edgemon.daemon.mqtt import LinkHooks, MqttLink, max_packet_size
 from edgemon.daemon.persistence import open_persistence
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
 from edgemon.daemon.recorder import TraceRecorder
 from edgemon.daemon.scheduler import Scheduler, StallGuard
 from edgemon.daemon.status import status_line, status_payload
 from edgemon.daemon.systemd import Notifier
-from edgemon.engine.outputs import ThrottleChanged
+from edgemon.engine.outputs import Rejected, ThrottleChanged
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
 from edgemon.trace import TraceMark, TraceRecord
@@ -130,8 +130,17 @@ class Daemon:
                 on_connected=self._on_connected,
                 on_disconnected=self._on_disconnected,
                 when_durable=self._when_durable,
+                on_too_large=self._on_too_large,
             ),
             log=self.log,
+            max_packet=max_packet_size(settings.limits.max_payload_bytes),
+        )
+        self.registry.register(
+            CallbackCounter(
+                "edgemon_mqtt_sessions_lost_total",
+                "Reconnections whose CONNACK said the broker kept no session.",
+                lambda: self.connection.sessions_lost,
+            )
         )
         owned = settings.mqtt.devices
         self.publisher = ThrottlePublisher(
@@ -464,6 +473,18 @@ class Daemon:
             self._dispatch(out)
             out.clear()
         self.scheduler.poke()
+
+    def _on_too_large(self, topic: str, size: int) -> None:
+        """A message too large to read, dropped unread by the link: `oversized`, as one the
+        engine refuses for its payload."""
+        self.monitor.results["oversized"] += 1
+        parsed = self.monitor.topics.parse(topic)
+        self._rejections(
+            Rejected(
+                self.clock.now_ms(), topic, None if parsed is None else parsed[0], "oversized",
+                f"packet of {size} bytes, larger than edgemon reads: dropped unread",
+            )
+        )  # fmt: skip
 
     def _apply(self, topic: str, payload: bytes, now: float) -> None:
         """The engine path of every message, live or replayed from the log, in the order

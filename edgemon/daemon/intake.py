@@ -1,11 +1,13 @@
 """Messages in from the socket: applied as they are read, acknowledged once durable.
 
-Flow control, not shedding (docs/reliability.md). The link's `Session` splits each PUBLISH
+Flow control, not shedding (docs/reliability.md). The link's `Connection` splits each PUBLISH
 out of what the broker's socket gave it, and `Intake.on_message` applies it right there: no
 queue between the network and the engine, so nothing is read faster than it is applied, and
 when edgemon falls behind the socket is simply read later (TCP backpressure: the broker holds
 the rest). Messages read together (one loop iteration) form a batch; once the write-ahead log
-says the batch is durable, its QoS 1 messages are acknowledged (PUBACK). While more than
+says the batch is durable, its QoS 1 messages are acknowledged (PUBACK), in the order they
+were received; a QoS 2 one (a broker should send none: edgemon subscribes at QoS 1) the same
+way with PUBREC, the connection answering the broker's PUBREL. While more than
 `PENDING_MESSAGES` messages (or `PENDING_BYTES` payload bytes) wait for durability, the
 socket is not read at all (`paused`).
 
@@ -17,7 +19,7 @@ replayed after a crash (`expect_redelivery`): edgemon cannot know which of them 
 acknowledged. A redelivery is recognised by its DUP flag and its exact topic and payload.
 
 Two costs a general-purpose client would pay per message are paid per read and per batch
-instead: the socket is read in blocks (asyncio hands `session` whatever the socket holds,
+instead: the socket is read in blocks (asyncio hands the connection whatever the socket holds,
 which it splits into packets itself), and the PUBACKs of every batch made durable in one loop
 iteration leave in one write.
 """
@@ -28,7 +30,7 @@ import asyncio
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Protocol
 
-from edgemon.daemon.mqtt_codec import PUBACK
+from edgemon.daemon.mqtt_codec import PUBACK, PUBREC
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -41,10 +43,11 @@ RECENT_ACKS = 4096
 #: How long after a session begins redeliveries of the previous one are still expected.
 REDELIVERY_WINDOW_S = 60.0
 
-#: (mid, topic, payload) of one received QoS 1 message awaiting its acknowledgement.
-Pending = tuple[int, str, bytes]
+#: (its PUBACK or PUBREC, topic, payload) of one received message awaiting acknowledgement.
+Pending = tuple[bytes, str, bytes]
 
-_PUBACK_HEAD = bytes((PUBACK, 2))
+#: The acknowledgement's first two bytes (type, remaining length 2) by QoS: 1 PUBACK, 2 PUBREC.
+_ACK_HEAD = (b"", bytes((PUBACK, 2)), bytes((PUBREC, 2)))
 
 
 class Wire(Protocol):
@@ -74,8 +77,11 @@ class Intake:
         when_durable: Callable[[Callable[[], None]], None] = _no_wal,
         pending_limits: tuple[int, int] = (PENDING_MESSAGES, PENDING_BYTES),
         topics: frozenset[str] | None = None,
+        too_large: Callable[[str, int], None] = lambda _topic, _size: None,
     ) -> None:
         self._apply = apply
+        #: Told of each message too large to read (topic, packet size).
+        self._too_large = too_large
         #: The topics this instance reads (its own devices'), or None for any.
         self._topics = topics
         #: Messages on other topics (another instance's devices): acknowledged, not applied.
@@ -141,7 +147,8 @@ class Intake:
     # ------------------------------------------------------------------ reading
     def on_message(self, topic: str, payload: bytes, qos: int, dup: bool, mid: int) -> None:
         """One PUBLISH received: apply it (unless it is a known redelivery); a QoS 1 one is
-        acknowledged once durable. The session calls `end_batch` after what it read together."""
+        acknowledged once durable. The connection calls `end_batch` after what it read
+        together."""
         if self._closed:
             return
         if qos and dup and self._redelivery:
@@ -149,22 +156,31 @@ class Intake:
             if self._redelivery[key] > 0:
                 self._redelivery[key] -= 1
                 self.redelivered += 1
-                self._queue_ack(mid, topic, payload)
+                self._queue_ack(_ACK_HEAD[qos] + mid.to_bytes(2, "big"), topic, payload)
                 return
         if self._topics is not None and topic not in self._topics:
             self.foreign += 1  # a subscription an earlier configuration left on the broker
         else:
             self._apply(topic, payload)
         if qos:
-            self._queue_ack(mid, topic, payload)
+            self._queue_ack(_ACK_HEAD[qos] + mid.to_bytes(2, "big"), topic, payload)
+
+    def on_too_large(self, topic: str, size: int, qos: int, mid: int) -> None:
+        """A PUBLISH too large to read (MQTT 3.1.1: dropped as it arrives): not applied,
+        reported, and acknowledged in its turn so that the broker does not deliver it again."""
+        if self._closed:
+            return
+        self._too_large(topic, size)
+        if qos:
+            self._queue_ack(_ACK_HEAD[qos] + mid.to_bytes(2, "big"), topic, b"")
 
     def end_batch(self) -> None:
         """What was read together has been applied: it is one batch for the log."""
         if self._batch:
             self._flush()
 
-    def _queue_ack(self, mid: int, topic: str, payload: bytes) -> None:
-        self._batch.append((mid, topic, payload))
+    def _queue_ack(self, ack: bytes, topic: str, payload: bytes) -> None:
+        self._batch.append((ack, topic, payload))
         self._drained.clear()
         self.pending += 1
         self.pending_bytes += len(payload)
@@ -182,8 +198,8 @@ class Intake:
         if session == self._session and self._wire is not None:
             recent = self._recent
             acks = self._acks
-            for mid, topic, payload in batch:  # PUBACK, success: 0x40, length 2, mid
-                acks += _PUBACK_HEAD + mid.to_bytes(2, "big")
+            for ack, topic, payload in batch:  # in the order received
+                acks += ack
                 recent.append((topic, payload))
             if not self._acks_scheduled:
                 self._acks_scheduled = True

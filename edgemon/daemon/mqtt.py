@@ -1,4 +1,4 @@
-"""The MQTT link: one broker session at a time, re-established forever.
+"""The MQTT link: one broker connection at a time, re-established forever, for one session.
 
 Built on asyncio's public transport API (`loop.create_connection`, an `asyncio.Protocol`, TLS
 by the `ssl` module) and a small codec of the packets edgemon uses (`mqtt_codec`), not on an
@@ -8,8 +8,13 @@ MQTT client library: see the README's "The MQTT link" for why.
   what devices send while edgemon is away; the last will is the retained `offline` status.
 - On every connect: retained `online` status, then subscribe `P/+/events` and `P/+/engine`
   (with `[mqtt] devices`, each listed device's two topics only), then messages flow.
-- A lost session is re-established with jittered exponential backoff capped at 30 s; nothing
-  of the engine's state is touched.
+- A lost connection is re-established with jittered exponential backoff capped at 30 s;
+  nothing of the engine's state is touched. A broker gone silent is noticed within 1.5
+  keep-alives (`mqtt_connection`).
+- What the broker says is heard: a reconnection whose CONNACK says it kept no session (what
+  was queued for edgemon is gone) is logged and counted; a grant below the QoS asked for
+  (SUBACK, or MQTT 5's Maximum QoS) is an error and `/readyz` says "degraded"; a broker
+  without retained messages (MQTT 5's Retain Available 0) is refused.
 - Incoming messages are applied as they are read and acknowledged once durable (`intake`):
   flow control by TCP backpressure, nothing shed; on MQTT 5 a Receive Maximum is declared.
 - A session that keeps ending right after it began (another instance with the same client id
@@ -29,7 +34,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from edgemon.daemon import mqtt_codec as codec
 from edgemon.daemon.intake import PENDING_BYTES, PENDING_MESSAGES, Intake
 from edgemon.daemon.mqtt_codec import Connack, ConnectRequest, Will
-from edgemon.daemon.mqtt_session import Session, SessionLostError
+from edgemon.daemon.mqtt_connection import Connection, ConnectionLostError, NotSendableError
+from edgemon.daemon.mqtt_terms import BrokerUnsuitableError, Terms, refusal
 from edgemon.daemon.publisher import PublishError
 from edgemon.settings import ConfigError
 
@@ -45,7 +51,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-PUBLISH_TIMEOUT_S = 5.0
 #: TCP connect, TLS handshake and CONNACK, at most.
 CONNECT_TIMEOUT_S = 10.0
 #: MQTT 5: QoS 1 messages the broker may have out to edgemon unacknowledged at once.
@@ -57,6 +62,15 @@ STABLE_SESSION_S = 60.0
 TAKEOVER_STREAK = 3
 #: MQTT 5 DISCONNECT reason code "Session taken over".
 SESSION_TAKEN_OVER = 142
+#: Room in a packet beyond its payload: fixed header, topic (up to 1 KiB of prefix and the
+#: device id), packet id and MQTT 5 properties (`max_packet_size`).
+PACKET_OVERHEAD = 4096
+
+
+def max_packet_size(max_payload_bytes: int) -> int:
+    """The largest packet edgemon reads: a little above the largest payload it accepts
+    (`[limits] max_payload_bytes`), so every message it would apply fits."""
+    return max_payload_bytes + PACKET_OVERHEAD
 
 
 class Backoff:
@@ -104,24 +118,26 @@ def subscriptions(topics: Topics, *, devices: tuple[str, ...] | None) -> list[st
 
 @dataclass(frozen=True, slots=True)
 class LinkHooks:
-    """What the link calls back into: the daemon's side of the session."""
+    """What the link calls back into: the daemon's side of the connection."""
 
     #: One message (topic, payload), in arrival order; must not block.
     on_message: Callable[[str, bytes], None]
     #: The status payload for `online` / `offline`, built when needed.
     status_payload: Callable[[str], bytes]
-    #: Subscriptions acknowledged (every session).
+    #: Subscriptions acknowledged (every connection).
     on_subscribed: Callable[[], None] = lambda: None
-    #: CONNACK received, before any message of the session is read (every session).
+    #: CONNACK received, before any message of the connection is read (every connection).
     on_connected: Callable[[], None] = lambda: None
-    #: The session is gone (or never came up): no message can arrive until `on_connected`.
+    #: The connection is gone (or never came up): no message can arrive until `on_connected`.
     on_disconnected: Callable[[], None] = lambda: None
     #: Call the callback once every message given to `on_message` so far is durable.
     when_durable: Callable[[Callable[[], None]], None] = lambda callback: callback()
+    #: A message too large to read (topic, packet size), dropped unread (MQTT 3.1.1).
+    on_too_large: Callable[[str, int], None] = lambda _topic, _size: None
 
 
 class MqttLink:
-    """The broker session: messages in to `hooks`, publishes out, state in `connection`."""
+    """The broker link: messages in to `hooks`, publishes out, state in `connection`."""
 
     def __init__(
         self,
@@ -133,6 +149,7 @@ class MqttLink:
         log: Any,
         backoff: Backoff | None = None,
         pending_limits: tuple[int, int] = (PENDING_MESSAGES, PENDING_BYTES),
+        max_packet: int = codec.MAX_REMAINING_LENGTH,
     ) -> None:
         self._settings = settings
         self._status_topic = topics.status(settings.client_id)
@@ -148,103 +165,115 @@ class MqttLink:
         self._log = log
         self._backoff = backoff or Backoff()
         self._connected = asyncio.Event()
-        self._session: Session | None = None
+        self._conn: Connection | None = None
+        #: The largest packet read from the broker (declared to it on MQTT 5).
+        self._max_packet = max_packet
         self.intake = Intake(
             hooks.on_message, when_durable=hooks.when_durable, pending_limits=pending_limits,
             topics=None if settings.devices is None else frozenset(self._filters),
+            too_large=hooks.on_too_large,
         )  # fmt: skip
         self._sessions = 0
         #: Sessions in a row that the broker ended soon after they began.
         self._short_sessions = 0
+        #: What the broker granted that edgemon reports once (`mqtt_terms`).
+        self._terms = Terms(log, connection)
 
-    async def _connect(self) -> Session:
-        """A new connection, CONNECT sent and CONNACK accepted; SessionLostError (or OSError, for
-        TCP and TLS) if not."""
+    async def _connect(self) -> Connection:
+        """A new connection, CONNECT sent and CONNACK accepted; ConnectionLostError (or OSError,
+        for TCP and TLS) if not."""
         settings = self._settings
         broker = settings.broker
-        request = connect_request(settings, self._status_payload("offline"), self._status_topic)
+        request = connect_request(
+            settings, self._status_payload("offline"), self._status_topic,
+            max_packet=self._max_packet,
+        )  # fmt: skip
         persistent = settings.persistent_session
+        terms = self._terms
 
-        def accepted(session: Session, _connack: Connack) -> None:
-            # Before the first message of the session is handled: a persistent session's
-            # queue comes right after CONNACK.
+        def accepted(conn: Connection, connack: Connack) -> None:
+            # Before the first message is handled: a persistent session's queue comes right
+            # after CONNACK.
+            terms.accepted(connack, persistent=persistent, reconnection=self._sessions > 0)
             self._on_connected()
-            self.intake.begin(session, persistent=persistent)
+            self.intake.begin(conn, persistent=persistent)
 
-        session = Session(
+        conn = Connection(
             self.intake, version=request.version, keepalive_s=request.keepalive_s,
-            on_accepted=accepted,
+            on_accepted=accepted, max_packet=self._max_packet,
         )  # fmt: skip
         context = tls_context(settings)
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 await loop.create_connection(
-                    lambda: session, broker.host, broker.port, ssl=context,
+                    lambda: conn, broker.host, broker.port, ssl=context,
                     server_hostname=broker.host if context is not None else None,
                 )  # fmt: skip
-                session.write(codec.connect(request))
-                connack = await session.connack
+                conn.write(codec.connect(request))
+                connack = await conn.connack
         except TimeoutError:
-            session.fail(SessionLostError("no CONNACK in time"))
+            conn.fail(ConnectionLostError("no CONNACK in time"))
             waited = f"{CONNECT_TIMEOUT_S:g} s"
-            raise SessionLostError(f"no answer from the broker within {waited}") from None
+            raise ConnectionLostError(f"no answer from the broker within {waited}") from None
         except BaseException:
-            session.fail(SessionLostError("connection abandoned"))
+            conn.fail(ConnectionLostError("connection abandoned"))
             raise
         if connack.refused:
-            session.fail(SessionLostError("refused"))
-            text = codec.reason_text(connack.code, version=request.version)
-            raise SessionLostError(f"connection refused: {text}", reason=connack.code)
-        return session
+            conn.fail(ConnectionLostError("refused"))
+            raise refusal(connack, version=request.version)
+        return conn
 
     # ------------------------------------------------------------------ out
     async def wait_connected(self) -> None:
-        """Return once a session is up (subscribed or not)."""
+        """Return once a connection is up (subscribed or not)."""
         await self._connected.wait()
 
     async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool) -> None:
-        """Publish now; PublishError when there is no session, it is lost meanwhile, or the
-        broker does not acknowledge in time (the caller sends again on the next session)."""
-        session = self._session
-        if session is None or not self._connected.is_set():
+        """Publish now; PublishError when there is no connection, it is lost meanwhile (a
+        PUBACK not in time ends it), or the broker refuses (the caller sends again on the next
+        connection)."""
+        conn = self._conn
+        if conn is None or not self._connected.is_set():
             raise PublishError("not connected")
         try:
-            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
-                code = await session.publish(topic, payload, qos=qos, retain=retain)
-        except TimeoutError:
-            raise PublishError("the broker did not acknowledge in time") from None
-        except SessionLostError as exc:
-            raise PublishError(f"session lost before the broker acknowledged ({exc})") from exc
+            code = await conn.publish(topic, payload, qos=qos, retain=retain)
+        except ConnectionLostError as exc:
+            raise PublishError(f"connection lost before the broker acknowledged ({exc})") from exc
+        except NotSendableError as exc:
+            raise PublishError(str(exc)) from exc
         if code >= 0x80:
             raise PublishError(f"refused: {codec.reason_text(code, version=codec.V5)}")
 
     # ------------------------------------------------------------------ in
     async def run(self, stop: asyncio.Event, farewell: Callable[[], Awaitable[None]]) -> None:
-        """Keep a session up until `stop`; then await `farewell()` while still connected.
+        """Keep a connection up until `stop`; then await `farewell()` while still connected.
 
         This is the `mqtt-ingest` task: it returns after a clean disconnect once `stop` is
-        set (the farewell is skipped when no session is up at that moment). A connection
+        set (the farewell is skipped when no connection is up at that moment). A connection
         attempt under way when `stop` comes is abandoned at once.
         """
         persistent = self._settings.persistent_session
+        terms = self._terms
         while not stop.is_set():
             began: float | None = None
             try:
-                session = await _unless_stopped(self._connect(), stop)
-                if session is None:
+                conn = await _unless_stopped(self._connect(), stop)
+                if conn is None:
                     return
-                self._session = session
+                self._conn = conn
                 began = time.monotonic()
                 try:
-                    await self._session_up(session, stop, farewell)
+                    await self._connection_up(conn, stop, farewell)
                 finally:
-                    await session.close()
+                    await conn.close()
             except ConfigError as exc:
                 # A password file missing or empty right now (being rotated, say): a failed
                 # attempt like any other, tried again after the backoff.
                 self._log.warning("mqtt_credentials_unreadable", problems=list(exc.problems))
-            except (SessionLostError, OSError) as exc:
+            except BrokerUnsuitableError as exc:
+                terms.unsuitable(exc, broker=self._settings.url)
+            except (ConnectionLostError, OSError) as exc:
                 self._log.warning(
                     "mqtt_disconnected" if self._sessions else "mqtt_connect_failed",
                     broker=self._settings.url,
@@ -253,7 +282,7 @@ class MqttLink:
                 if began is not None:
                     self._session_lost(time.monotonic() - began, exc)
             finally:
-                self._session = None
+                self._conn = None
                 self.intake.end(persistent=persistent)
                 self._down()
             if stop.is_set():
@@ -288,26 +317,25 @@ class MqttLink:
                 fix="give every edgemon instance its own [mqtt] client_id",
             )
 
-    async def _session_up(
-        self, session: Session, stop: asyncio.Event, farewell: Callable[[], Awaitable[None]]
+    async def _connection_up(
+        self, conn: Connection, stop: asyncio.Event, farewell: Callable[[], Awaitable[None]]
     ) -> None:
         self._sessions += 1
         if self._sessions > 1:
             self.connection.reconnects += 1
         self.connection.connected = True
         self._connected.set()
-        await _or_ended(
-            session.publish(self._status_topic, self._status_payload("online"), qos=1, retain=True),
-            session,
-        )
+        online = self._status_payload("online")
+        await _or_ended(conn.publish(self._status_topic, online, qos=1, retain=True), conn)
         if self._stale:
-            await _or_ended(session.unsubscribe(self._stale), session)
+            await _or_ended(conn.unsubscribe(self._stale), conn)
         qos = self._settings.qos
-        granted = await _or_ended(session.subscribe([(t, qos) for t in self._filters]), session)
+        granted = await _or_ended(conn.subscribe([(t, qos) for t in self._filters]), conn)
         refused = [f for f, code in zip(self._filters, granted, strict=False) if code >= 0x80]
         if refused or len(granted) != len(self._filters):
             what = refused or self._filters
-            raise SessionLostError(f"subscription refused by the broker: {what}")
+            raise ConnectionLostError(f"subscription refused by the broker: {what}")
+        self._terms.granted(self._filters, granted, asked=qos, max_qos=conn.max_qos)
         self.connection.subscribed = True
         if self._sessions == 1:
             self._backoff.reset()
@@ -315,11 +343,11 @@ class MqttLink:
         self._on_subscribed()
         stopped = asyncio.ensure_future(stop.wait())
         try:
-            await asyncio.wait((session.ended, stopped), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((conn.ended, stopped), return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
-        if session.ended.done():
-            raise _lost(session.ended.result())
+        if conn.ended.done():
+            raise _lost(conn.ended.result())
         self.connection.subscribed = False  # intake stops here: no more messages are taken
         await self.intake.drain()  # what was applied is durable and acknowledged
         await farewell()
@@ -331,8 +359,10 @@ class MqttLink:
         self._on_disconnected()
 
 
-async def _unless_stopped(connecting: Awaitable[Session], stop: asyncio.Event) -> Session | None:
-    """The session `connecting` brings up, or None if `stop` comes first (then abandoned)."""
+async def _unless_stopped(
+    connecting: Awaitable[Connection], stop: asyncio.Event
+) -> Connection | None:
+    """The connection `connecting` brings up, or None if `stop` comes first (then abandoned)."""
     attempt = asyncio.ensure_future(connecting)
     stopped = asyncio.ensure_future(stop.wait())
     try:
@@ -342,34 +372,41 @@ async def _unless_stopped(connecting: Awaitable[Session], stop: asyncio.Event) -
     if attempt.done():
         return attempt.result()
     attempt.cancel()
-    with contextlib.suppress(asyncio.CancelledError, SessionLostError, OSError):
+    with contextlib.suppress(asyncio.CancelledError, ConnectionLostError, OSError):
         await attempt
     return None
 
 
-async def _or_ended(step: Awaitable[T], session: Session) -> T:
-    """`step`'s result, or the session's end as an exception if that comes first."""
+async def _or_ended(step: Awaitable[T], conn: Connection) -> T:
+    """`step`'s result, or the connection's end as an exception if that comes first."""
     doing = asyncio.ensure_future(step)
     try:
-        await asyncio.wait((doing, session.ended), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((doing, conn.ended), return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not doing.done():
             doing.cancel()
     if doing.done() and not doing.cancelled():
         return doing.result()
-    raise _lost(session.ended.result())
+    raise _lost(conn.ended.result())
 
 
-def _lost(error: BaseException | None) -> SessionLostError:
-    if isinstance(error, SessionLostError):
+def _lost(error: BaseException | None) -> ConnectionLostError:
+    if isinstance(error, ConnectionLostError):
         return error
-    return SessionLostError("disconnected" if error is None else f"connection lost ({error!r})")
+    return ConnectionLostError("disconnected" if error is None else f"connection lost ({error!r})")
 
 
-def connect_request(settings: MqttSettings, offline: bytes, status_topic: str) -> ConnectRequest:
+def connect_request(
+    settings: MqttSettings,
+    offline: bytes,
+    status_topic: str,
+    *,
+    max_packet: int = codec.MAX_REMAINING_LENGTH,
+) -> ConnectRequest:
     """CONNECT for `settings`: the retained `offline` status as the will; how the broker keeps
     our session: clean session off on 3.1.1; on MQTT 5, no clean start and a session expiry
-    (0 when the session is not meant to persist) and a Receive Maximum."""
+    (0 when the session is not meant to persist), a Receive Maximum and a Maximum Packet
+    Size (`max_packet`)."""
     password = settings.resolve_password()
     v5 = settings.protocol == "5"
     persistent = settings.persistent_session
@@ -384,4 +421,6 @@ def connect_request(settings: MqttSettings, offline: bytes, status_topic: str) -
         session_expiry_s=settings.session_expiry_s if persistent else 0,
         # Flow control: at most this many unacknowledged QoS 1 messages out to us at once.
         receive_maximum=RECEIVE_MAXIMUM if v5 else None,
+        # The broker sends nothing larger: it drops such a message for edgemon instead.
+        maximum_packet_size=max_packet if v5 else None,
     )

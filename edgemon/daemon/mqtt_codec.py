@@ -1,12 +1,13 @@
 """The MQTT packets of the daemon's link, MQTT 3.1.1 and 5 (OASIS standards), and no others.
 
-Out: CONNECT (with a will, user name and password; on 5 a session expiry and a Receive
-Maximum), SUBSCRIBE, UNSUBSCRIBE, PUBLISH at QoS 0 or 1, PUBACK, PINGREQ, DISCONNECT. In:
-CONNACK, SUBACK, UNSUBACK, PUBLISH at QoS 0 or 1 (edgemon subscribes at QoS 1 at most),
-PUBACK, PINGRESP, and on 5 the server's DISCONNECT. Properties that arrive are skipped,
-except the few the link reads (CONNACK's Server Keep Alive, a Reason String). A broker
-never sends a topic alias to edgemon: it declares no Topic Alias Maximum. Anything malformed
-is a `ProtocolError`, which ends the session.
+Out: CONNECT (with a will, user name and password; on 5 a session expiry, a Receive Maximum,
+a Maximum Packet Size and a Topic Alias Maximum of 0), SUBSCRIBE, UNSUBSCRIBE, PUBLISH at QoS
+0 or 1, PUBACK, PUBREC and PUBCOMP (a QoS 2 message received), PINGREQ, DISCONNECT. In:
+CONNACK, SUBACK, UNSUBACK, PUBLISH at QoS 0, 1 or 2, PUBACK, PUBREL, PINGRESP, and on 5 the
+server's DISCONNECT. Properties that arrive are skipped, except the ones the link reads
+(CONNACK's Server Keep Alive, Receive Maximum, Maximum QoS, Retain Available, Maximum Packet
+Size; a Reason String). A topic alias is refused: edgemon declares a Topic Alias Maximum of 0.
+Anything malformed (reserved flags included) is a `ProtocolError`, which ends the connection.
 
 Pure functions over bytes: no socket, no event loop (`session` drives them).
 """
@@ -19,12 +20,18 @@ CONNECT = 0x10
 CONNACK = 0x20
 PUBLISH = 0x30
 PUBACK = 0x40
+PUBREC = 0x50
+PUBREL = 0x62  # the reserved flags 0b0010
+PUBCOMP = 0x70
 SUBSCRIBE = 0x82  # the reserved flags 0b0010
 SUBACK = 0x90
 UNSUBSCRIBE = 0xA2  # the reserved flags 0b0010
 UNSUBACK = 0xB0
 PINGRESP = 0xD0
 DISCONNECT = 0xE0
+#: The first byte of every packet a broker may send edgemon but PUBLISH: its type and the
+#: reserved flags the standards fix for it (MQTT 3.1.1 §2.2.2, MQTT 5 §2.1.3).
+FROM_BROKER = frozenset((CONNACK, PUBACK, PUBREL, SUBACK, UNSUBACK, PINGRESP, DISCONNECT))
 
 PINGREQ_PACKET = b"\xc0\x00"
 #: Normal disconnection, on 3.1.1 and on 5 (reason code 0 and no properties may be omitted).
@@ -33,11 +40,19 @@ DISCONNECT_PACKET = b"\xe0\x00"
 V311 = 4
 V5 = 5
 
+#: The largest remaining length a packet can say (four bytes of variable byte integer).
+MAX_REMAINING_LENGTH = 268_435_455
+
 #: MQTT 5 property identifiers the link writes or reads.
 SESSION_EXPIRY_INTERVAL = 0x11
 SERVER_KEEP_ALIVE = 0x13
 REASON_STRING = 0x1F
 RECEIVE_MAXIMUM = 0x21
+TOPIC_ALIAS_MAXIMUM = 0x22
+TOPIC_ALIAS = 0x23
+MAXIMUM_QOS = 0x24
+RETAIN_AVAILABLE = 0x25
+MAXIMUM_PACKET_SIZE = 0x27
 
 #: The size of each MQTT 5 property's value, by identifier: a fixed number of bytes, or
 #: "v" (variable byte integer), "s" (length-prefixed string or binary), "p" (a string pair).
@@ -73,8 +88,15 @@ _V5_REASONS = {
     0x8D: "keep alive timeout",
     0x8E: "session taken over",
     0x8F: "topic filter invalid",
+    0x90: "topic name invalid",
+    0x93: "receive maximum exceeded",
+    0x94: "topic alias invalid",
     0x95: "packet too large",
+    0x96: "message rate too high",
     0x97: "quota exceeded",
+    0x99: "payload format invalid",
+    0x9A: "retain not supported",
+    0x9B: "QoS not supported",
     0x9C: "use another server",
     0x9D: "server moved",
     0x9F: "connection rate exceeded",
@@ -85,6 +107,19 @@ class ProtocolError(Exception):
     """The broker sent something that is not MQTT as this link speaks it."""
 
 
+class PacketTooLargeError(ProtocolError):
+    """A packet larger than the most edgemon reads (its Maximum Packet Size)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the broker sent a packet of {size:,} bytes; edgemon reads {limit:,} at most "
+            "([limits] max_payload_bytes and the topic; on MQTT 5 declared to the broker as "
+            "its Maximum Packet Size)"
+        )
+        self.size = size
+        self.limit = limit
+
+
 def reason_text(code: int, *, version: int) -> str:
     """A CONNACK return code (3.1.1) or a reason code (5) in words."""
     words = _V311_REFUSALS.get(code) if version == V311 else _V5_REASONS.get(code)
@@ -93,7 +128,9 @@ def reason_text(code: int, *, version: int) -> str:
 
 # ---------------------------------------------------------------------- encoding
 def varint(value: int) -> bytes:
-    """A variable byte integer (remaining length, property lengths)."""
+    """A variable byte integer (remaining length, property lengths): four bytes at most."""
+    if not 0 <= value <= MAX_REMAINING_LENGTH:
+        raise ValueError(f"{value:,} does not fit a variable byte integer (four bytes)")
     out = bytearray()
     while True:
         byte, value = value & 0x7F, value >> 7
@@ -137,6 +174,8 @@ class ConnectRequest:
     #: MQTT 5 only.
     session_expiry_s: int = 0
     receive_maximum: int | None = None
+    #: MQTT 5 only: the largest packet edgemon accepts (the broker sends none larger).
+    maximum_packet_size: int | None = None
 
 
 def connect(request: ConnectRequest) -> bytes:
@@ -153,9 +192,7 @@ def connect(request: ConnectRequest) -> bytes:
     body = bytearray(_string(b"MQTT"))
     body += bytes((request.version, flags)) + request.keepalive_s.to_bytes(2, "big")
     if v5:
-        properties = bytes((SESSION_EXPIRY_INTERVAL,)) + request.session_expiry_s.to_bytes(4, "big")
-        if request.receive_maximum is not None:
-            properties += bytes((RECEIVE_MAXIMUM,)) + request.receive_maximum.to_bytes(2, "big")
+        properties = _connect_properties(request)
         body += varint(len(properties)) + properties
     body += _string(request.client_id.encode())
     if will is not None:
@@ -167,6 +204,17 @@ def connect(request: ConnectRequest) -> bytes:
     if request.password is not None:
         body += _string(request.password)
     return _packet(CONNECT, bytes(body))
+
+
+def _connect_properties(request: ConnectRequest) -> bytes:
+    """CONNECT's MQTT 5 properties: session expiry, the limits on what the broker sends."""
+    properties = bytes((SESSION_EXPIRY_INTERVAL,)) + request.session_expiry_s.to_bytes(4, "big")
+    if request.receive_maximum is not None:
+        properties += bytes((RECEIVE_MAXIMUM,)) + request.receive_maximum.to_bytes(2, "big")
+    if request.maximum_packet_size is not None:
+        size = request.maximum_packet_size.to_bytes(4, "big")
+        properties += bytes((MAXIMUM_PACKET_SIZE,)) + size
+    return properties + bytes((TOPIC_ALIAS_MAXIMUM,)) + b"\x00\x00"  # no alias, ever
 
 
 def subscribe(mid: int, filters: list[tuple[str, int]], *, version: int) -> bytes:
@@ -204,10 +252,18 @@ def puback(mid: int) -> bytes:
     return bytes((PUBACK, 2)) + mid.to_bytes(2, "big")
 
 
+def pubcomp(mid: int) -> bytes:
+    """PUBCOMP, success: the last step of a QoS 2 message received."""
+    return bytes((PUBCOMP, 2)) + mid.to_bytes(2, "big")
+
+
 # ---------------------------------------------------------------------- decoding
-def split(buf: bytes | bytearray, pos: int) -> tuple[int, int] | None:
+def split(
+    buf: bytes | bytearray, pos: int, limit: int = MAX_REMAINING_LENGTH
+) -> tuple[int, int] | None:
     """The packet starting at `buf[pos]`: (where its body starts, where it ends), or None if
-    `buf` does not hold all of it yet."""
+    `buf` does not hold all of it yet. `PacketTooLargeError` as soon as its header says it
+    is larger than `limit` bytes (before its body is read)."""
     end = len(buf)
     i = pos + 1
     length = 0
@@ -223,6 +279,8 @@ def split(buf: bytes | bytearray, pos: int) -> tuple[int, int] | None:
         shift += 7
         if shift > 21:
             raise ProtocolError("remaining length longer than four bytes")
+    if i - pos + length > limit:
+        raise PacketTooLargeError(i - pos + length, limit)
     if i + length > end:
         return None
     return i, i + length
@@ -235,8 +293,10 @@ Message = tuple[str, bytes, int, bool, int]
 def decode_publish(first: int, body: bytes, *, version: int) -> Message:
     """A PUBLISH packet's fixed-header flags and body."""
     qos = (first >> 1) & 3
-    if qos > 1:
-        raise ProtocolError(f"PUBLISH at QoS {qos}: edgemon subscribes at QoS 1 at most")
+    if qos == 3:
+        raise ProtocolError("PUBLISH with both QoS bits set (malformed)")
+    if first & 0x08 and not qos:
+        raise ProtocolError("PUBLISH at QoS 0 with the DUP flag set (malformed)")
     if len(body) < 2:
         raise ProtocolError("PUBLISH too short")
     start = 2 + int.from_bytes(body[:2], "big")
@@ -248,12 +308,35 @@ def decode_publish(first: int, body: bytes, *, version: int) -> Message:
     if qos:
         mid = int.from_bytes(body[start : start + 2], "big")
         start += 2
+        if not mid:
+            raise ProtocolError(f"PUBLISH at QoS {qos} with packet identifier 0 (malformed)")
     if version == V5:
+        properties = start
         length, start = _read_varint(body, start)
+        if length and TOPIC_ALIAS in _properties(body, properties):
+            raise ProtocolError("PUBLISH with a topic alias: edgemon's Topic Alias Maximum is 0")
         start += length
     if start > len(body):
         raise ProtocolError("PUBLISH too short")
     return topic, body[start:], qos, bool(first & 0x08), mid
+
+
+def publish_head(buf: bytes | bytearray, pos: int) -> tuple[str, int, int] | None:
+    """The topic, QoS and packet id of the PUBLISH starting at `buf[pos]`, read from the
+    start of its body alone (its payload need not be there); None until that much is."""
+    first = buf[pos]
+    qos = (first >> 1) & 3
+    i = pos + 1
+    while i < len(buf) and buf[i] & 0x80:
+        i += 1
+    start = i + 1  # after the remaining length
+    if start + 2 > len(buf):
+        return None
+    end = start + 2 + int.from_bytes(buf[start : start + 2], "big")
+    if end + (2 if qos else 0) > len(buf):
+        return None
+    topic, _, qos, _, mid = decode_publish(first, bytes(buf[start : end + 2]), version=V311)
+    return topic, qos, mid
 
 
 @dataclass(frozen=True, slots=True)
