@@ -137,6 +137,7 @@ class Daemon:
         self.publisher = ThrottlePublisher(
             self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle,
             devices=None if owned is None else frozenset(owned),
+            owner=settings.mqtt.client_id,
         )  # fmt: skip
         #: Between a restore and the first publication: decisions are taken and logged, not
         #: published; then the state as of now is published once per device (`_end_resume`).
