@@ -201,16 +201,19 @@ def test_online_comes_only_after_the_fresh_throttle_objects(
         def said_online(seen: list[Seen]) -> bool:
             return any(obj["state"] == "online" for _, obj in restarted(seen))
 
+        def fresh(seen: list[Seen]) -> list[int]:
+            """Where the device's objects published after the kill are."""
+            return [
+                i
+                for i, m in enumerate(seen)
+                if m.topic == TOPIC and m.payload and m.json()["seq"] > stale["seq"]
+            ]
+
         with edgemon_process(port, tmp_path):
-            assert watch.wait_for(said_online, timeout=30), watch.seen
+            assert watch.wait_for(lambda s: said_online(s) and bool(fresh(s)), 30), watch.seen
             seen = list(watch.seen)
         reporter.end("s")
     online = next(i for i, obj in restarted(seen) if obj["state"] == "online")
-    fresh = [
-        i
-        for i, m in enumerate(seen)
-        if m.topic == TOPIC and m.payload and m.json()["seq"] > stale["seq"]
-    ]
-    assert fresh, seen
-    assert fresh[0] < online, [(m.topic, m.json()) for m in seen]
-    assert {obj["state"] for i, obj in restarted(seen) if i < fresh[0]} == {"offline"}
+    first_fresh = fresh(seen)[0]
+    assert first_fresh < online, [(m.topic, m.json()) for m in seen]
+    assert {obj["state"] for i, obj in restarted(seen) if i < first_fresh} == {"offline"}
