@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
@@ -24,6 +26,26 @@ if TYPE_CHECKING:
 SCRIPT = str(Path(__file__).resolve())
 #: How long amqtt may take to accept connections (its import alone takes a second).
 AMQTT_START_S = 20.0
+
+
+# ------------------------------------------------------------------ where amqtt is not MQTT
+#: amqtt 0.12.1, on every connect, sends the client the retained messages of every topic
+#: filter any client ever subscribed to (not only its own), and those of the client's own
+#: subscription a second time when it subscribes.
+AMQTT_RETAINED_TO_ALL = pytest.mark.xfail(
+    strict=True,
+    reason="amqtt 0.12.1 sends a connecting client the retained messages of every filter any "
+    "client subscribed to, and its own subscription's twice",
+)
+#: amqtt 0.12.1 keeps no session state for an anonymous client (every client of the embedded
+#: broker is): nothing is queued for edgemon's persistent session while it is away, the QoS 1
+#: PUBLISH in flight when the connection breaks is dropped, not sent again, and a session
+#: resumed after a broken connection is closed by the broker again some 10 s later.
+AMQTT_NO_SESSION = pytest.mark.xfail(
+    strict=True,
+    reason="amqtt 0.12.1 queues nothing for an anonymous client's persistent session, drops "
+    "the QoS 1 PUBLISH in flight at a broken connection, and closes a resumed session ~10 s on",
+)
 
 
 class AmqttStartError(RuntimeError):

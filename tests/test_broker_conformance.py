@@ -17,6 +17,7 @@ import pytest
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
+from amqtt_broker import AMQTT_NO_SESSION, AMQTT_RETAINED_TO_ALL
 from clients import WAIT_S, P, chunk, device, scrape, send, settings_for, watching
 from daemons import running
 from ports import TcpProxy
@@ -30,24 +31,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 #: Chunks the device publishes before the link is cut, while it is, and after.
 BEFORE, DURING, AFTER = 40, 40, 40
-
-#: amqtt 0.12.1, on every connect, sends the client the retained messages of every topic
-#: filter any client ever subscribed to (not only its own), and those of the client's own
-#: subscription a second time when it subscribes.
-AMQTT_RETAINED_TO_ALL = pytest.mark.xfail(
-    strict=True,
-    reason="amqtt 0.12.1 sends a connecting client the retained messages of every filter any "
-    "client subscribed to, and its own subscription's twice",
-)
-#: amqtt 0.12.1 keeps no session state for an anonymous client (every client of the embedded
-#: broker is): nothing is queued for edgemon's persistent session while it is away, the QoS 1
-#: PUBLISH in flight when the connection breaks is dropped, not sent again, and a session
-#: resumed after a broken connection is closed by the broker again some 10 s later.
-AMQTT_NO_SESSION = pytest.mark.xfail(
-    strict=True,
-    reason="amqtt 0.12.1 queues nothing for an anonymous client's persistent session, drops "
-    "the QoS 1 PUBLISH in flight at a broken connection, and closes a resumed session ~10 s on",
-)
 
 
 async def retained(port: int, *topics: str) -> dict[str, tuple[dict[str, Any], bool]]:

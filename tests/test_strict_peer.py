@@ -1,5 +1,6 @@
 """The daemon's MQTT link read by a strict, independent peer (docs/reliability.md,
-"Conformance"): a session between the daemon and Mosquitto through a tap (`strict_peer`),
+"Conformance"): a session between the daemon and a broker (Mosquitto; amqtt, MQTT 3.1.1
+only) through a tap (`strict_peer`),
 every packet of both directions read by codecs that share no code with edgemon's (mqtt-packet,
 and for MQTT 5 the `mqtt5` codec too), and the protocol's rules checked over the sequence.
 
@@ -74,9 +75,13 @@ def acknowledged_before_logged(packets: list[Packet], read: list[dict[str, Any]]
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("protocol", ["3.1.1", "5"])
+@pytest.mark.parametrize(
+    ("any_broker", "protocol"),
+    [("mosquitto", "3.1.1"), ("mosquitto", "5"), ("amqtt", "3.1.1")],  # amqtt: 3.1.1 only
+    indirect=["any_broker"],
+)
 async def test_a_session_reads_clean_to_independent_codecs(
-    mosquitto_broker: tuple[str, int], tmp_path: Path, protocol: str
+    any_broker: tuple[str, int], tmp_path: Path, protocol: str
 ) -> None:
     """Every packet the link writes and reads in a whole session is read by mqtt-packet (and,
     for MQTT 5, by `mqtt5`) without an error: no malformed packet, no reserved flag set, no
@@ -84,7 +89,7 @@ async def test_a_session_reads_clean_to_independent_codecs(
     PUBLISH acknowledged once and in receipt order, SUBACK and PINGRESP answered); and every
     PUBACK of the daemon left after the message it acknowledges was in the log."""
     require_peer()
-    _, port = mosquitto_broker
+    _, port = any_broker
     state = tmp_path / "state"
 
     def keep(direction: str, data: bytes) -> set[str] | None:
