@@ -6,7 +6,8 @@ tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog`, `log-summarie
 on the loop as it is read, and acknowledged once the log has it on disk (`persistence`,
 `intake`). At the first CONNACK the last snapshot and the log after it are restored, before
 any message is read; after a restart nothing is published until the broker's backlog is in,
-then each device's throttle as of now (`edgemon.daemon.catchup`).
+then each device's throttle as of now, and the status says `offline` until the broker has
+those (`edgemon.daemon.catchup`).
 On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
 the timer stops, every throttled device gets `throttle: false`, the status goes `offline`,
 the session is closed, a last snapshot is written, and `run()` returns 0, all within
