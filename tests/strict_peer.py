@@ -71,7 +71,7 @@ class _Splitter:
 
     def feed(self, data: bytes) -> list[bytes]:
         self.buffer += data
-        packets = []
+        packets: list[bytes] = []
         while len(self.buffer) >= 2:
             length, multiplier, index = 0, 1, 1
             while True:
@@ -238,7 +238,7 @@ def protocol_problems(packets: list[tuple[Packet, dict[str, Any]]]) -> list[str]
             direction == "in" and kind in CLIENT_ONLY
         ):
             problems.append(f"{at}: {kind} from the wrong side")
-        ident = read.get("messageId")
+        ident: int = read.get("messageId") or 0
         if kind == "publish" and read["qos"] > 0:
             if not ident:
                 problems.append(f"{at}: a QoS {read['qos']} PUBLISH without a packet id")
