@@ -141,6 +141,27 @@ def test_online_accepts_a_lower_seq_once(mosquitto_broker: tuple[str, int]) -> N
 
 
 @pytest.mark.integration
+def test_a_restarted_edgemon_is_heard_before_it_says_online(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """A restarted edgemon says `offline` (its new `started_ms`) until its fresh throttle
+    objects are out, then `online`: the first object after that `offline` is taken whatever
+    its `seq` (a clock stepped back across the restart), and holds once `online` comes."""
+    host, port = mosquitto_broker
+    with probe(host, port) as edgemon, ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
+        edgemon.publish(status("e1"), {"state": "online", "started_ms": 1})
+        edgemon.publish(THROTTLE, throttle(False, 500))
+        assert gate.wait_until(lambda s: s.seq == 500 and s.edgemon_online, T)
+        edgemon.publish(status("e1"), {"state": "offline", "started_ms": 2})  # restarted
+        edgemon.publish(THROTTLE, throttle(True, 7))  # its fresh object, a lower seq
+        assert gate.wait_until(lambda s: s.seq == 7, T)
+        assert not gate.state.active  # not online yet
+        edgemon.publish(status("e1"), {"state": "online", "started_ms": 2})
+        assert gate.wait_until(active, T)
+        assert gate.stats.stale_ignored == 0
+
+
+@pytest.mark.integration
 def test_fails_open_when_the_broker_goes_and_recovers(tmp_path: Path) -> None:
     """Broker stopped: the gate says False at once it notices (disconnected); broker back
     (with its retained objects): the gate reconnects, takes them afresh and holds again."""

@@ -126,6 +126,7 @@ def test_a_killed_partition_holds_no_engine_while_the_other_is_obeyed(
         first.process.wait()
         assert gate.wait_until(lambda s: s.voided == ("a",), T)
         state = gate.state
+        assert state.instances["edgemon-a"] == "offline"  # its will: at once, within the bound
         assert state.holding == ("a", "b")  # a's stale object is still there, void
         assert state.instances["edgemon-b"] == "online"
         assert state.active
