@@ -345,7 +345,7 @@ class ThrottleGate:
             end = self._clock() if current else self._inactive_at
             held += max(0.0, end - start)
         with self._cond:
-            holding = self._holding_ids()
+            holding = self._book.holding()
         return GateStats(
             holds=self._holds,
             held_s=held,
@@ -365,9 +365,6 @@ class ThrottleGate:
         """Wait until `predicate(state)` holds (checked on every change); False on timeout."""
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self._snapshot()), timeout)
-
-    def _holding_ids(self) -> tuple[str, ...]:
-        return self._book.holding()
 
     def _snapshot(self) -> GateState:
         """The state (under the lock)."""
@@ -463,6 +460,7 @@ class ThrottleGate:
             self._connected = True
             self._book = ThrottleBook()
             self._trusted.clear()
+            self._subscribing.clear()  # a SUBACK lost with the last connection never comes
             self._last_seq = self._last_t_ms = None
             self._refresh()
         prefix = self._prefix
@@ -480,18 +478,22 @@ class ThrottleGate:
         log and shows in `state.refused`; the gate cannot hold for it."""
         if client is not self._client:
             return
-        with self._cond:
-            filters = self._subscribing.pop(mid, None)
-            if filters is None:
-                return
-            codes = [int(getattr(code, "value", code)) for code in reason_codes]
-            refused = tuple(
-                topic
-                for topic, code in zip(filters, codes + [0x80] * len(filters), strict=False)
-                if code >= 0x80  # a SUBACK with fewer codes than filters refused the rest
-            )
-            said, self._refused = self._refused, refused
-            self._refresh()
+        try:
+            with self._cond:
+                filters = self._subscribing.pop(mid, None)
+                if filters is None:
+                    return
+                codes = [int(getattr(code, "value", code)) for code in reason_codes]
+                refused = tuple(
+                    topic
+                    for topic, code in zip(filters, codes + [0x80] * len(filters), strict=False)
+                    if code >= 0x80  # a SUBACK with fewer codes than filters refused the rest
+                )
+                said, self._refused = self._refused, refused
+                self._refresh()
+        except Exception:  # noqa: BLE001 - a SUBACK it cannot read must not stop the gate
+            self._failed("the SUBACK's handling")
+            return
         if refused and refused != said:
             _mqtt.log.error(
                 "edgemon gate %s: the broker refused the subscription to %s (its ACL?); the "
