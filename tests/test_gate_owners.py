@@ -6,6 +6,7 @@ devices (`[mqtt] devices`), one of them SIGKILLed."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,24 +35,28 @@ def throttle(device: str, seq: int, **extra: Any) -> dict[str, Any]:
 
 
 def test_an_owner_silent_for_three_heartbeats_voids_its_throttles_only(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: tuple[str, int], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two instances online: `e1` (heartbeat 0.2 s, never repeated) owns device a, `e2`
     (heartbeat 1 h) owns b; a third device c has an object without `owner` (an older edgemon).
     Once `e1` is silent for 3 heartbeats, a's `throttle: true` is void (`state.voided`) and
     holds nothing, while b's and then c's (any instance online: today's rule) still hold;
-    a fresh `online` of `e1` makes a's count again."""
+    a fresh `online` of `e1` makes a's count again. The silence is one warning naming `e1`."""
     host, port = mosquitto_broker
     beat = {"state": "online", "heartbeat_s": 0.2, "started_ms": 1}
     with probe(host, port) as edgemon:
         edgemon.publish(status("e2"), {"state": "online", "heartbeat_s": 3600, "started_ms": 2})
         edgemon.publish("edgemon/v1/a/throttle", throttle("a", 1, owner="e1"))
         gate = ThrottleGate(f"mqtt://{host}:{port}", "a,b,c", max_hold_ms=NO_MAX_HOLD_MS)
-        with gate:
+        with gate, caplog.at_level(logging.WARNING, logger="edgemon.client"):
             edgemon.publish(status("e1"), beat)
             silent = {"e1": "silent", "e2": "online"}
-            assert gate.wait_until(lambda s: s.holding == ("a",) and s.instances == silent, T)
-            assert gate.state.voided == ("a",)
+            assert gate.wait_until(
+                lambda s: s.holding == s.voided == ("a",) and s.instances == silent, T
+            )
+            said = [r.getMessage() for r in caplog.records if "void" in r.getMessage()]
+            assert len(said) == 1
+            assert "instance e1" in said[0]
             assert gate.state.edgemon_online  # e2 is: the global rule alone would hold
             assert not gate.state.active
             assert not gate.should_throttle_prefills()
@@ -73,7 +78,7 @@ def test_an_owner_silent_for_three_heartbeats_voids_its_throttles_only(
             edgemon.publish("edgemon/v1/c/throttle", b"")
             assert gate.wait_until(lambda s: not s.active, T)
 
-            edgemon.publish(status("e1"), beat)  # e1 back
+            edgemon.publish(status("e1"), beat | {"heartbeat_s": 3600})  # e1 back, for good
             assert gate.wait_until(lambda s: s.active and s.voided == (), T)
             assert gate.should_throttle_prefills()
 
