@@ -12,7 +12,15 @@ import structlog
 from hypothesis import HealthCheck, settings
 from structlog.testing import capture_logs
 
-from brokers import MosquittoStartError, end_process, launch_mosquitto, plain_listener
+from amqtt_broker import AmqttStartError, launch_amqtt
+from brokers import (
+    MosquittoStartError,
+    accepts,
+    end_process,
+    free_port,
+    launch_mosquitto,
+    plain_listener,
+)
 from ports import MosquittoServer, Servers
 from tools import require_tool
 
@@ -41,7 +49,7 @@ settings.load_profile("edgemon")
 #: Set by `make test-fast`: no test there may start a process.
 FAST_ENV = "EDGEMON_TEST_FAST"
 #: Fixtures that start external programs: a test using one is an integration test.
-_PROGRAM_FIXTURES = frozenset({"mosquitto_broker", "mosquitto_server", "servers"})
+_PROGRAM_FIXTURES = frozenset({"mosquitto_broker", "mosquitto_server", "servers", "any_broker"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -117,6 +125,31 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
     try:
         process, (port,) = launch_mosquitto(tmp_path, lambda ports: plain_listener(ports[0]))
     except MosquittoStartError as error:
+        pytest.fail(str(error))
+    try:
+        yield "127.0.0.1", port
+    finally:
+        end_process(process)
+
+
+# ------------------------------------------------------------------ any_broker
+#: The MQTT brokers the daemon's broker tests run against: Mosquitto (Debian's) and amqtt
+#: (the embedded broker, `edgemon[embedded]`).
+BROKERS = ("mosquitto", "amqtt")
+
+
+@pytest.fixture(params=BROKERS)
+def any_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """Each broker in turn (the test runs once per broker; its id says which), fresh on
+    127.0.0.1 and a free port, anonymous and without persistence: `(host, port)`.
+    `request.param` names it, so a test can mark what one of them does not do."""
+    if request.param == "mosquitto":
+        yield request.getfixturevalue("mosquitto_broker")
+        return
+    pytest.importorskip("amqtt", reason="the embedded extra is not installed")
+    try:
+        process = launch_amqtt(tmp_path / "amqtt.log", port := free_port(), accepts)
+    except AmqttStartError as error:
         pytest.fail(str(error))
     try:
         yield "127.0.0.1", port

@@ -41,7 +41,7 @@ class EdgemonProcess:
 
 @contextlib.contextmanager
 def edgemon_process(
-    broker_port: int, tmp_path: Path, *, config: str = ""
+    broker_port: int, tmp_path: Path, *, config: str = "", client_id: str = "edgemon-loop"
 ) -> Iterator[EdgemonProcess]:
     """`edgemon run --broker ... --listen ...` as a process, ready (`/readyz` 200). `config`
     is more TOML, after `[mqtt] client_id`, `[log] format` and `[state] dir` (so it may add
@@ -49,7 +49,7 @@ def edgemon_process(
     http_port = free_port()
     path = tmp_path / "edgemon.toml"
     path.write_text(
-        f'[mqtt]\nclient_id = "edgemon-loop"\n{config}\n[log]\nformat = "json"\n'
+        f'[mqtt]\nclient_id = "{client_id}"\n{config}\n[log]\nformat = "json"\n'
         f'[state]\ndir = "{tmp_path}"\n',
         encoding="utf-8",
     )

@@ -16,6 +16,7 @@ from edgemon.daemon.mqtt_codec import V311
 from edgemon.daemon.mqtt_connection import Connection
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
+from amqtt_broker import AMQTT_RETAINED_TO_ALL
 from clients import settings_for, throttle_on_then_off, watching
 from daemons import logged, running
 
@@ -89,13 +90,19 @@ def owning(port: int, client_id: str, devices: tuple[str, ...]) -> Daemon:
 
 @pytest.mark.integration
 @pytest.mark.asyncio
-async def test_each_instance_owns_the_devices_it_lists(mosquitto_broker: tuple[str, int]) -> None:
+async def test_each_instance_owns_the_devices_it_lists(
+    any_broker: tuple[str, int], request: pytest.FixtureRequest
+) -> None:
     """Two daemons on one broker, `[mqtt] devices` ["a"] and ["b"]; the first ran before
     under the same client id with no list, so its persistent session held the wildcard
     subscriptions. Each instance sees only its own devices' messages (the old wildcard is
     dropped on connect: nothing foreign arrives) and publishes only their throttles: device
-    a's ON and OFF come once each, from the first; b's from the second."""
-    _, port = mosquitto_broker
+    a's ON and OFF come once each, from the first; b's from the second. On Mosquitto and on
+    amqtt (`any_broker`), where each instance is sent a retained message it never subscribed
+    to (counted as foreign)."""
+    if request.node.callspec.params["any_broker"] == "amqtt":
+        request.applymarker(AMQTT_RETAINED_TO_ALL)
+    _, port = any_broker
     async with running(Daemon(settings_for(port, "edgemon-a"), environ={},
                               install_signal_handlers=False)):  # fmt: skip
         pass  # the session keeps `edgemon/v1/+/events` and `+/engine`

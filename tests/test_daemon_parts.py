@@ -82,9 +82,10 @@ def test_seq_strictly_increases_within_and_across_runs() -> None:
 
 
 def test_throttle_payload_is_the_spec_object() -> None:
-    """The throttle object carries exactly docs/protocol.md's fields."""
+    """The throttle object carries exactly docs/protocol.md's fields, `owner` the client id of
+    the instance that publishes it."""
     change = ThrottleChanged("dev", 12.5, True, ("s1", "s2"), -3.0, 80.0)
-    assert json.loads(throttle_payload(change, 7)) == {
+    assert json.loads(throttle_payload(change, 7, "edgemon-a")) == {
         "device": "dev",
         "throttle": True,
         "t_ms": 12.5,
@@ -92,6 +93,7 @@ def test_throttle_payload_is_the_spec_object() -> None:
         "streams": ["s1", "s2"],
         "min_headroom_ms": -3.0,
         "margin_ms": 80.0,
+        "owner": "edgemon-a",
     }
 
 

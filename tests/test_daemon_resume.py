@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from mqtt_probe import Probe
+    from mqtt_probe import Probe, Seen
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +158,62 @@ async def test_replay_of_a_trace_recorded_across_a_restart_gives_what_was_publis
         ]
     assert [active for active, _ in published] == [True, False, False]
     assert replayed == [(active, pytest.approx(t_ms, abs=1e-6)) for active, t_ms in published]
+
+
+def test_online_comes_only_after_the_fresh_throttle_objects(
+    mosquitto_broker: tuple[str, int], tmp_path: Path
+) -> None:
+    """Throttled, SIGKILLed (the retained `throttle: true` stays, and the will says
+    `offline`), started again with its stream still at risk: on the wire, as a subscriber
+    sees it, the restarted process (its own `started_ms`) says `online` only after the
+    device's fresh throttle object (a higher `seq`) has come. Until then its status says
+    `offline`, so no gate takes the stale `true` for the word of a live instance. (Before,
+    `online` came first and the stale object counted as live for up to 3 s.)"""
+    host, port = mosquitto_broker
+    url = f"mqtt://{host}:{port}"
+    status = "edgemon/v1/_edgemon/edgemon-loop/status"
+    with (
+        probe(host, port, TOPIC, status) as watch,
+        Reporter(url, DEVICE, client_id="announced-reporter") as reporter,
+    ):
+        with edgemon_process(port, tmp_path) as first:
+            reporter.start("s")
+            reporter.chunk("s", audio_ms=300, eta_ms=2000)  # due long after it runs dry
+            assert reporter.flush(15)
+            assert watch.wait_for(
+                lambda _: any(o["throttle"] for o in objects(watch, 0)), timeout=30
+            ), objects(watch, 0)
+            first.process.kill()
+            first.process.wait(timeout=10)
+        stale = objects(watch, 0)[-1]
+        assert stale["throttle"] is True
+        killed = {s.json()["started_ms"] for s in watch.seen if s.topic == status}
+        assert len(killed) == 1
+
+        def restarted(seen: list[Seen]) -> list[tuple[int, dict[str, Any]]]:
+            """(index, object) of the restarted process's statuses, in order."""
+            return [
+                (i, m.json())
+                for i, m in enumerate(seen)
+                if m.topic == status and m.json()["started_ms"] not in killed
+            ]
+
+        def said_online(seen: list[Seen]) -> bool:
+            return any(obj["state"] == "online" for _, obj in restarted(seen))
+
+        def fresh(seen: list[Seen]) -> list[int]:
+            """Where the device's objects published after the kill are."""
+            return [
+                i
+                for i, m in enumerate(seen)
+                if m.topic == TOPIC and m.payload and m.json()["seq"] > stale["seq"]
+            ]
+
+        with edgemon_process(port, tmp_path):
+            assert watch.wait_for(lambda s: said_online(s) and bool(fresh(s)), 30), watch.seen
+            seen = list(watch.seen)
+        reporter.end("s")
+    online = next(i for i, obj in restarted(seen) if obj["state"] == "online")
+    first_fresh = fresh(seen)[0]
+    assert first_fresh < online, [(m.topic, m.json()) for m in seen]
+    assert {obj["state"] for i, obj in restarted(seen) if i < first_fresh} == {"offline"}

@@ -26,6 +26,7 @@ _KNOWN: dict[str, tuple[str, str]] = {
     "amtool": ("/usr/bin/amtool", "prometheus-alertmanager"),
     "shellcheck": ("/usr/bin/shellcheck", "shellcheck"),
     "openssl": ("/usr/bin/openssl", "openssl"),
+    "node": ("/usr/bin/node", "nodejs"),
 }
 
 

@@ -32,6 +32,9 @@ class DeviceThrottle:
     min_headroom_ms: float | None = None
     #: The gate's clock when the object arrived.
     changed_at: float = 0.0
+    #: The client id of the edgemon instance that owns the device (`owner`); None for an
+    #: object without one (then any online instance makes it count).
+    owner: str | None = None
 
 
 def _empty() -> Mapping[str, Any]:
@@ -66,11 +69,22 @@ class GateState:
     devices: Mapping[str, DeviceThrottle] = field(default_factory=_empty)
     #: The gate's clock at the last change.
     changed_at: float = 0.0
+    #: The devices of `holding` whose owner is offline or silent: their throttle is void.
+    voided: tuple[str, ...] = ()
+    #: Topic filters the broker refused to subscribe the gate to (its ACL, say): the gate
+    #: cannot hold for what they would bring.
+    refused: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
-        """Throttle, edgemon online and connected (before the `max_hold_ms` rule)."""
-        return self.connected and self.edgemon_online and self.throttle is True
+        """A throttle that counts (its owner online), edgemon online and connected (before
+        the `max_hold_ms` rule)."""
+        return (
+            self.connected
+            and self.edgemon_online
+            and self.throttle is True
+            and len(self.voided) < len(self.holding)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +144,7 @@ def read_throttle(payload: bytes, now: float) -> DeviceThrottle | None:
     if type(throttle) is not bool or type(seq) is not int:
         return None
     streams = value.get("streams")
+    owner = value.get("owner")
     return DeviceThrottle(
         throttle=throttle,
         seq=seq,
@@ -139,6 +154,7 @@ def read_throttle(payload: bytes, now: float) -> DeviceThrottle | None:
         else (),
         min_headroom_ms=number(value.get("min_headroom_ms")),
         changed_at=now,
+        owner=owner if isinstance(owner, str) and owner else None,
     )
 
 

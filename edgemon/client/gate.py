@@ -14,13 +14,19 @@ edgemon instance's status (`P/_edgemon/+/status`).
   status announces; edgemon republishes `online` every `heartbeat_s`). A stopped edgemon, a
   lost will or a broker restarted while edgemon was away therefore cannot hold the engine
   longer than 3 heartbeats. An emptied retained status forgets that instance.
+- **Owners.** A throttle object that names its `owner` (the instance that owns the device,
+  when devices are split across instances) counts only while that instance is online by the
+  same rule: a crashed instance's retained `throttle: true` is void while the others run on
+  (`GateState.voided`). An object without `owner` counts while any instance is online.
+- **Subscriptions.** A topic filter the broker refuses (its ACL, say) is logged once as an
+  error and shown in `GateState.refused`: the gate cannot hold for what it would bring.
 - **Order.** Within one connection, a device's throttle object whose `seq` is not above the
   last one applied is ignored (a late duplicate or redelivery; edgemon's `seq` increases
   strictly, also across its restarts). On every (re)connect the gate forgets throttles and
-  statuses and takes the broker's retained objects afresh; after an `online` status the next
-  object of each device is taken whatever its `seq`, so an edgemon restarted with its clock
-  stepped back is not ignored. (An `online` that only repeats the last, a heartbeat from the
-  same process by its `started_ms`, changes nothing.)
+  statuses and takes the broker's retained objects afresh; after a status of a new process
+  (another `started_ms`), or an `online` of an instance that was not, the next object of each
+  device is taken whatever its `seq`, so an edgemon restarted with its clock stepped back is
+  not ignored. (A heartbeat, an `online` from the same process, changes nothing.)
 - **Fail-open.** Disconnected, no `online` instance, no throttle object yet, one that cannot
   be read (which ends that device's throttle), or an exception inside the gate:
   `should_throttle_prefills()` is False.
@@ -41,6 +47,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self
 
 from edgemon.client import _mqtt
+from edgemon.client._gate_book import ThrottleBook
 from edgemon.client._gate_env import ENV as _ENV
 from edgemon.client._gate_env import environment_warnings
 from edgemon.client._gate_views import (
@@ -48,7 +55,6 @@ from edgemon.client._gate_views import (
     DeviceThrottle,
     GateState,
     GateStats,
-    Instance,
     read_status,
     read_throttle,
 )
@@ -69,6 +75,7 @@ class ThrottleGate:
     __slots__ = (
         "_activations",
         "_active",
+        "_book",
         "_broker",
         "_changed_at",
         "_client",
@@ -76,26 +83,24 @@ class ThrottleGate:
         "_clock",
         "_cond",
         "_connected",
-        "_devices",
         "_errors",
         "_held_s",
         "_hold_of",
         "_hold_start",
-        "_holding",
         "_holds",
         "_inactive_at",
-        "_instances",
         "_last_seq",
         "_last_t_ms",
         "_max_hold_releases",
         "_max_hold_s",
-        "_online",
         "_prefix",
+        "_refused",
         "_release_of",
         "_releasing",
         "_stale",
         "_status_prefix",
         "_stop",
+        "_subscribing",
         "_trusted",
         "_unreachable",
         "_unreadable",
@@ -151,11 +156,10 @@ class ThrottleGate:
         self._cond = threading.Condition(threading.RLock())  # `stats` in a predicate
         # Written by the network thread (and the watcher) under the lock.
         self._connected = False
-        self._online = False
-        self._devices: dict[str, DeviceThrottle] = {}
-        self._holding = 0  # devices whose throttle is on: the count the answer rests on
+        self._book = ThrottleBook()  # throttle objects and statuses: the answer rests on them
         self._trusted: set[str] = set()  # devices whose next object is taken whatever its seq
-        self._instances: dict[str, Instance] = {}
+        self._subscribing: dict[int, list[str]] = {}  # the filters of a SUBSCRIBE, by its id
+        self._refused: tuple[str, ...] = ()  # filters the broker refused (`GateState.refused`)
         self._last_seq: int | None = None
         self._last_t_ms: float | None = None
         self._changed_at = self._clock()
@@ -229,6 +233,7 @@ class ThrottleGate:
             client.on_connect_fail = self._on_connect_fail
             client.on_disconnect = self._on_disconnect
             client.on_message = self._on_message
+            client.on_subscribe = self._on_subscribe
             self._client = client
             self._stop = False
             self._watcher = threading.Thread(
@@ -340,7 +345,7 @@ class ThrottleGate:
             end = self._clock() if current else self._inactive_at
             held += max(0.0, end - start)
         with self._cond:
-            holding = self._holding_ids()
+            holding = self._book.holding()
         return GateStats(
             holds=self._holds,
             held_s=held,
@@ -361,13 +366,11 @@ class ThrottleGate:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self._snapshot()), timeout)
 
-    def _holding_ids(self) -> tuple[str, ...]:
-        return tuple(sorted(d for d, t in self._devices.items() if t.throttle is True))
-
     def _snapshot(self) -> GateState:
         """The state (under the lock)."""
-        devices = self._devices
-        holding = self._holding_ids()
+        book = self._book
+        devices = book.devices
+        holding = book.holding()
         shown = [devices[d] for d in holding] or list(devices.values())
         throttle: bool | None = True if holding else None
         if not holding and any(t.throttle is False for t in devices.values()):
@@ -376,17 +379,19 @@ class ThrottleGate:
         now = self._clock()
         return GateState(
             connected=self._connected,
-            edgemon_online=self._online,
+            edgemon_online=book.online,
             throttle=throttle,
             seq=self._last_seq,
             t_ms=self._last_t_ms,
             streams=tuple(s for t in shown for s in t.streams),
             min_headroom_ms=min(headrooms) if headrooms else None,
-            instances=MappingProxyType({name: i.shown(now) for name, i in self._instances.items()}),
+            instances=MappingProxyType({name: i.shown(now) for name, i in book.instances.items()}),
             following=self.following,
             holding=holding,
             devices=MappingProxyType(dict(devices)),
             changed_at=self._changed_at,
+            voided=book.voided(),
+            refused=self._refused,
         )
 
     # ------------------------------------------------------------------ network thread
@@ -394,7 +399,7 @@ class ThrottleGate:
         """After a change (under the lock): the answer's flag, last, and wake waiters."""
         now = self._clock()
         self._changed_at = now
-        active = self._connected and self._online and self._holding > 0
+        active = self._connected and self._book.holds()
         # The hot path reads these without the lock: the bookkeeping goes first, the flag last.
         if self._active and not active:
             self._inactive_at = now
@@ -418,18 +423,28 @@ class ThrottleGate:
     def _check_heartbeats(self) -> float:
         """Whether edgemon is online now (under the lock); seconds until that may change."""
         now = self._clock()
-        online = any(i.online(now) for i in self._instances.values())
-        if online != self._online:
-            self._online = online
-            if not online:
+        book = self._book
+        was, live = book.online, book.live
+        self._voided(book.recheck(now))
+        if book.online != was or book.live != live:
+            if was and not book.online:
                 _mqtt.log.warning(
                     "edgemon gate %s: no edgemon instance heard from within 3 heartbeats; "
                     "not holding until one is",
                     self.device,
                 )
             self._refresh()
-        due = min((i.silent_at() for i in self._instances.values()), default=math.inf)
-        return due - now + 0.001
+        return book.silent_at() - now + 0.001
+
+    def _voided(self, owners: frozenset[str]) -> None:
+        """Say which instances went offline or silent while their devices were throttled."""
+        for owner in sorted(owners):
+            _mqtt.log.warning(
+                "edgemon gate %s: edgemon instance %s is offline or silent for 3 heartbeats; "
+                "its devices' throttles are void until it is back",
+                self.device,
+                owner,
+            )
 
     def _on_connect(
         self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
@@ -443,18 +458,49 @@ class ThrottleGate:
         _mqtt.log.info("edgemon gate %s: connected to the broker", self.device)
         with self._cond:
             self._connected = True
-            self._online = False
-            self._devices.clear()
-            self._holding = 0
+            self._book = ThrottleBook()
             self._trusted.clear()
-            self._instances.clear()
+            self._subscribing.clear()  # a SUBACK lost with the last connection never comes
             self._last_seq = self._last_t_ms = None
             self._refresh()
         prefix = self._prefix
-        client.subscribe(
-            [(f"{prefix}/{device}/throttle", 1) for device in self.following]
-            + [(f"{self._status_prefix}+/status", 1)]
-        )
+        filters = [f"{prefix}/{device}/throttle" for device in self.following]
+        filters.append(f"{self._status_prefix}+/status")
+        _, mid = client.subscribe([(topic, 1) for topic in filters])
+        if mid is not None:  # None: not sent (the connection is already gone)
+            with self._cond:
+                self._subscribing[mid] = filters
+
+    def _on_subscribe(
+        self, client: mqtt.Client, _userdata: Any, mid: int, reason_codes: Any, _properties: Any
+    ) -> None:
+        """The SUBACK: a filter the broker refused (reason 0x80 or above) is one error in the
+        log and shows in `state.refused`; the gate cannot hold for it."""
+        if client is not self._client:
+            return
+        try:
+            with self._cond:
+                filters = self._subscribing.pop(mid, None)
+                if filters is None:
+                    return
+                codes = [int(getattr(code, "value", code)) for code in reason_codes]
+                refused = tuple(
+                    topic
+                    for topic, code in zip(filters, codes + [0x80] * len(filters), strict=False)
+                    if code >= 0x80  # a SUBACK with fewer codes than filters refused the rest
+                )
+                said, self._refused = self._refused, refused
+                self._refresh()
+        except Exception:  # noqa: BLE001 - a SUBACK it cannot read must not stop the gate
+            self._failed("the SUBACK's handling")
+            return
+        if refused and refused != said:
+            _mqtt.log.error(
+                "edgemon gate %s: the broker refused the subscription to %s (its ACL?); the "
+                "gate cannot hold for what these topics would bring",
+                self.device,
+                ", ".join(refused),
+            )
 
     def _on_connect_fail(self, client: mqtt.Client, _userdata: Any) -> None:
         if client is self._client:  # not closed meanwhile
@@ -491,37 +537,22 @@ class ThrottleGate:
                 self._on_throttle(device, bytes(message.payload))
         except Exception:  # noqa: BLE001 - a bad message must not end up holding anything
             with self._cond:
-                self._drop(None)
+                self._book.drop(None)
                 self._refresh()
             self._failed("a message's handling (every throttle forgotten)")
-
-    def _put(self, device: str, throttle: DeviceThrottle) -> None:
-        """Replace a device's object, keeping the count of devices throttled (under the lock)."""
-        old = self._devices.get(device)
-        self._holding += (throttle.throttle is True) - (old is not None and old.throttle is True)
-        self._devices[device] = throttle
-
-    def _drop(self, device: str | None) -> None:
-        """Forget one device's object (None: every device's), under the lock."""
-        if device is None:
-            self._devices.clear()
-            self._holding = 0
-            return
-        old = self._devices.pop(device, None)
-        if old is not None and old.throttle is True:
-            self._holding -= 1
 
     def _on_throttle(self, device: str, payload: bytes) -> None:
         now = self._clock()
         value = read_throttle(payload, now) if payload else None
         with self._cond:
-            old = self._devices.get(device)
+            book = self._book
+            old = book.devices.get(device)
             if not payload:  # the retained object was removed
-                self._drop(device)
+                book.drop(device)
             elif value is None:  # unreadable: that device's throttle ends (fail-open)
                 self._unreadable += 1
                 if old is not None:
-                    self._put(device, DeviceThrottle(None, old.seq, changed_at=now))
+                    book.put(device, DeviceThrottle(None, old.seq, changed_at=now))
             elif (
                 device not in self._trusted
                 and old is not None
@@ -534,7 +565,7 @@ class ThrottleGate:
                 return
             else:
                 self._trusted.discard(device)
-                self._put(device, value)
+                book.put(device, value)
                 self._last_seq, self._last_t_ms = value.seq, value.t_ms
             self._refresh()
 
@@ -542,20 +573,23 @@ class ThrottleGate:
         now = self._clock()
         value = read_status(payload, now) if payload else None
         with self._cond:
+            book = self._book
             if not payload:
-                self._instances.pop(instance, None)
+                book.instances.pop(instance, None)
             elif value is None:
                 self._unreadable += 1
                 self._cond.notify_all()
                 return
             else:
-                was = self._instances.get(instance)
-                self._instances[instance] = value
-                if value.state == "online" and (
-                    was is None or not was.online(now) or was.started_ms != value.started_ms
+                was = book.instances.get(instance)
+                book.instances[instance] = value
+                if (
+                    was is None
+                    or was.started_ms != value.started_ms
+                    or (value.state == "online" and not was.online(now))
                 ):
-                    self._trusted = set(self._devices)  # perhaps a restart: see Order
-            self._online = any(i.online(now) for i in self._instances.values())
+                    self._trusted = set(book.devices)  # perhaps a restart: see Order
+            self._voided(book.recheck(now))
             self._refresh()
 
 

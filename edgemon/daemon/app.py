@@ -6,7 +6,8 @@ tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog`, `log-summarie
 on the loop as it is read, and acknowledged once the log has it on disk (`persistence`,
 `intake`). At the first CONNACK the last snapshot and the log after it are restored, before
 any message is read; after a restart nothing is published until the broker's backlog is in,
-then each device's throttle as of now (`edgemon.daemon.catchup`).
+then each device's throttle as of now, and the status says `offline` until the broker has
+those (`edgemon.daemon.catchup`).
 On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
 the timer stops, every throttled device gets `throttle: false`, the status goes `offline`,
 the session is closed, a last snapshot is written, and `run()` returns 0, all within
@@ -146,6 +147,7 @@ class Daemon:
         self.publisher = ThrottlePublisher(
             self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle,
             devices=None if owned is None else frozenset(owned),
+            owner=settings.mqtt.client_id,
         )  # fmt: skip
         #: Between a restore and the first publication: decisions are taken and logged, not
         #: published; then the state as of now is published once per device (`_end_resume`).
@@ -225,7 +227,7 @@ class Daemon:
                 ]
                 heartbeat = group.create_task(self._heartbeat(), name="heartbeat")
                 rest.append(group.create_task(self.stalls.run(), name="stall-guard"))
-                rest.append(group.create_task(self.catchup.run(self.ready), name="catch-up"))
+                rest.append(group.create_task(self._catch_up(), name="catch-up"))
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
                 self.notifier.stopping()
@@ -331,12 +333,29 @@ class Daemon:
         (docs/protocol.md): a gate counts an instance silent for 3 heartbeats as offline, so a
         stopped or paused edgemon, or a stale retained `online`, cannot hold engines for long."""
         every = self.settings.mqtt.heartbeat_s
-        topic = self.monitor.topics.status(self.settings.mqtt.client_id)
         while True:
             await asyncio.sleep(every)
             await self.link.wait_connected()
-            with contextlib.suppress(PublishError):
-                await self.link.publish(topic, self._status_payload("online"), qos=1, retain=True)
+            await self._publish_status("online")
+
+    async def _publish_status(self, state: str) -> None:
+        """Publish the retained status now; one that fails is left to the next heartbeat (or
+        the next session, which begins with it)."""
+        topic = self.monitor.topics.status(self.settings.mqtt.client_id)
+        with contextlib.suppress(PublishError):
+            await self.link.publish(topic, self._status_payload(state), qos=1, retain=True)
+
+    async def _catch_up(self) -> None:
+        """After a restart: once caught up, the state as of now is published (`_end_resume`);
+        once the broker has acknowledged it, `online` (withheld until then: `CatchUp`)."""
+        if not await self.catchup.run(self.ready):
+            return  # stopped before: the farewell says `offline`
+        await self.publisher.drain()
+        self.catchup.announced()
+        if self._stop.is_set():
+            return
+        await self.link.wait_connected()
+        await self._publish_status("online")
 
     def _end_resume(self) -> None:
         """Bring every device up to now, decide, then publish one object per device: its
@@ -549,14 +568,14 @@ class Daemon:
             self.publisher.submit(release)
         released = len(releases)
         await self.publisher.drain()
-        topic = self.monitor.topics.status(self.settings.mqtt.client_id)
-        with contextlib.suppress(PublishError):
-            await self.link.publish(topic, self._status_payload("offline"), qos=1, retain=True)
+        await self._publish_status("offline")
         self.log.info("farewell_published", throttles_released=released)
 
     def _status_payload(self, state: str) -> bytes:
+        """The status object; `offline` for `online` while it is withheld after a restart (the
+        broker still holds the run before's throttle objects: `CatchUp`)."""
         return status_payload(
-            state,
+            "offline" if self.catchup.withheld else state,
             now_ms=self.clock.now_ms(),
             heartbeat_s=self.settings.mqtt.heartbeat_s,
             started_ms=self._started_ms,

@@ -63,21 +63,21 @@ class SeqSource:
         self._last.pop(device, None)
 
 
-def throttle_payload(change: ThrottleChanged, seq: int) -> bytes:
-    """The throttle object of docs/protocol.md for one change."""
-    return json.dumps(
-        {
-            "device": change.device,
-            "throttle": change.active,
-            "t_ms": change.t_ms,
-            "seq": seq,
-            "streams": list(change.streams),
-            "min_headroom_ms": change.min_headroom_ms,
-            "margin_ms": change.margin_ms,
-        },
-        separators=(",", ":"),
-        allow_nan=False,
-    ).encode()
+def throttle_payload(change: ThrottleChanged, seq: int, owner: str | None = None) -> bytes:
+    """The throttle object of docs/protocol.md for one change; `owner`, the client id of the
+    instance that publishes it, lets a gate void it when that instance is gone."""
+    obj = {
+        "device": change.device,
+        "throttle": change.active,
+        "t_ms": change.t_ms,
+        "seq": seq,
+        "streams": list(change.streams),
+        "min_headroom_ms": change.min_headroom_ms,
+        "margin_ms": change.margin_ms,
+    }
+    if owner is not None:
+        obj["owner"] = owner
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
 
 
 class ThrottlePublisher:
@@ -87,6 +87,7 @@ class ThrottlePublisher:
         "_devices",
         "_idle",
         "_outbox",
+        "_owner",
         "_retry_s",
         "_sending",
         "_seq",
@@ -105,8 +106,11 @@ class ThrottlePublisher:
         topic: TopicFor,
         retry_s: float = 0.2,
         devices: frozenset[str] | None = None,
+        owner: str | None = None,
     ) -> None:
         self._sink = sink
+        #: The `owner` every object names: this instance's MQTT client id.
+        self._owner = owner
         #: The devices this instance owns (`[mqtt] devices`); None: every device.
         self._devices = devices
         self._seq = seq
@@ -128,7 +132,7 @@ class ThrottlePublisher:
             return
         topic = self._topic(change.device)
         self._outbox.pop(topic, None)
-        self._outbox[topic] = throttle_payload(change, self._seq.next(change.device))
+        self._outbox[topic] = throttle_payload(change, self._seq.next(change.device), self._owner)
         self._idle.clear()
         self._wake.set()
 
