@@ -9,8 +9,11 @@ time,
     deadline = arrival + start_slo − (prefill + first chunk frames × step + prebuffer)
 
 where the prefill is its prompt tokens at the measured cost per token, the step is the
-measured decode step at the real-time batch, and the prebuffer is what the player buffers
-after its first audio arrives (and the delivery to it), a setting.
+measured decode step of the batch it joins (the real-time batch, or the running one when
+that is larger), and the prebuffer is what the player buffers after its first audio arrives:
+a fixed part (`prebuffer_ms`: its cushion and the delivery to it) and, for a player that
+waits until its second chunk is due (`second_chunk_frames`), that chunk's decode beyond the
+first chunk's audio.
 
 `Deadlines` turns that into decisions, each a plain value:
 
@@ -84,9 +87,13 @@ class DeadlineSettings:
     start_slo_ms: float = START_SLO_MS
     """The start SLO: request to playback start, prebuffer included."""
     prebuffer_ms: float = 0.0
-    """What the player buffers after its first audio arrives, plus the delivery to it."""
+    """The fixed part of what the player buffers after its first audio arrives (its cushion),
+    plus the delivery to it."""
     first_chunk_frames: int = 5
     """Frames of a stream's first audio chunk."""
+    second_chunk_frames: int = 0
+    """Frames of the second chunk, for a player that prebuffers until it is due (it starts
+    once the first chunk's audio covers the rest of that wait); 0: it does not wait."""
     frame_ms: float = FRAME_MS
     """Audio of one frame (the decode step a stream needs to keep up)."""
     order: Order = "fcfs"
@@ -98,6 +105,10 @@ class DeadlineSettings:
     """A request's frames until `Deadlines.finished` has taught better."""
     prefill_ms_per_token: float = 0.0
     """A prompt token's prefill cost until `Deadlines.observe` has measured one."""
+    amortize: bool = True
+    """Count prefills in the batch that keeps up: each request's prefill, spread over its
+    frames, lengthens the average step, so the batch whose steps average a frame is smaller
+    than the one whose decode-only step fits a frame."""
 
     def __post_init__(self) -> None:
         for name in ("start_slo_ms", "prebuffer_ms", "frame_ms", "guard_ms", "expected_frames"):
@@ -108,6 +119,8 @@ class DeadlineSettings:
             raise ValueError("frame_ms and expected_frames must be > 0")
         if self.first_chunk_frames < 1:
             raise ValueError(f"first_chunk_frames must be ≥ 1, not {self.first_chunk_frames}")
+        if self.second_chunk_frames < 0:
+            raise ValueError(f"second_chunk_frames must be ≥ 0, not {self.second_chunk_frames}")
         if not (math.isfinite(self.prefill_ms_per_token) and self.prefill_ms_per_token >= 0):
             raise ValueError("prefill_ms_per_token must be a finite number ≥ 0")
         if self.order not in ORDERS:
@@ -190,6 +203,8 @@ class Deadlines:
     __slots__ = (
         "_expected_frames",
         "_prefill_ms_per_token",
+        "_prompt_tokens",
+        "_recent_ms",
         "_step_ms",
         "admission",
         "max_num_seqs",
@@ -213,6 +228,8 @@ class Deadlines:
         self._expected_frames = self.settings.expected_frames
         self._prefill_ms_per_token = self.settings.prefill_ms_per_token
         self._step_ms: float | None = None
+        self._recent_ms: float | None = None
+        self._prompt_tokens: float | None = None
         #: Requests refused at arrival, and queued requests refused since.
         self.shed_at_arrival = 0
         self.shed_queued = 0
@@ -223,11 +240,14 @@ class Deadlines:
         """A step ran `decodes` decoding sequences and `prefill_tokens` prompt tokens in `ms`.
 
         Teaches the prefill cost per token (what a step with prompt tokens took beyond its
-        decodes' predicted share) and a fallback step estimate. The real-time admission is
-        not fed here: its owner does that.
+        decodes' predicted share), the recent step duration of any kind (what a server's
+        `eta_ms` hints announce, on which a player's prebuffer depends) and a fallback
+        decode-step estimate. The real-time admission is not fed here: its owner does that.
         """
         if not (math.isfinite(ms) and ms > 0) or (decodes <= 0 and prefill_tokens <= 0):
             return
+        recent = self._recent_ms
+        self._recent_ms = ms if recent is None else recent + STEP_ALPHA * (ms - recent)
         if prefill_tokens <= 0:
             previous = self._step_ms
             self._step_ms = ms if previous is None else previous + STEP_ALPHA * (ms - previous)
@@ -262,12 +282,32 @@ class Deadlines:
 
     @property
     def limit(self) -> int | None:
-        """The real-time batch bounded by `max_num_seqs` (None: no bound known)."""
-        limit = None if self.admission is None else self.admission.limit
+        """The real-time batch bounded by `max_num_seqs` (None: no bound known); with
+        `amortize`, the batch whose steps, prefills spread over requests' frames included,
+        average at most the admission's allowed step."""
+        admission = self.admission
+        limit = None if admission is None else admission.limit
+        if limit is not None and self.settings.amortize:
+            limit = min(limit, self._amortized(limit))
         cap = self.max_num_seqs
         if limit is None:
             return cap
         return limit if cap is None else min(limit, cap)
+
+    def _amortized(self, limit: int) -> int:
+        """The largest n ≥ 1 with scale·(a + b·n) + n · prefill / frames ≤ the allowed step."""
+        admission = self.admission
+        shape = None if admission is None else admission.shape()
+        prompt = self._prompt_tokens
+        if admission is None or shape is None or prompt is None:
+            return limit
+        a, b = shape
+        share = self.prefill_ms(round(prompt)) / self._expected_frames
+        per_request = admission.scale * b + share
+        if per_request <= 0:
+            return limit
+        n = (admission.frame_ms - admission.scale * a) / per_request
+        return max(1, math.floor(n)) if math.isfinite(n) else limit
 
     def _decode_ms(self, batch: int) -> float | None:
         """The measured decode step of `batch` sequences (None while unknown)."""
@@ -297,9 +337,14 @@ class Deadlines:
         """What a request's start still needs once admitted into a batch of `batch`: its
         prefill, its first chunk's frames, the player's prebuffer."""
         settings = self.settings
+        step = self.step_ms(batch)
+        first_audio = settings.first_chunk_frames * settings.frame_ms
+        announced = step if self._recent_ms is None else max(step, self._recent_ms)
+        waits = max(0.0, settings.second_chunk_frames * announced - first_audio)
         return (
             self.prefill_ms(request.prompt_tokens)
-            + settings.first_chunk_frames * self.step_ms(batch)
+            + settings.first_chunk_frames * step
+            + waits
             + settings.prebuffer_ms
         )
 
@@ -344,16 +389,19 @@ class Deadlines:
             heapq.heappush(finishes, now + hold)
         return out
 
-    def _ordered(self, waiting: Sequence[Waiting]) -> list[Waiting]:
+    def _ordered(self, waiting: Sequence[Waiting], batch: int) -> list[Waiting]:
         if self.settings.order == "fcfs":
             return list(waiting)
-        batch = self._batch(None)
         return sorted(waiting, key=lambda w: (self.deadline_ms(w, batch), w.arrival_ms))
+
+    def _joined(self, running: int) -> int:
+        """The batch a request joins: the real-time batch, or the running one if larger."""
+        limit = self.limit
+        return max(running, limit or 1)
 
     def _wait_step_ms(self, running: int) -> float:
         """The step duration the queue waits on: the batch as it is, at least the limit."""
-        limit = self.limit
-        return self.step_ms(max(running, limit or 1))
+        return self.step_ms(self._joined(running))
 
     # ------------------------------------------------------------------ decisions
 
@@ -371,11 +419,15 @@ class Deadlines:
         and shedding is on; `admit` when a seat is free now, nothing waits ahead of it and
         the gate does not hold; `queue` otherwise.
         """
-        queue = self._ordered([*waiting, request])
+        tokens = float(request.prompt_tokens)
+        known = self._prompt_tokens
+        self._prompt_tokens = tokens if known is None else known + LEARN_ALPHA * (tokens - known)
+        batch = self._joined(len(running))
+        queue = self._ordered([*waiting, request], batch)
         position = next(i for i, w in enumerate(queue) if w is request)
         steps = self.admission_steps(running, len(queue))[position]
-        admit_at = now_ms + steps * self._wait_step_ms(len(running))
-        if self.settings.shed and admit_at > self.deadline_ms(request):
+        admit_at = now_ms + steps * self.step_ms(batch)
+        if self.settings.shed and admit_at > self.deadline_ms(request, batch):
             self.shed_at_arrival += 1
             return "shed"
         if steps == 0 and position == 0 and not waiting and not throttle.held:
@@ -397,19 +449,20 @@ class Deadlines:
         covers its cost, else it is shed (queued, when shedding is off). A request whose
         predicted admission is past its deadline is shed now.
         """
-        queue = self._ordered(waiting)
+        joined = self._joined(len(running))
+        queue = self._ordered(waiting, joined)
         if not queue:
             return StepPlan()
         limit = self.limit
         seats = len(queue) if limit is None else limit - len(running)
-        step_ms = self._wait_step_ms(len(running))
+        step_ms = self.step_ms(joined)
         predicted = self.admission_steps(running, len(queue))
         headroom = throttle.headroom_ms
         batch = len(running)
         admit: list[str] = []
         shed: list[str] = []
         for request, steps in zip(queue, predicted, strict=True):
-            deadline = self.deadline_ms(request)
+            deadline = self.deadline_ms(request, joined)
             due = now_ms >= deadline
             if seats > 0 and (not throttle.held or due):
                 admit.append(request.id)
