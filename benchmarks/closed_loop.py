@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row, run_virtual  # noqa: E402
-from edgemon.simulate.policies import EDGEMON, policy  # noqa: E402
+from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS, policy  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
     DEFAULT_BURST,
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 
     from edgemon.simulate.policies import Policy
 
+SHIPPED = EDGEMON.format(guard=f"{SHIPPED_GUARD_MS:g}")
 GATE_MARGINS_MS = (40.0, 80.0, 150.0)  # x86-gpu's own margin, 50 ms, is in between
 GATE_HOLDS_MS = (500.0, 1000.0, 2000.0, 4000.0)
 MINE = (
@@ -76,8 +77,9 @@ MINE = (
     "lasting:{m}:2000",
     "realtime+gate:{m}:2000",
     "realtime:1.2+gate:{m}:1000",
-    "realtime:1.02+gate:{m}:1100",  # edgemon's policy with the one-step release
-    "realtime+lasting:{m}:1000",  # edgemon's policy before issue 16's retune
+    "realtime:1.02+lasting:{m}:1100",  # edgemon's policy before deadlines
+    "realtime:1.02+gate:{m}:1100",  # that with the one-step release
+    "realtime+lasting:{m}:1000",  # edgemon's policy before its retune
     "edgemon+budget",  # budget-aware admission (edgemon.simulate.budget): measured, not shipped
     "edgemon+budget:0:120:fresh",  # its upper bound: the budget fresh at every step
 )
@@ -161,8 +163,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "admit while the prefill plus FRAMES decodes (12) fit the spendable headroom of "
         "edgemon's last throttle object plus ALLOW_MS (0); MODE refill, stale or fresh; see "
         "edgemon/simulate/budget.py) | "
-        f"edgemon (= {EDGEMON.format(margin='MARGIN')}, the profile's margin); parts joined "
-        "by '+' (edgemon+budget); repeatable (default edgemon)",
+        "deadline[:ORDER[:SHED[:GUARD_MS[:BATCH]]]] (the deadline policy: ORDER fcfs or edf, "
+        "SHED shed or queue, GUARD_MS off every start budget, BATCH amortized or decode; see "
+        f"edgemon/simulate/policies.py) | edgemon (= {SHIPPED}); "
+        "parts joined by '+' (edgemon+budget); repeatable (default edgemon)",
     )
     parser.add_argument("--sweep", action="store_true", help="every policy of the report")
     parser.add_argument(

@@ -105,6 +105,9 @@ class DeadlineSettings:
     """A request's frames until `Deadlines.finished` has taught better."""
     prefill_ms_per_token: float = 0.0
     """A prompt token's prefill cost until `Deadlines.observe` has measured one."""
+    token_budget: int | None = None
+    """Prompt tokens one step may prefill (vLLM's `max_num_batched_tokens`): prefills beyond
+    it spill into further steps, each a step later; None: no bound."""
     amortize: bool = True
     """Count prefills in the batch that keeps up: each request's prefill, spread over its
     frames, lengthens the average step, so the batch whose steps average a frame is smaller
@@ -119,6 +122,8 @@ class DeadlineSettings:
             raise ValueError("frame_ms and expected_frames must be > 0")
         if self.first_chunk_frames < 1:
             raise ValueError(f"first_chunk_frames must be ≥ 1, not {self.first_chunk_frames}")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"token_budget must be ≥ 1, not {self.token_budget}")
         if self.second_chunk_frames < 0:
             raise ValueError(f"second_chunk_frames must be ≥ 0, not {self.second_chunk_frames}")
         if not (math.isfinite(self.prefill_ms_per_token) and self.prefill_ms_per_token >= 0):
@@ -333,31 +338,40 @@ class Deadlines:
         """What a prompt of `prompt_tokens` adds to the step that prefills it."""
         return self._prefill_ms_per_token * max(0, prompt_tokens)
 
-    def needs_ms(self, request: Waiting, batch: int) -> float:
+    def needs_ms(self, request: Waiting, batch: int, ahead_tokens: int = 0) -> float:
         """What a request's start still needs once admitted into a batch of `batch`: its
-        prefill, its first chunk's frames, the player's prebuffer."""
+        prefill (after `ahead_tokens` of prompts admitted with it, ahead of it, and the steps
+        the token budget spreads them over), its first chunk's frames, the player's
+        prebuffer."""
         settings = self.settings
         step = self.step_ms(batch)
+        tokens = max(0, ahead_tokens) + max(0, request.prompt_tokens)
+        budget = settings.token_budget
+        spill = 0 if budget is None else max(0, math.ceil(tokens / budget) - 1)
         first_audio = settings.first_chunk_frames * settings.frame_ms
         announced = step if self._recent_ms is None else max(step, self._recent_ms)
         waits = max(0.0, settings.second_chunk_frames * announced - first_audio)
         return (
-            self.prefill_ms(request.prompt_tokens)
+            self.prefill_ms(tokens)
+            + spill * step
             + settings.first_chunk_frames * step
             + waits
             + settings.prebuffer_ms
         )
 
-    def deadline_ms(self, request: Waiting, batch: int | None = None) -> float:
+    def deadline_ms(
+        self, request: Waiting, batch: int | None = None, ahead_tokens: int = 0
+    ) -> float:
         """The latest instant `request` can be admitted and still start within the SLO
-        (`batch`: the batch it joins; default the real-time batch)."""
+        (`batch`: the batch it joins, default the real-time batch; `ahead_tokens`: prompts
+        admitted with it, ahead of it)."""
         settings = self.settings
         size = self._batch(batch)
         return (
             request.arrival_ms
             + settings.start_slo_ms
             - settings.guard_ms
-            - self.needs_ms(request, size)
+            - self.needs_ms(request, size, ahead_tokens)
         )
 
     def _batch(self, batch: int | None) -> int:
@@ -425,9 +439,13 @@ class Deadlines:
         batch = self._joined(len(running))
         queue = self._ordered([*waiting, request], batch)
         position = next(i for i, w in enumerate(queue) if w is request)
-        steps = self.admission_steps(running, len(queue))[position]
+        predicted = self.admission_steps(running, len(queue))
+        steps = predicted[position]
+        ahead = sum(
+            w.prompt_tokens for w, n in zip(queue[:position], predicted, strict=False) if n == steps
+        )
         admit_at = now_ms + steps * self.step_ms(batch)
-        if self.settings.shed and admit_at > self.deadline_ms(request, batch):
+        if self.settings.shed and admit_at > self.deadline_ms(request, batch, ahead):
             self.shed_at_arrival += 1
             return "shed"
         if steps == 0 and position == 0 and not waiting and not throttle.held:
@@ -461,13 +479,15 @@ class Deadlines:
         batch = len(running)
         admit: list[str] = []
         shed: list[str] = []
+        ahead = 0  # prompt tokens admitted this step, ahead of the next one
         for request, steps in zip(queue, predicted, strict=True):
-            deadline = self.deadline_ms(request, joined)
+            deadline = self.deadline_ms(request, joined, ahead)
             due = now_ms >= deadline
             if seats > 0 and (not throttle.held or due):
                 admit.append(request.id)
                 seats -= 1
                 batch += 1
+                ahead += request.prompt_tokens
                 continue
             if due and seats <= 0 and limit is not None:
                 cost = self._over_limit_cost(request, batch, running)
@@ -475,6 +495,7 @@ class Deadlines:
                     admit.append(request.id)
                     headroom -= cost
                     batch += 1
+                    ahead += request.prompt_tokens
                     continue
             if self.settings.shed and (due or now_ms + steps * step_ms > deadline):
                 shed.append(request.id)
