@@ -298,8 +298,13 @@ async def test_a_full_box_is_routed_around(fleet: Fleet) -> None:
             # 1. Retries: agents paused, both boxes at full weight.
             for box in PER_STREAM_MS:
                 runtime_api(api, f"disable agent {BACKEND}/{box}")
-                runtime_api(api, f"set weight {BACKEND}/{box} 100")
-            assert weights(api) == {"box-a": 100, "box-b": 100}
+
+            def full_weights() -> bool:  # again if a check under way when paused set one
+                for box in PER_STREAM_MS:
+                    runtime_api(api, f"set weight {BACKEND}/{box} 100")
+                return weights(api) == {"box-a": 100, "box-b": 100}
+
+            await wait_until(full_weights, "both boxes at full weight")
             refused = stats(a)["refused"]
             assert_served_by_b(await burst(session, fleet.front))
             retried = stats(a)["refused"] - refused
