@@ -39,7 +39,7 @@ class Monitor:
     def __init__(self, config: EngineConfig, *, sample_every_ms: float | None = None) -> None:
         self.engine = Engine(config, sample_every_ms=sample_every_ms)
         self._sample_every_ms = sample_every_ms
-        self.topics = Topics(config.topic_prefix, cached=2 * config.limits.max_devices + 64)
+        self.topics = Topics(config.topic_prefix, cached=3 * config.limits.max_devices + 64)
         self.results: Counter[str] = Counter()
         self.messages = 0
         #: Events applied (engine and capacity objects are messages, not events).
