@@ -162,8 +162,9 @@ def test_haproxy_config_is_valid_and_routes_around_a_full_box(tmp_path: Path) ->
         "option http-buffer-request",
         "balance leastconn",
         "option httpchk GET /health",
+        "http-error status 503 content-type application/json hdr Retry-After 1 string",
     ):
-        assert re.search(rf"^\s+{re.escape(line)}$", text, flags=re.MULTILINE), line
+        assert re.search(rf"^\s+{re.escape(line)}( .*)?$", text, flags=re.MULTILINE), line
     assert re.search(r"^\s+retries [1-9]$", text, flags=re.MULTILINE)
     servers = re.findall(r"^\s+server (\S+) \S+$", text, flags=re.MULTILINE)
     assert len(servers) >= 2

@@ -17,7 +17,9 @@ it. Then, in order:
    B's a positive weight; new requests go to B alone, and A refuses none (HAProxy sends it
    nothing);
 3. A's edgemon counts A's refusals (`edgemon_engine_shed_total`) and shows it full
-   (`/api/v1/capacity`: no spare stream).
+   (`/api/v1/capacity`: no spare stream);
+4. with box B filled too, a new request gets 503 with Retry-After (the last box's refusal,
+   or HAProxy's own answer once both weights are 0).
 Every assertion is a count; each wait is for a condition, with a generous deadline.
 """
 
@@ -337,6 +339,19 @@ async def test_a_full_box_is_routed_around(fleet: Fleet) -> None:
             (entry,) = get_json(f"{b.edgemon}/api/v1/capacity?device=box-b")["devices"]
             assert entry["spare_streams"] is not None
             assert entry["spare_streams"] > 0
+
+            # 4. Both boxes full: the client is asked to come back.
+            holders += [
+                asyncio.create_task(hold(session, b.engine)) for _ in range(REALTIME["box-b"])
+            ]
+            await wait_until(
+                lambda: stats(b)["capacity"]["running"] == REALTIME["box-b"], "box B full"
+            )
+            refused = await ask(session, fleet.front, SHORT)
+            assert (refused.status, refused.retry_after, refused.chunks) == (503, "1", 0)
+            await wait_until(lambda: weights(api) == {"box-a": 0, "box-b": 0}, "no weight left")
+            refused = await ask(session, fleet.front, SHORT)  # HAProxy's own answer now
+            assert (refused.status, refused.retry_after, refused.box) == (503, "1", "")
         finally:
             for task in holders:
                 task.cancel()
