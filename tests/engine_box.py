@@ -3,17 +3,19 @@
 `python tests/engine_box.py --port P --broker mqtt://127.0.0.1:N --device box-a --per-stream-ms 20`
 
 The engine is edgemon's simulated one (`edgemon.simulate.engine.TtsEngine`), stepped in real
-time as the demo does: each step sleeps its modelled duration, on the model's timeline. Its
-real-time capacity is measured the way edgemon's schedulers measure it
-(`edgemon.integrations.realtime.RealtimeAdmission`, fed each step's modelled duration; until
-it has seen enough steps, the step model's own largest real-time batch), and its admission
-holds the running set to it.
+time as the demo does: each step sleeps its modelled duration, on the model's timeline. It
+runs edgemon's scheduler rules: real-time admission measured as edgemon's schedulers measure
+it (`edgemon.integrations.realtime.RealtimeAdmission`, fed each step's modelled duration;
+until its steps have shown the real-time batch, the step model's own largest one bounds the
+running set) and the deadline policy (`edgemon.integrations.deadlines.Deadlines`): a request
+is admitted, queued or refused at arrival by its predicted start against the start SLO, and
+a queued one whose start deadline became infeasible is refused too.
 
 HTTP, shaped like an OpenAI completions server that streams:
 - `POST /v1/completions` `{"prompt": str, "max_tokens": frames}`: the audio chunks as
   server-sent events (`data: {"box", "seq", "audio_ms", "final", "start_wait_ms"}`), then
-  `data: [DONE]`; a request the box cannot start within its start SLO is refused at once,
-  before any work, with **503 and `Retry-After`** (`admits_at_arrival`);
+  `data: [DONE]`; a request the deadline policy refuses, at arrival or while it waits for
+  its first audio, is answered **503 with `Retry-After`**, before any audio;
 - `GET /health`: 200;
 - `GET /stats`: what the box served, refused and how long each start took (JSON).
 
@@ -36,8 +38,14 @@ from typing import TYPE_CHECKING, Any
 import aiomqtt
 from aiohttp import web
 
+from edgemon.integrations.deadlines import (
+    Deadlines,
+    DeadlineSettings,
+    Running,
+    Waiting,
+)
 from edgemon.integrations.realtime import STEP_FRAMES, RealtimeAdmission
-from edgemon.simulate.engine import TtsEngine
+from edgemon.simulate.engine import DeadlineHook, TtsEngine
 from edgemon.simulate.profiles import FRAME_MS, Profile, StepModel
 from edgemon.simulate.workload import Request
 
@@ -54,6 +62,8 @@ START_SLO_MS = 3000.0
 RETRY_AFTER_S = 1
 #: Capacity objects at most this often (docs/protocol.md).
 PUBLISH_EVERY_S = 1.0
+#: How often an engine whose waiting requests are all held asks again.
+IDLE_POLL_S = 0.005
 #: A step that begins at most this late after its predecessor's modelled end begins at that
 #: end (as `edgemon.simulate.realtime`): the driver's own delays are not step time.
 CATCH_UP_MS = 50.0
@@ -73,92 +83,85 @@ def profile(per_stream_ms: float) -> Profile:
 
 
 def modelled_limit(step: StepModel) -> int:
-    """The largest batch whose decode step fits the allowed frame, by the step model."""
+    """The largest batch whose decode step fits the allowed frame, by the step model: the
+    engine's bound on running requests until its steps have shown their real-time batch."""
     allowed = FRAME_MS * STEP_FRAMES
     if step.per_decode_seq_ms <= 0:
         return 64
     return max(1, math.floor((allowed - step.base_ms) / step.per_decode_seq_ms))
 
 
-def admits_at_arrival(*, running: int, waiting: int, realtime_streams: int) -> bool:
-    """Whether a new request can start within the start SLO: a real-time seat is free for it
-    behind those already waiting (it is admitted at the next step, its first chunk a few
-    steps later, well within the SLO). Otherwise it would wait for a running stream to end,
-    which takes longer than any start SLO (streams last tens of seconds): refuse it now."""
-    return running + waiting < realtime_streams
-
-
 @dataclass(slots=True)
 class Served:
-    """One admitted request: when it came, whether a seat was free, when its audio began."""
+    """One request the engine took: its frames, what it has made, when its audio began.
+
+    `chunks` carries its audio, or None once the deadline policy refused it while queued."""
 
     arrival_ms: float
-    seated: bool
+    frames: int
+    admitted: bool = False
+    emitted: int = 0
     start_wait_ms: float | None = None
-    chunks: asyncio.Queue[Chunk] = field(default_factory=asyncio.Queue)
+    chunks: asyncio.Queue[Chunk | None] = field(default_factory=asyncio.Queue)
 
 
 class EngineBox:
-    """The engine, its step loop, its admission and its capacity objects."""
+    """The engine, its step loop, its deadline policy and its capacity objects."""
 
     def __init__(self, name: str, step: StepModel) -> None:
         self.name = name
+        box = profile(step.per_decode_seq_ms)
         self.admission = RealtimeAdmission(FRAME_MS * STEP_FRAMES)
-        self.prior_limit = modelled_limit(step)
+        settings = DeadlineSettings(
+            start_slo_ms=START_SLO_MS,
+            first_chunk_frames=box.chunk_size(0),
+            token_budget=box.max_num_batched_tokens,
+            frame_ms=box.frame_ms,
+        )
+        self.policy = Deadlines(settings, self.admission, max_num_seqs=modelled_limit(step))
         self.engine = TtsEngine(
-            profile(step.per_decode_seq_ms),
-            seats=lambda running: max(0, self.realtime_streams - running),
+            box, seats=self.admission.admissible, deadlines=DeadlineHook(self.policy)
         )
         self.requests: dict[str, Served] = {}
         self.ids = itertools.count()
-        self.refused = 0
-        self.step_estimate_ms = step.step_ms(0, 1)
         self.wake = asyncio.Event()
         self.changed = asyncio.Event()
 
-    @property
-    def realtime_streams(self) -> int:
-        """Measured real-time streams; the model's until measured."""
-        return self.admission.limit or self.prior_limit
-
     def capacity(self) -> dict[str, Any]:
-        """The capacity object now (docs/protocol.md)."""
-        engine = self.engine
-        return {
-            "t_ms": time.time() * 1000.0,
-            "realtime_streams": self.realtime_streams,
-            "running": engine.running,
-            "waiting": engine.waiting,
-            "start_wait_ms": self.predicted_start_ms(),
-            "shed_total": self.refused,
-        }
-
-    def predicted_start_ms(self) -> float | None:
-        """A new request's wait for its first audio if admitted now: the first chunk's frames
-        when a seat is free; None (not predicted) when none is: it would be refused."""
-        engine = self.engine
-        if not admits_at_arrival(
-            running=engine.running, waiting=engine.waiting, realtime_streams=self.realtime_streams
-        ):
-            return None
-        return (self.engine.profile.initial_chunk_frames + 1) * self.step_estimate_ms
+        """The capacity object now (docs/protocol.md), from the deadline policy; its real-time
+        batch is the engine's bound while its steps have not shown one (a box that always runs
+        the same batch never does)."""
+        running = [
+            Running(rid, served.frames - served.emitted)
+            for rid, served in self.requests.items()
+            if served.admitted
+        ]
+        waiting = [
+            Waiting(rid, served.arrival_ms, PROMPT_TOKENS)
+            for rid, served in self.requests.items()
+            if not served.admitted
+        ]
+        figures = self.policy.capacity(running, waiting).as_dict()
+        if figures["realtime_streams"] is None:
+            figures["realtime_streams"] = self.policy.limit
+        return {"t_ms": time.time() * 1000.0, **figures}
 
     def submit(self, frames: int) -> Served | None:
-        """A new request: admitted (its record) or refused (None)."""
-        engine = self.engine
-        if not admits_at_arrival(
-            running=engine.running, waiting=engine.waiting, realtime_streams=self.realtime_streams
-        ):
-            self.refused += 1
-            self.changed.set()
-            return None
+        """A new request: taken (its record) or refused at once by the deadline policy (None)."""
         request_id = f"{self.name}-{next(self.ids)}"
         now = time.time() * 1000.0
-        served = self.requests[request_id] = Served(now, seated=True)
-        engine.submit(Request(request_id, now, PROMPT_TOKENS, frames))
+        if not self.engine.submit(Request(request_id, now, PROMPT_TOKENS, frames), now):
+            self.changed.set()
+            return None
+        served = self.requests[request_id] = Served(now, frames)
         self.wake.set()
         self.changed.set()
         return served
+
+    def _refused_while_queued(self) -> None:
+        for request_id in self.engine.refused():
+            self.requests.pop(request_id).chunks.put_nowait(None)
+            self.changed.set()
 
     async def run(self) -> None:
         """Step the engine in real time, forever."""
@@ -168,17 +171,23 @@ class EngineBox:
             if modelled is not None and now - modelled < CATCH_UP_MS:
                 now = modelled
             step = self.engine.step(now)
+            self._refused_while_queued()
             if step is None:
                 modelled = None
                 self.wake.clear()
-                await self.wake.wait()
+                if self.engine.waiting:
+                    await asyncio.sleep(IDLE_POLL_S)
+                else:
+                    await self.wake.wait()
                 continue
             self.admission.observe(step.decode_seqs, step.prefill_tokens, step.ms)
-            self.step_estimate_ms = self.engine.step_estimate_ms
+            for request_id in step.admitted:
+                self.requests[request_id].admitted = True
             await asyncio.sleep(max(0.0, step.end_ms - time.time() * 1000.0) / 1000.0)
             modelled = step.end_ms
             for chunk in step.chunks:
                 served = self.requests[chunk.request]
+                served.emitted += chunk.frames
                 if served.start_wait_ms is None:
                     served.start_wait_ms = chunk.t_ms - served.arrival_ms
                 served.chunks.put_nowait(chunk)
@@ -209,7 +218,6 @@ class Tally:
     served: int = 0
     completed: int = 0
     refused: int = 0
-    seated: int = 0
     late: int = 0
     start_waits_ms: list[float] = field(default_factory=list)
 
@@ -221,7 +229,8 @@ def app(box: EngineBox) -> web.Application:
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         served = box.submit(int(body.get("max_tokens", 25)))
-        if served is None:
+        first = None if served is None else await served.chunks.get()
+        if served is None or first is None:
             tally.refused += 1
             return web.json_response(
                 {"error": {"message": "cannot start within the start SLO", "type": "shed"}},
@@ -229,17 +238,15 @@ def app(box: EngineBox) -> web.Application:
                 headers={"Retry-After": str(RETRY_AFTER_S), "X-Box": box.name},
             )
         tally.served += 1
-        tally.seated += served.seated
+        wait = served.start_wait_ms or 0.0
+        tally.start_waits_ms.append(wait)
+        tally.late += wait > START_SLO_MS
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "X-Box": box.name}
         )
         await response.prepare(request)
-        while True:
-            chunk = await served.chunks.get()
-            if chunk.seq == 0:
-                wait = served.start_wait_ms or 0.0
-                tally.start_waits_ms.append(wait)
-                tally.late += wait > START_SLO_MS
+        chunk: Chunk | None = first
+        while chunk is not None:
             event = {
                 "box": box.name,
                 "seq": chunk.seq,
@@ -248,8 +255,7 @@ def app(box: EngineBox) -> web.Application:
                 "start_wait_ms": served.start_wait_ms,
             }
             await response.write(f"data: {json.dumps(event)}\n\n".encode())
-            if chunk.final:
-                break
+            chunk = None if chunk.final else await served.chunks.get()
         await response.write(b"data: [DONE]\n\n")
         tally.completed += 1
         return response
@@ -264,7 +270,6 @@ def app(box: EngineBox) -> web.Application:
                 "served": tally.served,
                 "completed": tally.completed,
                 "refused": tally.refused,
-                "seated": tally.seated,
                 "late": tally.late,
                 "start_waits_ms": tally.start_waits_ms,
                 "capacity": box.capacity(),
