@@ -26,12 +26,14 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	MYPYPATH=tests:benchmarks $(BIN)/mypy $(VLLM_TIER_FILES)
 
-# The fleet end-to-end test (tests/test_e2e_fleet.py: 3 boxes and a central store, 16 real
-# processes, about a minute) runs in its own target; .ci/run runs both.
-FLEET_TEST = tests/test_e2e_fleet.py
+# The fleet end-to-end tests run in their own target; .ci/run runs both targets.
+# tests/test_e2e_fleet.py: 3 boxes and a central store, 16 real processes, about a minute;
+# tests/test_e2e_haproxy.py: HAProxy in front of 2 boxes (Mosquitto, edgemon, a simulated
+# engine server each), about 20 s.
+FLEET_TEST = tests/test_e2e_fleet.py tests/test_e2e_haproxy.py
 
 unit: $(STAMP)
-	$(BIN)/pytest --cov --cov-report=term --ignore=$(FLEET_TEST)
+	$(BIN)/pytest --cov --cov-report=term $(addprefix --ignore=,$(FLEET_TEST))
 
 test-fleet: $(STAMP)
 	$(BIN)/pytest $(FLEET_TEST) -p no:cacheprovider

@@ -537,6 +537,71 @@ def fleet() -> Json:
     )
 
 
+def engine_capacity(dev: str) -> list[Json]:
+    """The device's engine capacity (its capacity objects, docs/protocol.md): what a load
+    balancer weighs the box by."""
+    spare = (
+        f"clamp_min(max(edgemon_engine_realtime_capacity{{{dev}}}) - "
+        f"max(edgemon_engine_running{{{dev}}}), 0)"
+    )
+    return [
+        row("Engine capacity"),
+        stat(
+            "Spare real-time streams",
+            "Streams the engine can still decode in real time: its real-time capacity minus "
+            "what it runs, at least 0 (edgemon_engine_realtime_capacity − edgemon_engine_running; "
+            "the agent check weighs the box by its share). Empty until the engine publishes "
+            "a capacity object.",
+            [target(spare)],
+            unit="short",
+            w=4,
+            steps=thresholds((None, "red"), (1, "green")),
+        ),
+        timeseries(
+            "Capacity, running, waiting",
+            "Streams the engine measures it can decode in real time (dashed), the requests it "
+            "runs and those waiting for admission (edgemon_engine_realtime_capacity, "
+            "edgemon_engine_running, edgemon_engine_waiting).",
+            [
+                target(f"max(edgemon_engine_realtime_capacity{{{dev}}})", "real-time capacity"),
+                target(f"max(edgemon_engine_running{{{dev}}})", "running"),
+                target(f"max(edgemon_engine_waiting{{{dev}}})", "waiting"),
+            ],
+            unit="short",
+            minimum=0,
+            w=8,
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "real-time capacity"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}
+                    ],
+                }
+            ],
+        ),
+        timeseries(
+            "Predicted start wait",
+            "The engine's prediction of how long a new request would wait for its first "
+            "audio (edgemon_engine_start_wait_seconds). Past the start SLO the engine sheds "
+            "new requests instead of queueing them.",
+            [target(f"max(edgemon_engine_start_wait_seconds{{{dev}}})", "start wait")],
+            unit="s",
+            minimum=0,
+            w=6,
+        ),
+        timeseries(
+            "Requests shed",
+            "Requests the engine refused (HTTP 503 with Retry-After) per second "
+            "(edgemon_engine_shed_total, counted across engine restarts). A load balancer "
+            "retries them on another box.",
+            [target(f"sum(rate(edgemon_engine_shed_total{{{dev}}}[$__rate_interval]))", "shed/s")],
+            unit="reqps",
+            minimum=0,
+            w=6,
+        ),
+    ]
+
+
 def device() -> Json:
     """One device in depth: its streams, timings and clock."""
     dev = 'device="$device"'
@@ -642,6 +707,7 @@ def device() -> Json:
             dashed=True,
             steps=thresholds((None, "red"), (0, "transparent")),
         ),
+        *engine_capacity(dev),
         row("Timing"),
         timeseries(
             "Chunk gap percentiles",
@@ -829,7 +895,8 @@ def device() -> Json:
         "edgemon-device",
         "edgemon / Device",
         "One device in depth: headroom and slack, slack at chunk arrival, the worst streams, "
-        "chunk gaps, time to first audio, clock offset, service level, outcomes.",
+        "the engine's capacity, chunk gaps, time to first audio, clock offset, service level, "
+        "outcomes.",
         panels,
         [datasource_variable(), device_variable(multi=False)],
     )

@@ -13,8 +13,14 @@ from typing import TYPE_CHECKING, Any
 from edgemon.engine.engine import Engine
 from edgemon.engine.outputs import GapDeclared, Rejected
 from edgemon.engine.snapshot import SnapshotError
-from edgemon.wire.decode import Problem, decode_engine, parse_json, parted_events
-from edgemon.wire.topics import Topics
+from edgemon.wire.decode import (
+    Problem,
+    decode_capacity,
+    decode_engine,
+    parse_json,
+    parted_events,
+)
+from edgemon.wire.topics import Kind, Topics
 
 if TYPE_CHECKING:
     from edgemon.engine.config import EngineConfig
@@ -33,10 +39,10 @@ class Monitor:
     def __init__(self, config: EngineConfig, *, sample_every_ms: float | None = None) -> None:
         self.engine = Engine(config, sample_every_ms=sample_every_ms)
         self._sample_every_ms = sample_every_ms
-        self.topics = Topics(config.topic_prefix, cached=2 * config.limits.max_devices + 64)
+        self.topics = Topics(config.topic_prefix, cached=3 * config.limits.max_devices + 64)
         self.results: Counter[str] = Counter()
         self.messages = 0
-        #: Events applied (engine objects are messages, not events).
+        #: Events applied (engine and capacity objects are messages, not events).
         self.events = 0
 
     def handle(
@@ -81,19 +87,8 @@ class Monitor:
             return
         device, kind = route
         limits = self.engine.config.limits
-        if kind == "engine":
-            value = parse_json(payload, max_bytes=limits.max_payload_bytes)
-            info = value if isinstance(value, Problem) else decode_engine(value)
-            if isinstance(info, Problem):
-                self._reject(recv_ms, topic, device, info, out)
-                return
-            self._count(
-                self.engine.apply_engine_info(device, info, recv_ms, out),
-                recv_ms,
-                topic,
-                device,
-                out,
-            )
+        if kind != "events":
+            self._receive_object(kind, device, topic, payload, recv_ms, out)
             return
         decoded = parted_events(
             payload, max_bytes=limits.max_payload_bytes, max_batch=limits.max_batch_events
@@ -122,6 +117,33 @@ class Monitor:
                 else:
                     self._count(result, recv_ms, topic, device, out, event)
             self.events += applied
+
+    def _receive_object(
+        self,
+        kind: Kind,
+        device: str,
+        topic: str,
+        payload: bytes,
+        recv_ms: float,
+        out: list[Output],
+    ) -> None:
+        """An engine or a capacity object: decoded, then given to the engine (or rejected)."""
+        max_bytes = self.engine.config.limits.max_payload_bytes
+        if kind == "capacity":
+            capacity = decode_capacity(payload, max_bytes=max_bytes)
+            if isinstance(capacity, Problem):
+                self._reject(recv_ms, topic, device, capacity, out)
+                return
+            result = self.engine.apply_capacity(device, capacity, recv_ms)
+            self._count(result, recv_ms, topic, device, out, what="capacity object")
+            return
+        value = parse_json(payload, max_bytes=max_bytes)
+        info = value if isinstance(value, Problem) else decode_engine(value)
+        if isinstance(info, Problem):
+            self._reject(recv_ms, topic, device, info, out)
+            return
+        result = self.engine.apply_engine_info(device, info, recv_ms, out)
+        self._count(result, recv_ms, topic, device, out)
 
     def snapshot(self, wall_ms: float) -> dict[str, Any]:
         """Everything needed to continue after a restart: the engine and the counts."""
@@ -184,11 +206,14 @@ class Monitor:
         device: str,
         out: list[Output],
         event: Event | None = None,
+        *,
+        what: str = "engine object",
     ) -> None:
         if result in APPLIED:
             self.results[result] += 1
             return
-        what = "engine object" if event is None else f"{event.type} of stream {event.stream}"
+        if event is not None:
+            what = f"{event.type} of stream {event.stream}"
         self._reject(recv_ms, topic, device, Problem(result, what), out)
 
     def _reject(

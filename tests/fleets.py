@@ -17,8 +17,12 @@ if TYPE_CHECKING:
     from edgemon.simulate import Simulation
 
 
+#: The capacity object each simulated device's engine publishes first (docs/protocol.md).
+CAPACITY = {"realtime_streams": 8, "running": 0, "waiting": 0, "start_wait_ms": 0, "shed_total": 0}
+
+
 class SimulatedFleet:
-    """`simulation`'s devices (engine objects first) fed to a Monitor through
+    """`simulation`'s devices (engine and capacity objects first) fed to a Monitor through
     `Monitor.handle`; the registry's wall clock is the instant of the last message fed."""
 
     __slots__ = ("monitor", "now_ms", "out", "registry", "simulation")
@@ -38,6 +42,8 @@ class SimulatedFleet:
         for device, engine in simulation.engine_objects().items():
             payload = json.dumps(engine).encode()
             self.monitor.handle(f"edgemon/v1/{device}/engine", payload, start_ms, self.out)
+            capacity = json.dumps(CAPACITY).encode()
+            self.monitor.handle(f"edgemon/v1/{device}/capacity", capacity, start_ms, self.out)
 
     def feed(self, until_ms: float) -> Iterator[float]:
         """Feed every message up to `until_ms`, yielding the clock after each."""

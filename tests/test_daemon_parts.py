@@ -112,15 +112,21 @@ def test_backoff_is_jittered_exponential_capped_at_30_s() -> None:
 
 
 def test_subscriptions_all_devices_or_the_listed_ones() -> None:
-    """No device list: the two wildcard filters. With `[mqtt] devices`: each listed device's
-    two topics, exactly (no wildcard, no shared subscription)."""
+    """No device list: the three wildcard filters. With `[mqtt] devices`: each listed device's
+    three topics, exactly (no wildcard, no shared subscription)."""
     topics = Topics("p/v1")
-    assert subscriptions(topics, devices=None) == ["p/v1/+/events", "p/v1/+/engine"]
+    assert subscriptions(topics, devices=None) == [
+        "p/v1/+/events",
+        "p/v1/+/engine",
+        "p/v1/+/capacity",
+    ]
     assert subscriptions(topics, devices=("a", "b")) == [
         "p/v1/a/events",
         "p/v1/a/engine",
+        "p/v1/a/capacity",
         "p/v1/b/events",
         "p/v1/b/engine",
+        "p/v1/b/capacity",
     ]
 
 

@@ -1,7 +1,8 @@
 """deploy/fleet checked by the real tools: the box agent's config (`promtool check config`), the
 fleet rules (`promtool check rules`, their unit tests, `vmalert -dryRun`), Alertmanager's config
-(`amtool check-config`), the vmalert unit (`systemd-analyze verify`); and the fleet rules kept in
-step with the single-box ones: the same rules, each aggregation keeping `box`, nothing else.
+(`amtool check-config`), the vmalert unit (`systemd-analyze verify`), the load balancer's
+config (`haproxy -c`); and the fleet rules kept in step with the single-box ones: the same
+rules, each aggregation keeping `box`, nothing else.
 """
 
 from __future__ import annotations
@@ -149,3 +150,37 @@ def test_vmalert_unit_is_valid(tmp_path: Path) -> None:
         if "vmalert.service" in line
     ]
     assert not complaints, complaints
+
+
+def test_haproxy_config_is_valid_and_routes_around_a_full_box(tmp_path: Path) -> None:
+    """`haproxy -c` accepts deploy/fleet/haproxy.cfg, and rejects a copy with a misspelt
+    retry condition; the config retries a refused request on another box at every retry
+    (503, connection failures), weighs each box by its edgemon's agent check every second
+    and checks the engine's health."""
+    haproxy = tool("haproxy")
+    config = FLEET / "haproxy.cfg"
+    run(haproxy, "-c", "-f", str(config), cwd=tmp_path)
+    text = config.read_text(encoding="utf-8")
+    for line in (
+        "retry-on 503 conn-failure empty-response",
+        "option redispatch 1",
+        "option http-buffer-request",
+        "balance leastconn",
+        "option httpchk GET /health",
+        "http-error status 503 content-type application/json hdr Retry-After 1 string",
+    ):
+        assert re.search(rf"^\s+{re.escape(line)}( .*)?$", text, flags=re.MULTILINE), line
+    assert re.search(r"^\s+retries [1-9]$", text, flags=re.MULTILINE)
+    servers = re.findall(r"^\s+server (\S+) \S+$", text, flags=re.MULTILINE)
+    assert len(servers) >= 2
+    default = re.search(r"^\s+default-server (.*)$", text, flags=re.MULTILINE)
+    assert default is not None
+    words = f" {default.group(1)} "
+    for option in ("check", "agent-check", "agent-port 9858", "agent-inter 1s"):
+        assert f" {option} " in words, option
+    broken = tmp_path / "broken.cfg"
+    broken.write_text(text.replace("retry-on 503", "retry-on 599"), encoding="utf-8")
+    done = subprocess.run(
+        [haproxy, "-c", "-f", str(broken)], capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode != 0

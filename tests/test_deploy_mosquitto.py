@@ -146,15 +146,18 @@ def test_only_edgemon_writes_throttle_and_status() -> None:
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_device_events_and_engine_reach_edgemon(broker: int) -> None:
-    """dev1 publishes to its own events and engine topics; edgemon gets them (through the
-    wildcard, and through an exact topic as an instance with `[mqtt] devices` subscribes)."""
+    """dev1 publishes to its own events, engine and capacity topics; edgemon gets them (through
+    the wildcard, and through an exact topic as an instance with `[mqtt] devices` subscribes)."""
     async with connect(broker, "edgemon") as edgemon, connect(broker, "dev1") as dev1:
         await edgemon.subscribe("edgemon/v1/+/events", qos=1)
         await edgemon.subscribe("edgemon/v1/dev1/engine", qos=1)
+        await edgemon.subscribe("edgemon/v1/+/capacity", qos=1)
         await dev1.publish("edgemon/v1/dev1/events", b'{"type":"end"}', qos=1)
         assert await next_message(edgemon) == ("edgemon/v1/dev1/events", b'{"type":"end"}')
         await dev1.publish("edgemon/v1/dev1/engine", b"{}", qos=1, retain=True)
         assert await next_message(edgemon) == ("edgemon/v1/dev1/engine", b"{}")
+        await dev1.publish("edgemon/v1/dev1/capacity", b'{"running":1}', qos=1, retain=True)
+        assert await next_message(edgemon) == ("edgemon/v1/dev1/capacity", b'{"running":1}')
 
 
 @pytest.mark.integration

@@ -1,6 +1,6 @@
 """docs/metrics.md lists exactly the metric families edgemon exports: a daemon built in-process
-(not run: nothing connects), fed a device's events and its engine object, scraped as
-Prometheus would."""
+(not run: nothing connects), fed a device's events, its engine object and its capacity object,
+scraped as Prometheus would."""
 
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ def exported(tmp_path: Path) -> set[str]:
     out: list[Output] = []
     daemon.monitor.handle("edgemon/v1/d/events", json.dumps(events).encode(), T0, out)
     daemon.monitor.handle("edgemon/v1/d/engine", json.dumps(engine).encode(), T0, out)
+    capacity = {"realtime_streams": 8, "running": 3, "waiting": 0, "start_wait_ms": 200}
+    daemon.monitor.handle("edgemon/v1/d/capacity", json.dumps(capacity).encode(), T0, out)
     text = generate_latest(daemon.registry).decode()
     return {
         f"{family.name}_total" if family.type == "counter" else family.name

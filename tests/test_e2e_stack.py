@@ -1,6 +1,7 @@
 """The whole stack, real programs only: Mosquitto (fixture), `edgemon run` as a process, `edgemon
-simulate` as a process with one healthy device (RTF 0.1) and one overloaded (RTF 1.2), and a
-real Prometheus server scraping edgemon every second with the shipped rules.
+simulate` as a process with one healthy device (RTF 0.1) and one overloaded (RTF 1.2) whose
+engine's capacity object says it is full, and a real Prometheus server scraping edgemon every
+second with the shipped rules.
 
 Prometheus gets a copy of deploy/prometheus/edgemon.rules.yml in which every `for:` is cut to
 `FOR_IN_TEST` (a regex substitution on the `for:` lines, nothing else changed; `keep_firing_for:`
@@ -17,12 +18,15 @@ the overloaded device and not for the healthy one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import aiomqtt
 import pytest
 
 from load import CpuLag, skip_unless_kept_up
@@ -44,6 +48,15 @@ DEADLINE_S = 90.0
 #: Run the scenario at least this long, so the healthy device has had streams enough to show
 #: that it does not underrun (and its alert stays silent) rather than that it was not asked.
 MIN_SCENARIO_S = 30.0
+
+
+#: The overloaded device's capacity object (docs/protocol.md): full, refusing new requests.
+FULL = {"realtime_streams": 2, "running": 2, "waiting": 0, "start_wait_ms": 0, "shed_total": 3}
+
+
+async def publish_retained(port: int, topic: str, payload: dict[str, Any]) -> None:
+    async with aiomqtt.Client("127.0.0.1", port) as client:
+        await client.publish(topic, json.dumps(payload).encode(), qos=1, retain=True)
 
 
 def test_rules_copy_only_shortens_for() -> None:
@@ -145,6 +158,9 @@ def test_stack_dashboards_rules_and_underrun_alert(
     try:
         servers.spawn("edgemon", sys.executable, "-m", "edgemon", "run", "--config", str(config))
         servers.wait_until("edgemon", lambda: reachable(f"http://127.0.0.1:{edgemon_port}/readyz"))
+        # The simulator publishes no capacity object: the overloaded device's engine says it
+        # is full, as its scheduler would (docs/protocol.md).
+        asyncio.run(publish_retained(broker_port, f"edgemon/v1/{OVERLOADED}/capacity", FULL))
         servers.spawn(
             "simulate", sys.executable, "-m", "edgemon", "simulate",
             "--broker", f"mqtt://127.0.0.1:{broker_port}", "--devices", "2", "--streams", "2",

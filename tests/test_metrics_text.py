@@ -144,6 +144,12 @@ def _engine_object(monitor: Monitor) -> None:
     monitor.handle("edgemon/v1/d1/engine", payload.encode(), 1_764_000_000_000.0, [])
 
 
+def _capacity_object(monitor: Monitor, **fields: float) -> None:
+    """A capacity object for d1 (the first one: every gauge; later ones: what they give)."""
+    payload = json.dumps({"realtime_streams": 12, "running": 9, "start_wait_ms": 250, **fields})
+    monitor.handle("edgemon/v1/d1/capacity", payload.encode(), 1_764_000_000_000.0, [])
+
+
 def _moved_finished(stats: DeviceStats) -> None:
     """One finished stream's reason changes: every reason's count matters, not their sum."""
     stats.finished["completed"] -= 1
@@ -171,6 +177,7 @@ COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], None]] = {
         [],
     ),
     "kv verdict": lambda m, _s: _engine_object(m),
+    "capacity object": lambda m, _s: _capacity_object(m, running=3, shed_total=2),
     "histogram": lambda _m, s: s.chunk_gap.observe(42.0),
     "slo outcome": lambda _m, s: _moved_outcome(s),
     "longest gap": lambda _m, s: s.longest_gap.observe(120.0),
@@ -180,14 +187,37 @@ COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], None]] = {
 @pytest.mark.asyncio
 @pytest.mark.parametrize("change", COUNT_CHANGES, ids=list(COUNT_CHANGES))
 async def test_cached_count_lines_follow_each_count_alone(change: str) -> None:
-    """The lines kept between scrapes (the device's counts, its KV verdict, its histograms)
-    are written again when any one of them changes, and only the scrape after it shows the
-    new value: the text path stays byte for byte the registry's text."""
+    """The lines kept between scrapes (the device's counts, its KV verdict, its histograms,
+    its engine's capacity) are written again when any one of them changes, and only the
+    scrape after it shows the new value: the text path stays byte for byte the registry's
+    text."""
     monitor, registry, stats = _one_device()
     before = await _text_path_is_the_registry_text(registry)
     COUNT_CHANGES[change](monitor, stats)
     after = await _text_path_is_the_registry_text(registry)
     assert after != before
+
+
+@pytest.mark.asyncio
+async def test_capacity_lines_follow_every_object() -> None:
+    """A device's capacity lines, written with its other floats, are the registry's text after
+    every object: the first, one that leaves fields out (their gauges go), one after an engine
+    restart (the refusals counter adds across it) and one that brings every field back."""
+    monitor, registry, _ = _one_device()
+    texts = []
+    for fields in (
+        {"shed_total": 7},
+        {"running": 12, "shed_total": 9},
+        {"running": 4, "start_wait_ms": 0, "shed_total": 1},
+        {"realtime_streams": 2.5, "running": 1, "waiting": 0, "start_wait_ms": 1e9},
+    ):
+        payload = json.dumps(fields).encode()
+        monitor.handle("edgemon/v1/d1/capacity", payload, 1_764_000_000_000.0, [])
+        texts.append(await _text_path_is_the_registry_text(registry))
+    shed = [re.findall(r"^edgemon_engine_shed_total\{.*\} (.*)$", t, re.MULTILINE) for t in texts]
+    assert shed == [["7.0"], ["9.0"], ["10.0"], ["10.0"]]
+    assert "edgemon_engine_waiting{" not in texts[1]
+    assert 'edgemon_engine_start_wait_seconds{device="d1"} 1e+06' in texts[3]
 
 
 class _Scripted(DeviceView):

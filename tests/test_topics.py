@@ -19,10 +19,12 @@ DEFAULT = Topics()
         ("edgemon/v1/Edge-1.box_2/events", ("Edge-1.box_2", "events")),
         ("edgemon/v1/" + "a" * 64 + "/events", ("a" * 64, "events")),
         ("edgemon/v1/x/engine", ("x", "engine")),
+        ("edgemon/v1/d1/capacity", ("d1", "capacity")),
     ],
 )
 def test_parse_valid_inbound_topics(topic: str, expected: tuple[str, str]) -> None:
-    """`P/{device}/events` and `P/{device}/engine` give the device (from the topic) and kind."""
+    """`P/{device}/events`, `P/{device}/engine` and `P/{device}/capacity` give the device (from
+    the topic) and kind."""
     assert DEFAULT.parse(topic) == expected
 
 
@@ -110,7 +112,11 @@ def test_outbound_topic_names() -> None:
     """Throttle goes to `P/{device}/throttle`, status to `P/_edgemon/{instance}/status`."""
     assert DEFAULT.throttle("d1") == "edgemon/v1/d1/throttle"
     assert DEFAULT.status("box-7") == "edgemon/v1/_edgemon/box-7/status"
-    assert DEFAULT.subscriptions == ("edgemon/v1/+/events", "edgemon/v1/+/engine")
+    assert DEFAULT.subscriptions == (
+        "edgemon/v1/+/events",
+        "edgemon/v1/+/engine",
+        "edgemon/v1/+/capacity",
+    )
 
 
 def test_outbound_topics_are_not_parsed_as_inbound() -> None:
@@ -122,7 +128,11 @@ def test_outbound_topics_are_not_parsed_as_inbound() -> None:
 def test_custom_prefix() -> None:
     """A custom prefix (with its own levels) is used for every name, and only it is parsed."""
     topics = Topics("site/a/edge")
-    assert topics.subscriptions == ("site/a/edge/+/events", "site/a/edge/+/engine")
+    assert topics.subscriptions == (
+        "site/a/edge/+/events",
+        "site/a/edge/+/engine",
+        "site/a/edge/+/capacity",
+    )
     assert topics.throttle("d") == "site/a/edge/d/throttle"
     assert topics.status("i") == "site/a/edge/_edgemon/i/status"
     assert topics.parse("site/a/edge/d/events") == ("d", "events")

@@ -6,10 +6,12 @@
 | `/healthz` | 200 `ok` while the event loop answers |
 | `/readyz` | 200 once connected to the broker and subscribed (saying why if degraded), else 503 |
 | `/api/v1/streams` | devices and their streams at each device's current time (`streams_view`) |
+| `/api/v1/capacity` | per device: its engine's capacity object, its age, spare real-time streams |
 
 `/api/v1/streams` takes `?device=<id>` (that device only) and pages the fleet by device id:
 `?limit=<devices per page>` (default `PAGE_DEVICES`, at most `MAX_PAGE_DEVICES`) and
 `?cursor=<the previous page's next_cursor>`; `next_cursor` is null on the last page.
+`/api/v1/capacity` takes `?device=<id>` too, and lists every device (a few hundred bytes each).
 
 With `basic_auth`, every path but `/healthz` needs the credentials: a liveness probe carries
 none and learns nothing from `ok`, while readiness says whether the broker is reachable.
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
 
+from edgemon.adapters.capacity import capacity_entry
 from edgemon.adapters.exposition import Slicer, render_parts
 from edgemon.engine.views import device_view, device_views
 
@@ -88,6 +91,7 @@ def create_app(
     app.router.add_get("/healthz", views.healthz)
     app.router.add_get("/readyz", views.readyz)
     app.router.add_get("/api/v1/streams", views.streams)
+    app.router.add_get("/api/v1/capacity", views.capacity)
     return app
 
 
@@ -174,6 +178,21 @@ class _Views:
         next_cursor = _dumps(page[-1] if rest and page else None)
         body = f'{{"wall_ms":{_dumps(wall_ms)},"devices":[{",".join(parts)}],'
         body += f'"next_cursor":{next_cursor}}}'
+        return web.Response(text=body, content_type="application/json")
+
+    async def capacity(self, request: web.Request) -> web.Response:
+        engine = self._monitor.engine
+        device = request.query.get("device")
+        ids = sorted(view.id for view in device_views(engine)) if device is None else [device]
+        slicer = self._slicer()
+        wall_ms = self._wall_clock()
+        parts = []
+        for device_id in ids:
+            view = device_view(engine, device_id)
+            if view is not None:  # else unknown, or forgotten meanwhile
+                parts.append(_dumps(capacity_entry(view, self._wall_clock())))
+            await slicer()
+        body = f'{{"wall_ms":{_dumps(wall_ms)},"devices":[{",".join(parts)}]}}'
         return web.Response(text=body, content_type="application/json")
 
 

@@ -25,7 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from edgemon.adapters.metrics_text import DeviceText, add_histogram
+from edgemon.adapters.metrics_text import DeviceText, add_histogram, capacity_values
 from edgemon.adapters.state import ConnectionState
 from edgemon.engine.service_level import OUTCOMES
 from edgemon.engine.stats import FINISH_REASONS
@@ -86,6 +86,11 @@ class _Families:
         "chunks",
         "clock_offset",
         "engagements",
+        "engine_realtime_capacity",
+        "engine_running",
+        "engine_shed",
+        "engine_start_wait",
+        "engine_waiting",
         "finished",
         "headroom_min",
         "kv_admission_ok",
@@ -153,6 +158,17 @@ class _Families:
         self.kv_max_num_seqs = gauge("kv_max_num_seqs", "The engine's max_num_seqs.")
         self.kv_admission_ok = gauge(
             "kv_admission_ok", "1 if max_num_seqs full-length sequences fit in the KV cache."
+        )
+        self.engine_realtime_capacity = gauge(
+            "engine_realtime_capacity", "Streams the engine can decode in real time now."
+        )
+        self.engine_running = gauge("engine_running", "Requests the engine runs now.")
+        self.engine_waiting = gauge("engine_waiting", "Requests waiting for admission now.")
+        self.engine_start_wait = gauge(
+            "engine_start_wait_seconds", "Predicted wait of a new request before its first audio."
+        )
+        self.engine_shed = counter(
+            "engine_shed_total", "Requests the engine refused (across its restarts)."
         )
         self.engagements = counter("throttle_engagements_total", "Throttle OFF→ON changes.")
         self.throttle_seconds = counter("throttle_seconds_total", "Time spent throttled.")
@@ -366,6 +382,7 @@ class EdgemonCollector:
         f.clock_offset.add_metric(labels, device.clock_offset_ms / _MS)
         f.last_event.add_metric(labels, device.last_message_wall_ms / _MS)
         self._add_kv(f, device)
+        self._add_capacity(f, device)
         # Both views never step back (they count an ongoing period only as far as the engine
         # has settled it), so these counters need no memory here.
         f.engagements.add_metric(labels, stats.throttle_engagements)
@@ -400,6 +417,15 @@ class EdgemonCollector:
             f.kv_max_num_seqs.add_metric(labels, kv.max_num_seqs)
         if kv.admission_ok is not None:
             f.kv_admission_ok.add_metric(labels, 1.0 if kv.admission_ok else 0.0)
+
+    @staticmethod
+    def _add_capacity(f: _Families, device: DeviceView) -> None:
+        record = device.capacity
+        if record is None:
+            return
+        labels = (device.id,)
+        for slot, value in capacity_values(record):
+            getattr(f, slot).add_metric(labels, value)
 
 
 class DeadlineLatenessCollector:

@@ -8,6 +8,7 @@ what did not change since the last scrape:
 - the lines of the device's counts (streams tracked, engagements, underruns, retractions,
   chunks, streams begun and finished, ended streams by outcome, the KV verdict) are
   rewritten only when one of those integers (or the verdict) changed;
+- the engine's capacity (its last capacity object, rare) is written with the floats below;
 - every other series of the device (those that move with the clock: slack, headroom,
   at-risk, time throttled or in underrun; and the other floats) keeps its last line with
   the value it was written from, and is written again only for another value (formatting
@@ -39,11 +40,19 @@ if TYPE_CHECKING:
 
     from prometheus_client.samples import Sample
 
+    from edgemon.engine.capacity import CapacityRecord
     from edgemon.engine.histogram import Histogram
     from edgemon.engine.kv import KVVerdict
     from edgemon.engine.views import DeviceView
 
-__all__ = ["DeviceText", "add_histogram", "go_float", "go_floats", "sample_line"]
+__all__ = [
+    "DeviceText",
+    "add_histogram",
+    "capacity_values",
+    "go_float",
+    "go_floats",
+    "sample_line",
+]
 
 _INF: Final = float("inf")
 _MS: Final = 1000.0
@@ -128,6 +137,24 @@ def add_histogram(family: HistogramMetricFamily, device: str, histogram: Histogr
         ("+Inf" if le == _INF else repr(le / _MS), float(n)) for le, n in histogram.cumulative()
     ]
     family.add_metric([device], buckets, histogram.total / _MS)
+
+
+def capacity_values(record: CapacityRecord) -> list[tuple[str, float]]:
+    """The capacity families' samples (family attribute, value in base units): a gauge for each
+    field the last capacity object gave, and the refusals counted across engine restarts."""
+    last = record.last
+    values: list[tuple[str, float]] = [
+        (slot, value)
+        for slot, value in (
+            ("engine_realtime_capacity", last.realtime_streams),
+            ("engine_running", last.running),
+            ("engine_waiting", last.waiting),
+            ("engine_start_wait", None if last.start_wait_ms is None else last.start_wait_ms / _MS),
+        )
+        if value is not None
+    ]
+    values.append(("engine_shed", record.shed))
+    return values
 
 
 def _kv_values(kv: KVVerdict) -> tuple[float | None, ...]:
@@ -271,6 +298,8 @@ class DeviceText:
             values.append(("headroom_min", live.min_headroom / _MS))
         if live.min_slack is not None:
             values.append(("slack_min", live.min_slack / _MS))
+        if view.capacity is not None:
+            values += capacity_values(view.capacity)
         texts += [(pos[slot], series[slot].text(value)) for slot, value in values]
         if live.lowest:
             texts.extend(self._lowest(device, device_id, live.lowest))

@@ -2,12 +2,12 @@
 
 Like uvicorn's server: signal handlers only set flags; one `asyncio.TaskGroup` owns the named
 tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog`, `log-summaries`,
-`reloader`, `snapshots` and `catch-up`. Every message is logged (write-ahead log), applied
-on the loop as it is read, and acknowledged once the log has it on disk (`persistence`,
-`intake`). At the first CONNACK the last snapshot and the log after it are restored, before
-any message is read; after a restart nothing is published until the broker's backlog is in,
-then each device's throttle as of now, and the status says `offline` until the broker has
-those (`edgemon.daemon.catchup`).
+`reloader`, `snapshots`, `catch-up` and, with `[http] agent_listen`, `agent`. Every message
+is logged (write-ahead log), applied on the loop as it is read, and acknowledged once the log
+has it on disk (`persistence`, `intake`). At the first CONNACK the last snapshot and the log
+after it are restored, before any message is read; after a restart nothing is published until
+the broker's backlog is in, then each device's throttle as of now, and the status says
+`offline` until the broker has those (`edgemon.daemon.catchup`).
 On SIGTERM/SIGINT intake stops (what was applied is made durable and acknowledged),
 the timer stops, every throttled device gets `throttle: false`, the status goes `offline`,
 the session is closed, a last snapshot is written, and `run()` returns 0, all within
@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 from edgemon import __version__
+from edgemon.adapters.agent import serve_agent
+from edgemon.adapters.capacity import agent_answer
 from edgemon.adapters.clearance import clear_of_deadlines
 from edgemon.adapters.http import (
     basic_auth_from_settings,
@@ -172,6 +174,8 @@ class Daemon:
         self._http_up = asyncio.Event()
         #: The port the HTTP server listens on, once it does.
         self.http_port: int | None = None
+        #: The port the agent check is answered on, once it is (`[http] agent_listen`).
+        self.agent_port: int | None = None
         #: Set once the first subscription is acknowledged (READY=1 is sent then).
         self.ready = asyncio.Event()
 
@@ -225,6 +229,8 @@ class Daemon:
                     group.create_task(self._snapshots(), name="snapshots"),
                     group.create_task(self.gc.run(), name="gc"),
                 ]
+                if self.settings.http.agent_address is not None:
+                    rest.append(group.create_task(self._serve_agent(), name="agent"))
                 heartbeat = group.create_task(self._heartbeat(), name="heartbeat")
                 rest.append(group.create_task(self.stalls.run(), name="stall-guard"))
                 rest.append(group.create_task(self._catch_up(), name="catch-up"))
@@ -314,6 +320,20 @@ class Daemon:
             self.http_port = bound
             self.log.info("http_listening", host=host, port=bound)
             self._http_up.set()
+            await asyncio.Future()  # until cancelled
+
+    async def _serve_agent(self) -> None:
+        """HAProxy's agent check on `[http] agent_listen` (docs/fleet.md), until cancelled."""
+        http = self.settings.http
+        address = http.agent_address
+        assert address is not None
+        host, port = address
+        engine, device = self.monitor, http.agent_device
+        async with serve_agent(
+            lambda: agent_answer(engine.engine, device), host=host, port=port
+        ) as bound:
+            self.agent_port = bound
+            self.log.info("agent_listening", host=host, port=bound, device=device)
             await asyncio.Future()  # until cancelled
 
     async def _watchdog(self) -> None:

@@ -6,8 +6,8 @@ MQTT client library: see the README's "The MQTT link" for why.
 
 - Client id fixed, persistent session (clean session off, MQTT 3.1.1) so the broker queues
   what devices send while edgemon is away; the last will is the retained `offline` status.
-- On every connect: retained `online` status, then subscribe `P/+/events` and `P/+/engine`
-  (with `[mqtt] devices`, each listed device's two topics only), then messages flow.
+- On every connect: retained `online` status, then subscribe `P/+/events`, `P/+/engine` and
+  `P/+/capacity` (with `[mqtt] devices`, each listed device's topics only), then messages flow.
 - A lost connection is re-established with jittered exponential backoff capped at 30 s;
   nothing of the engine's state is touched. A broker gone silent is noticed within 1.5
   keep-alives (`mqtt_connection`).
@@ -39,8 +39,8 @@ from edgemon.daemon.mqtt_terms import BrokerUnsuitableError, Terms, refusal
 from edgemon.daemon.publisher import PublishError
 from edgemon.settings import ConfigError
 
-#: A device's two topics edgemon reads.
-KINDS = ("events", "engine")
+#: A device's topics edgemon reads.
+KINDS = ("events", "engine", "capacity")
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -109,8 +109,8 @@ def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
 
 
 def subscriptions(topics: Topics, *, devices: tuple[str, ...] | None) -> list[str]:
-    """The topic filters to subscribe to: every device's (`P/+/events`, `P/+/engine`), or
-    with `devices` only theirs (`P/<device>/events`, `P/<device>/engine`)."""
+    """The topic filters to subscribe to: every device's (`P/+/events`, `P/+/engine`,
+    `P/+/capacity`), or with `devices` only theirs (`P/<device>/events`, ...)."""
     if devices is None:
         return list(topics.subscriptions)
     return [topics.prefix + f"/{device}/{kind}" for device in devices for kind in KINDS]

@@ -37,6 +37,7 @@ from edgemon.engine.timers import MIN_ON, SAMPLE, TimerHeap
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from edgemon.engine.capacity import CapacityRecord
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output, ThrottleChanged
@@ -51,6 +52,7 @@ class Device:
 
     __slots__ = (
         "applier",
+        "capacity",
         "clock",
         "config",
         "engine_info",
@@ -81,6 +83,8 @@ class Device:
         self.live_index = LiveIndex(2 * config.limits.max_streams_per_device + 64)
         stats = self.stats = DeviceStats()
         self.engine_info: TtsEngineInfo | None = None
+        #: The engine's last capacity object (docs/protocol.md), once one was received.
+        self.capacity: CapacityRecord | None = None
         #: When the last message of the device was received (wall ms).
         self.last_message_wall_ms = 0.0
         timers = self.timers = TimerHeap()

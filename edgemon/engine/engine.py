@@ -14,6 +14,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine import snapshot
+from edgemon.engine.capacity import CapacityRecord
 from edgemon.engine.device import Device
 from edgemon.engine.headroom import INF
 from edgemon.engine.outputs import DeviceForgotten
@@ -21,6 +22,7 @@ from edgemon.engine.outputs import DeviceForgotten
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    from edgemon.engine.capacity import Capacity
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output, ThrottleChanged
@@ -137,6 +139,22 @@ class Engine:
         device.clock.reach(at, recv_ms)
         device.set_engine_info(info, at)
         self._decide_later(book)
+        self._schedule(book)
+        return "accepted"
+
+    def apply_capacity(self, device_id: str, capacity: Capacity, recv_ms: float) -> str:
+        """Take a device's capacity object, received at wall time `recv_ms`: it is kept for the
+        adapters and changes nothing of the device's streams or throttle."""
+        book = self._device_for(device_id)
+        if book is None:
+            return "device_limit"
+        device = book.device
+        device.last_message_wall_ms = recv_ms
+        record = device.capacity
+        if record is None:
+            device.capacity = CapacityRecord(capacity, recv_ms)
+        else:
+            record.update(capacity, recv_ms)
         self._schedule(book)
         return "accepted"
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from edgemon.engine.capacity import CapacityRecord
 from edgemon.engine.device import Device
 from edgemon.engine.events import CheckedChunk, ChunkEvent
 from edgemon.engine.headroom import INF
@@ -112,6 +113,7 @@ def _device(device: Device, wall_ms: float) -> dict[str, Any]:
         "event_time": _finite(device.lateness.event_time),
         "horizon": _finite(device.lateness.horizon),
         "engine_info": None if info is None else _engine_info(info),
+        "capacity": None if device.capacity is None else device.capacity.as_dict(),
         "stats": {
             **{name: getattr(stats, name) for name in _STAT_FIELDS},
             "underruns_retracted": stats.underruns_retracted,
@@ -189,6 +191,9 @@ def _restore_device(item: dict[str, Any], config: EngineConfig, wall_ms: float) 
             ),
             resumed,
         )
+    capacity = item.get("capacity")  # absent from a snapshot older than capacity objects
+    if capacity is not None:
+        device.capacity = CapacityRecord.from_dict(capacity)
     _restore_stats(device, item["stats"])
     removed = {str(k): float(v) for k, v in item["tombstones"].items()}
     device.lifecycle.tombstones = Tombstones(removed)

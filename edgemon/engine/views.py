@@ -16,6 +16,7 @@ from edgemon.engine.stream import Phase
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from edgemon.engine.capacity import CapacityRecord
     from edgemon.engine.device import Device
     from edgemon.engine.engine import Engine
     from edgemon.engine.kv import KVVerdict
@@ -134,6 +135,11 @@ class DeviceView:
         """The KV verdict of the device's engine object, once one was received."""
         info = self._device.engine_info
         return None if info is None else info.kv
+
+    @property
+    def capacity(self) -> CapacityRecord | None:
+        """The engine's last capacity object and its refusals, once one was received."""
+        return self._device.capacity
 
     def summary(self, now: float, lowest: int = 0) -> LiveSummary:
         """Minima, at-risk count and the `lowest` lowest-headroom streams at device time `now`."""

@@ -206,11 +206,16 @@ class HttpSettings(_Section):
     #: From the environment or flags only; the file names `basic_auth_password_file` instead.
     basic_auth_password: SecretStr | None = None
     basic_auth_password_file: FilePath | None = None
+    #: HAProxy's agent check (docs/fleet.md): HOST:PORT to answer it on; off when unset.
+    agent_listen: str | None = None
+    #: The device whose capacity the agent check answers for; unset: every device, summed.
+    agent_device: DeviceId | None = None
 
-    @field_validator("listen")
+    @field_validator("listen", "agent_listen")
     @classmethod
-    def _check_listen(cls, value: str) -> str:
-        parse_listen(value)
+    def _check_listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_listen(value)
         return value
 
     @model_validator(mode="after")
@@ -233,6 +238,11 @@ class HttpSettings(_Section):
     def address(self) -> tuple[str, int]:
         """The parsed `listen` as (host, port)."""
         return parse_listen(self.listen)
+
+    @property
+    def agent_address(self) -> tuple[str, int] | None:
+        """The parsed `agent_listen` as (host, port); None when the agent check is off."""
+        return None if self.agent_listen is None else parse_listen(self.agent_listen)
 
     def resolve_basic_auth_password(self) -> SecretStr | None:
         """`basic_auth_password` if given, else the content of its file; read at call time."""

@@ -8,7 +8,8 @@ Events are decoded by msgspec straight into the engine's event structs (2.7–2.
 rate for the same verdicts, `benchmarks/decode.py`). Its parser takes standard JSON only, so a
 payload it cannot parse is parsed once more by pydantic-core's, which also reads `NaN` and
 `±Infinity`: those are refused per event, as protocol.md (finite numbers) and the old decoder did.
-Engine objects (rare) are still validated by pydantic.
+Engine objects (rare) are still validated by pydantic; capacity objects (once a second per
+device at most) by msgspec, into `edgemon.engine.capacity.Capacity`.
 
 Stream ids are matched against their pattern here, each id once (`_StreamIds`), not by msgspec
 with every event (`edgemon.engine.events`). A payload with an id that does not match takes the
@@ -28,6 +29,7 @@ import msgspec
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from edgemon.engine.capacity import Capacity
 from edgemon.engine.events import STREAM_ID_REGEX, CheckedEvent, Event
 from edgemon.engine.kv import KVConfigError, verdict_from_engine_object
 from edgemon.engine.tts import TtsEngineInfo
@@ -273,6 +275,45 @@ def decode_engine(value: Any) -> TtsEngineInfo | Problem:
         hardware_class=parsed.hardware_class,
         kv=verdict,
         kv_error=error,
+    )
+
+
+_Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+_Amount = Annotated[float, msgspec.Meta(ge=0, le=2**53)]
+
+
+class _CapacityObject(msgspec.Struct, frozen=True):
+    """docs/protocol.md capacity object; everything optional (null too), unknown fields ignored."""
+
+    t_ms: _Amount | None = None
+    realtime_streams: _Amount | None = None
+    running: _Count | None = None
+    waiting: _Count | None = None
+    start_wait_ms: _Amount | None = None
+    shed_total: _Count | None = None
+
+
+_CAPACITY = msgspec.json.Decoder(_CapacityObject)
+
+
+def decode_capacity(payload: bytes, *, max_bytes: int) -> Capacity | Problem:
+    """A capacity object as the engine keeps it, or the problem with it (standard JSON only:
+    no NaN or infinities, numbers finite and ≥ 0, counts whole numbers)."""
+    if len(payload) > max_bytes:
+        return _oversized(payload, max_bytes)
+    try:
+        value = _CAPACITY.decode(payload)
+    except msgspec.ValidationError as exc:
+        return Problem("invalid_event", _first_line(str(exc)))
+    except (msgspec.DecodeError, RecursionError) as exc:
+        return Problem("invalid_json", _first_line(str(exc) or type(exc).__name__))
+    return Capacity(
+        t_ms=value.t_ms,
+        realtime_streams=value.realtime_streams,
+        running=value.running,
+        waiting=value.waiting,
+        start_wait_ms=value.start_wait_ms,
+        shed_total=value.shed_total,
     )
 
 

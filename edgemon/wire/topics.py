@@ -1,5 +1,5 @@
-"""Topic names (docs/protocol.md, "Topics"): `P/{device}/events`, `P/{device}/engine`, throttle
-and status."""
+"""Topic names (docs/protocol.md, "Topics"): `P/{device}/events`, `P/{device}/engine`,
+`P/{device}/capacity`, throttle and status."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Literal
 
 from edgemon import protocol
 
-Kind = Literal["events", "engine"]
+Kind = Literal["events", "engine", "capacity"]
 
-#: Routes remembered by default: two topics per device at the default `max_devices` (1,000),
+#: Routes remembered by default: three topics per device at the default `max_devices` (1,000),
 #: with room to spare.
 CACHED_ROUTES = 4096
 
@@ -36,9 +36,9 @@ class Topics:
         return len(self._routes)
 
     @property
-    def subscriptions(self) -> tuple[str, str]:
+    def subscriptions(self) -> tuple[str, ...]:
         """What edgemon subscribes to."""
-        return (f"{self.prefix}/+/events", f"{self.prefix}/+/engine")
+        return (f"{self.prefix}/+/events", f"{self.prefix}/+/engine", f"{self.prefix}/+/capacity")
 
     def throttle(self, device: str) -> str:
         """Where a device's throttle object is published."""
@@ -71,6 +71,8 @@ class Topics:
             return device, "events"
         if kind == "engine":
             return device, "engine"
+        if kind == "capacity":
+            return device, "capacity"
         return None
 
 
