@@ -44,6 +44,7 @@ engines that schedule asynchronously (vLLM's default on GPUs; its CPU backend do
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -57,6 +58,8 @@ from edgemon.integrations._admission import (
     admitted_any,
     admitted_ids,
 )
+from edgemon.integrations._vllm_shed import EngineReport
+from edgemon.integrations.capacity_topic import CapacityPublisher
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -78,6 +81,7 @@ class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM
         """
         super().__init__(*args, **kwargs)
         self._attach_gate(edgemon_gate)
+        self._attach_report(EngineReport(CapacityPublisher.from_environ(os.environ)))
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """One scheduling step; with the gate on, running work only (see the module doc)."""

@@ -74,7 +74,7 @@ class RealtimeAdmissionMixin:
     waiting: Any  # vLLM's RequestQueue
     running: list[Any]
     policy: Any
-    _realtime: RealtimeAdmission | None
+    _realtime: RealtimeAdmission | None = None
     _realtime_clock: Callable[[], float]
     _realtime_last: tuple[float, int, int] | None  # when, decodes, prefill tokens
     _realtime_limited_steps: int
@@ -98,6 +98,11 @@ class RealtimeAdmissionMixin:
         step that admits nothing because the batch is full neither skips the gate nor ends
         its `max_hold_ms` release (`ThrottleGate.admitted`), as in `edgemon.simulate`."""
         return not self.waiting and not self._realtime_kept
+
+    def _edgemon_realtime_streams(self) -> int | None:
+        """The measured real-time batch (None until measured, or with admission off)."""
+        admission = self._realtime
+        return None if admission is None else admission.limit
 
     @property
     def edgemon_limited_steps(self) -> int:
