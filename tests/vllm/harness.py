@@ -96,6 +96,8 @@ class Step:
     produced: dict[str, list[int]] = field(default_factory=dict)
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    #: Each finished request's (finish_reason, stop_reason) as the API server receives them.
+    reasons: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
 def run_step(scheduler: Any, *args: Any, **kwargs: Any) -> Step:
@@ -126,6 +128,7 @@ def run_step(scheduler: Any, *args: Any, **kwargs: Any) -> Step:
                 step.produced[out.request_id] = list(out.new_token_ids)
             if out.finish_reason is not None:
                 step.finished.append(out.request_id)
+                step.reasons[out.request_id] = (str(out.finish_reason), out.stop_reason)
     return step
 
 
