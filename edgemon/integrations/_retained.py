@@ -54,7 +54,7 @@ class RetainedLink:
         "who",
     )
 
-    def __init__(  # noqa: PLR0913 - a connection, what it publishes and what it follows
+    def __init__(
         self,
         broker: _mqtt.Broker,
         *,

@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
+from realtime_cases import ModelClock, steps
+
 from edgemon.integrations._vllm_shed import SHED_STOP_REASON
 from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig
 from edgemon.integrations.realtime import RealtimeAdmission
@@ -19,7 +21,6 @@ from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
 from brokers import free_port
 from harness import build_scheduler, make_request, run_step, waiting_ids
 from mqtt_probe import Probe, Seen, probe
-from realtime_cases import ModelClock, steps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
