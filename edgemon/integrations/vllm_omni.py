@@ -34,6 +34,7 @@ vLLM-Omni 0.30 does not import on vLLM 0.32).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Any
 
 from vllm_omni.config.stage_config import PipelineConfig
@@ -47,6 +48,8 @@ from edgemon.integrations._admission import (
     admitted_ids,
     require_hook,
 )
+from edgemon.integrations._vllm_shed import EngineReport
+from edgemon.integrations.capacity_topic import CapacityPublisher
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, MutableMapping
@@ -87,6 +90,7 @@ class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[m
         self._edgemon_held: set[str] = set()
         super().__init__(*args, **kwargs)
         self._attach_gate(edgemon_gate)
+        self._attach_report(EngineReport(CapacityPublisher.from_environ(os.environ)))
 
     def _should_defer_waiting_admission(self) -> bool:
         if super()._should_defer_waiting_admission():

@@ -33,6 +33,22 @@ DEVICE = "box-1"
 CAPACITY = f"edgemon/v1/{DEVICE}/capacity"
 
 
+def _talkers() -> list[type[Any]]:
+    """edgemon's vLLM scheduler, and its vLLM-Omni talker where vLLM-Omni imports."""
+    try:
+        from edgemon.integrations.vllm_omni import EdgemonOmniARScheduler  # noqa: PLC0415
+    except ImportError:
+        return [EdgemonScheduler]
+    return [EdgemonScheduler, EdgemonOmniARScheduler]
+
+
+@pytest.fixture(params=_talkers(), ids=lambda cls: cls.__name__)
+def flavour(request: pytest.FixtureRequest) -> type[Any]:
+    """The scheduler class under test."""
+    cls: type[Any] = request.param
+    return cls
+
+
 @pytest.fixture
 def engine_env(mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatch) -> str:
     """The engine process's environment names the device and the test's broker (its URL)."""
@@ -65,12 +81,16 @@ def _shows(predicate: Callable[[dict[str, Any]], bool]) -> Callable[[list[Seen]]
 
 
 def test_the_scheduler_publishes_what_it_runs_and_what_waits(
-    tiny_model: Path, engine_env: str, watcher: Probe, mosquitto_broker: tuple[str, int]
+    tiny_model: Path,
+    engine_env: str,
+    watcher: Probe,
+    mosquitto_broker: tuple[str, int],
+    flavour: type[Any],
 ) -> None:
     """From its start (idle: nothing runs, nothing waits), then after the steps that admitted
     two requests and kept a third waiting (max_num_seqs 2), then once all finished: the
     scheduler's figures reach the capacity topic, retained; shutdown empties it."""
-    scheduler = build_scheduler(EdgemonScheduler, tiny_model, max_num_seqs=2)
+    scheduler = build_scheduler(flavour, tiny_model, max_num_seqs=2)
     try:
         assert watcher.wait_for(_shows(lambda c: c["running"] == 0 and c["waiting"] == 0), T)
         first = _latest(watcher.seen)
@@ -138,12 +158,12 @@ def test_the_real_time_batch_is_published(
 
 
 def test_ended_waiting_requests_reach_the_client_and_the_count(
-    tiny_model: Path, engine_env: str, watcher: Probe
+    tiny_model: Path, engine_env: str, watcher: Probe, flavour: type[Any]
 ) -> None:
     """Waiting requests edgemon ends leave the queue at once, and the step's outputs give
     each one finish_reason abort and stop_reason edgemon:start_deadline (what the API server
     turns into the response); running requests go on; shed_total counts them."""
-    scheduler = build_scheduler(EdgemonScheduler, tiny_model, max_num_seqs=1)
+    scheduler = build_scheduler(flavour, tiny_model, max_num_seqs=1)
     try:
         for name in ("running", "w1", "w2"):
             scheduler.add_request(make_request(name, 8, max_tokens=5))
