@@ -1,8 +1,17 @@
 """Tables, targets and plots from the closed-loop rows (`closed_loop.py --report`).
 
-Per profile, scenario and load, each policy's 10-seed figures as median [min–max], and the
-targets of issue 16 §6, each computed per seed against the same seed's baselines (same
-requests) and given as median [min–max] over the seeds, with how many seeds met it:
+Per profile, scenario and load, each policy's goodput first (the share of requests that met
+both SLOs, with the outcomes), then its silence figures, as median [min–max] over the seeds.
+
+The goodput targets (`goodput_targets`), each comparison made per seed against the same
+seed's baselines (same requests), for the policy `edgemon`:
+
+- (a) goodput ≥ that of open, of every static cap and of `realtime`, in ≥ 8 of 10 seeds;
+- (b) at slowdown 0.9 and at load 1.2: ≥ 20 points above open and ≥ 10 points above the best
+  static cap (the cap with the highest median goodput at that point), in the median;
+- (c) start silence p99 of the requests it did not refuse ≤ the start SLO × 1.1, every seed.
+
+The silence comparisons of before, also per seed:
 
 - (a) against the open loop: gap silence ≥ 80 % below, total silence ≤ +10 %;
 - (b) slowdown, (c) steady: against the static caps' curve of gap silence over total silence,
@@ -74,13 +83,153 @@ def targets(runs: dict[str, dict[int, Row]], label: str, scenario: str) -> dict[
     return out
 
 
-def report(rows: list[Row], *, plot_dir: Path | None = None) -> str:
-    """The Markdown tables and target lines for every profile, scenario and load in `rows`."""
+SHIPPED = "edgemon"
+TARGET_SEEDS = 0.8
+"""Target (a): the share of seeds in which `edgemon` must match every baseline."""
+OVER_OPEN, OVER_CAPS = 0.20, 0.10
+"""Target (b): goodput points above open and above the best static cap."""
+START_TOLERANCE = 1.1
+"""Target (c): start p99 within the start SLO × this."""
+
+
+def group(rows: list[Row]) -> dict[Key, dict[str, dict[int, Row]]]:
+    """Rows by (profile, scenario, load), then policy, then seed."""
     groups: dict[Key, dict[str, dict[int, Row]]] = defaultdict(lambda: defaultdict(dict))
     for row in rows:
         key = (row["profile"], row["scenario"], float(row["load"]))
         groups[key][row["policy"]][int(row["seed"])] = row
+    return groups
+
+
+def _is_baseline(label: str) -> bool:
+    return label in {"open", "realtime"} or _cap(label) is not None
+
+
+def goodput_targets(key: Key, runs: dict[str, dict[int, Row]]) -> dict[str, Any] | None:
+    """The goodput targets at one point (see the module doc), or None without `edgemon`."""
+    mine = runs.get(SHIPPED)
+    if not mine:
+        return None
+    baselines = {label: by_seed for label, by_seed in runs.items() if _is_baseline(label)}
+    seeds = sorted(mine)
+    met_per_baseline = {
+        label: sum(
+            1
+            for seed in seeds
+            if seed in by_seed and mine[seed]["goodput"] >= by_seed[seed]["goodput"] - 1e-9
+        )
+        for label, by_seed in baselines.items()
+    }
+    worst = min(met_per_baseline, key=lambda label: met_per_baseline[label], default=None)
+    best_each = [
+        mine[s]["goodput"] - max(b[s]["goodput"] for b in baselines.values() if s in b)
+        for s in seeds
+        if any(s in b for b in baselines.values())
+    ]
+    caps = {label: by for label, by in baselines.items() if _cap(label) is not None}
+    best_cap = (
+        max(caps, key=lambda label: statistics.median(r["goodput"] for r in caps[label].values()))
+        if caps
+        else None
+    )
+    opened = runs.get("open", {})
+    slo = float(next(iter(mine.values())).get("start_slo_ms") or 3000.0)
+    p99 = [float(mine[s]["start_silence_p99_ms"] or 0.0) for s in seeds]
+    profile, scenario, load = key
+    return {
+        "seeds": len(seeds),
+        "goodput": [mine[s]["goodput"] for s in seeds],
+        "a_met": {label: met_per_baseline[label] for label in sorted(met_per_baseline)},
+        "a_worst": worst,
+        "a_vs_best": best_each,
+        "a_ok": all(n >= TARGET_SEEDS * len(seeds) for n in met_per_baseline.values()),
+        "b_applies": (scenario == "slowdown" and load == 0.9) or load == 1.2,
+        "b_open": [mine[s]["goodput"] - opened[s]["goodput"] for s in seeds if s in opened],
+        "b_cap": best_cap,
+        "b_caps": [
+            mine[s]["goodput"] - caps[best_cap][s]["goodput"]
+            for s in seeds
+            if best_cap is not None and s in caps[best_cap]
+        ],
+        "c_p99": p99,
+        "c_limit": slo * START_TOLERANCE,
+        "c_ok": all(v <= slo * START_TOLERANCE for v in p99),
+        "profile": profile,
+    }
+
+
+def target_table(groups: dict[Key, dict[str, dict[int, Row]]]) -> list[str]:
+    """One line per point: `edgemon`'s goodput and each target's figure over the seeds."""
+    lines = [
+        (
+            "| profile | scenario | load | edgemon goodput | (a) seeds ≥ each baseline (worst) | "
+            "(a) vs best baseline, points | (b) vs open, points | (b) vs best cap, points | "
+            "(c) start p99 ms, max over seeds |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(groups):
+        t = goodput_targets(key, groups[key])
+        if t is None:
+            continue
+        n = t["seeds"]
+        worst = t["a_worst"]
+        a_seeds = "–" if worst is None else f"{t['a_met'][worst]}/{n} ({worst})"
+        a_mark = "met" if t["a_ok"] else "**missed**"
+        b_open = _spread([100 * v for v in t["b_open"]], "{:+.1f}")
+        b_caps = _spread([100 * v for v in t["b_caps"]], "{:+.1f}")
+        if t["b_applies"]:
+            open_ok = t["b_open"] and statistics.median(t["b_open"]) >= OVER_OPEN
+            caps_ok = t["b_caps"] and statistics.median(t["b_caps"]) >= OVER_CAPS
+            b_open += " met" if open_ok else " **missed**"
+            b_caps += f" ({t['b_cap']})" + (" met" if caps_ok else " **missed**")
+        else:
+            b_caps += f" ({t['b_cap']})"
+        c = f"{max(t['c_p99']):,.0f} ≤ {t['c_limit']:,.0f}: " + (
+            "met" if t["c_ok"] else "**missed**"
+        )
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]:g} | "
+            f"{_spread([100 * v for v in t['goodput']], '{:.1f} %')} | {a_seeds}: {a_mark} | "
+            f"{_spread([100 * v for v in t['a_vs_best']], '{:+.1f}')} | {b_open} | {b_caps} | "
+            f"{c} |"
+        )
+    return lines
+
+
+def goodput_lines(runs: dict[str, dict[int, Row]]) -> list[str]:
+    """Each policy's goodput and outcomes at one point."""
+    lines = [
+        (
+            "| policy | goodput | good | late | gappy | shed | unfinished | start p99 ms "
+            "(admitted) | longest gap p95 ms | shed p99 ms |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, by_seed in runs.items():
+        got = list(by_seed.values())
+        if "goodput" not in got[0]:
+            continue
+        lines.append(
+            f"| {label} | {_spread([100 * r['goodput'] for r in got], '{:.1f} %')} | "
+            + " | ".join(
+                _spread([r[name] for r in got], "{:.0f}")
+                for name in ("good", "late", "gappy", "shed", "unfinished")
+            )
+            + f" | {_spread([r['start_silence_p99_ms'] or 0 for r in got], '{:,.0f}')} | "
+            f"{_spread([r.get('longest_gap_p95_ms') or 0 for r in got], '{:,.0f}')} | "
+            f"{_spread([r['shed_p99_ms'] for r in got if r.get('shed_p99_ms') is not None])} |"
+        )
+    return lines
+
+
+def report(rows: list[Row], *, plot_dir: Path | None = None) -> str:
+    """The Markdown tables and target lines for every profile, scenario and load in `rows`."""
+    groups = group(rows)
     lines: list[str] = []
+    if any(goodput_targets(key, groups[key]) for key in groups):
+        lines += ["## Goodput targets (edgemon, per seed against the same seed's baselines)", ""]
+        lines += target_table(groups)
     for key in sorted(groups):
         profile, scenario, load = key
         runs = groups[key]
@@ -92,6 +241,8 @@ def report(rows: list[Row], *, plot_dir: Path | None = None) -> str:
                 f"### {profile}, {params}, load {load:g} ({len(seeds)} seeds: "
                 f"{seeds[0]}–{seeds[-1]}), median [min–max] over seeds"
             ),
+            "",
+            *goodput_lines(runs),
             "",
             (
                 "| policy | gap silence s | gaps /stream-min | start silence s | start p99 ms | "

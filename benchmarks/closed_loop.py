@@ -41,6 +41,7 @@ import math
 import os
 import platform
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row, run_virtual  # noqa: E402
 from edgemon.simulate.policies import EDGEMON, policy  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile  # noqa: E402
@@ -94,6 +96,22 @@ def sweep_policies(profile: Profile) -> list[str]:
     gates = [f"gate:{m:g}:{h:g}" for m in GATE_MARGINS_MS for h in GATE_HOLDS_MS]
     mine = [text.format(m=f"{profile.margin_ms:g}") for text in MINE]
     return ["open", *caps, *gates, *mine, "edgemon"]
+
+
+def target_policies(profile: Profile) -> list[str]:
+    """The policies the goodput targets compare: open, `cap:N` for N from N*−3 to N*+1,
+    `realtime` and `edgemon`."""
+    n = realtime_concurrency(profile)
+    caps = [f"cap:{c}" for c in range(max(1, n - 3), n + 2)]
+    return ["open", *caps, "realtime", "edgemon"]
+
+
+def chunk_schedule(text: str) -> tuple[int, ...]:
+    """`5,25` or `4,4,8,16,25`: frames of each chunk, the last size repeating."""
+    parts = text.split(",")
+    if not all(part.strip().isdigit() and int(part) >= 1 for part in parts):
+        raise ValueError(f"--chunks takes whole numbers ≥ 1 separated by ',', not {text!r}")
+    return tuple(int(part) for part in parts)
 
 
 def seeds(text: str) -> list[int]:
@@ -148,6 +166,31 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--sweep", action="store_true", help="every policy of the report")
     parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="the policies the goodput targets compare: open, cap:N*-3..N*+1, realtime, edgemon",
+    )
+    parser.add_argument(
+        "--start-slo-ms",
+        type=float,
+        default=START_SLO_MS,
+        help="a request meets its start SLO when request → playback start (prebuffer "
+        f"included) is at most this ({START_SLO_MS:g})",
+    )
+    parser.add_argument(
+        "--gap-slo-ms",
+        type=float,
+        default=GAP_SLO_MS,
+        help=f"a stream meets its continuity SLO when its longest gap is at most this "
+        f"({GAP_SLO_MS:g})",
+    )
+    parser.add_argument(
+        "--chunks",
+        default="5,25",
+        help="the engine's chunk schedule in frames, the last size repeating (5,25: a short "
+        "first chunk, then 2 s chunks; vLLM-Omni's ramp: 4,4,8,16,25)",
+    )
+    parser.add_argument(
         "--scenario", action="append", choices=SCENARIOS, help="repeatable (default steady)"
     )
     parser.add_argument(
@@ -183,18 +226,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     try:
         args.seed_list = seeds(args.seeds)
         args.load_list = loads(args.load)
+        args.profile_used = replace(
+            PROFILES[args.profile], chunk_schedule=chunk_schedule(args.chunks)
+        )
         args.scenarios = [
             scenario(name, slowdown=args.slowdown, burst=args.burst, network=args.network)
             for name in (args.scenario or ["steady"])
         ]
-        texts = sweep_policies(PROFILES[args.profile]) if args.sweep else []
-        texts += args.policy or ([] if args.sweep else ["edgemon"])
-        profile = PROFILES[args.profile]
+        profile = args.profile_used
+        texts = sweep_policies(profile) if args.sweep else []
+        texts += target_policies(profile) if args.targets else []
+        texts += args.policy or ([] if args.sweep or args.targets else ["edgemon"])
         args.policies = [policy(text, profile) for text in dict.fromkeys(texts)]
     except ValueError as exc:
         parser.error(str(exc))
     if not (math.isfinite(args.duration) and args.duration > 0):
         parser.error("--duration must be a number of seconds > 0")
+    for flag in ("start_slo_ms", "gap_slo_ms"):
+        value = getattr(args, flag)
+        if not (math.isfinite(value) and value >= 0):
+            parser.error(f"--{flag.replace('_', '-')} must be a number of milliseconds ≥ 0")
     return args
 
 
@@ -209,7 +260,7 @@ def points(args: argparse.Namespace) -> Iterator[tuple[Scenario, float, Policy, 
 
 def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
     """Run every point of `args` in the chosen mode; print and return the rows."""
-    profile = PROFILES[args.profile]
+    profile = args.profile_used
     mode = "virtual" if args.virtual else "realtime"
     dump = args.dump.open("w", encoding="utf-8") if args.dump else None
     rows: list[dict[str, Any]] = []
@@ -222,7 +273,14 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
         for scene, load, setting, seed in points(args):
             if realtime is None:
                 result = run_virtual(
-                    profile, setting, scene, load=load, seed=seed, duration_s=args.duration
+                    profile,
+                    setting,
+                    scene,
+                    load=load,
+                    seed=seed,
+                    duration_s=args.duration,
+                    start_slo_ms=args.start_slo_ms,
+                    gap_slo_ms=args.gap_slo_ms,
                 )
                 score, players, origin, end = (
                     result.score,
@@ -245,6 +303,7 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                 duration_s=round((end - origin) / 1000.0, 3),
             )
             line["scenario_params"] = scene.describe()
+            line["chunks"] = ",".join(map(str, profile.chunk_schedule))
             if realtime is not None:
                 line["lag_max_ms"] = round(realtime.lag_max_ms, 1)
             rows.append(line)
@@ -257,6 +316,8 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                     seed=seed,
                     origin_ms=origin,
                     end_ms=end,
+                    start_slo_ms=args.start_slo_ms,
+                    gap_slo_ms=args.gap_slo_ms,
                 ):
                     dump.write(json.dumps(item) + "\n")
     finally:
@@ -269,12 +330,15 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
 
 def header(args: argparse.Namespace) -> str:
     """What is about to run, in one comment line."""
-    profile = PROFILES[args.profile]
+    profile = args.profile_used
     scenes = ", ".join(scene.describe() for scene in args.scenarios)
+    chunks = ",".join(map(str, profile.chunk_schedule))
     return (
         f"# closed loop ({'virtual clock' if args.virtual else 'real time, vLLM'}), profile "
         f"{profile.name}: {profile.title}; capacity ≈ {profile.capacity_rps():.2f} req/s "
-        f"(estimate), N* = {realtime_concurrency(profile)}; scenarios {scenes}; load "
+        f"(estimate), N* = {realtime_concurrency(profile)}; SLOs: start ≤ "
+        f"{args.start_slo_ms:g} ms, longest gap ≤ {args.gap_slo_ms:g} ms; chunks {chunks} "
+        f"frames; scenarios {scenes}; load "
         f"{args.load}; seeds {args.seeds}; {args.duration:g} s per run; "
         f"{len(args.policies)} policies; {platform.node()}, {os.cpu_count()} cores, load "
         f"average {os.getloadavg()[0]:.1f}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"

@@ -20,9 +20,11 @@ CONTRACT = {
     "policy", "scenario", "load", "seed", "requests", "completed",
     "start_silence_s", "start_silence_p50_ms", "start_silence_p99_ms", "ttfa_p50_ms",
     "ttfa_p99_ms", "gap_silence_s", "gaps", "total_silence_s",
+    "offered", "good", "late", "gappy", "shed", "unfinished", "goodput", "shed_p99_ms",
+    "start_slo_ms", "gap_slo_ms",
 }  # fmt: skip
 DUMP = {"policy", "scenario", "seed", "request", "requested_ms", "play_start_ms", "chunks",
-        "final", "end_ms"}  # fmt: skip
+        "final", "end_ms", "start_ms", "longest_gap_ms", "shed_ms", "outcome"}  # fmt: skip
 
 
 pytestmark = pytest.mark.integration  # every test runs the benchmark as a process
@@ -91,6 +93,8 @@ def reference(line: dict[str, Any]) -> tuple[float, float, int]:
     """
     end, requested, play = line["end_ms"], line["requested_ms"], line["play_start_ms"]
     start = end if play is None else min(play, end)
+    if line["shed_ms"] is not None:
+        start = requested  # refused: its listener was told at once
     gap, gaps, silent = 0.0, 0, False
     if play is not None:
         held = 0.0
@@ -117,8 +121,8 @@ def test_the_dump_recomputes_the_rows(tmp_path: Path) -> None:
     dump = tmp_path / "requests.jsonl"
     done = bench(
         "--virtual", "--json", "--duration", "40", "--seeds", "1-2", "--load", "1.0",
-        "--policy", "open", "--policy", "gate:80:2000", "--scenario", "network",
-        "--dump", str(dump),
+        "--policy", "open", "--policy", "gate:80:2000", "--policy", "realtime+deadline",
+        "--scenario", "network", "--dump", str(dump),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     rows = json_lines(done.stdout)
@@ -134,7 +138,46 @@ def test_the_dump_recomputes_the_rows(tmp_path: Path) -> None:
         assert sum(f[0] for f in figures) / 1000 == pytest.approx(row["start_silence_s"], abs=2e-3)
         assert sum(f[1] for f in figures) / 1000 == pytest.approx(row["gap_silence_s"], abs=2e-3)
         assert sum(f[2] for f in figures) == row["gaps"]
+        for line, figure in zip(mine, figures, strict=True):
+            assert line["start_ms"] == pytest.approx(figure[0], abs=2e-3)
+            assert line["outcome"] == outcome(line, row)
+        for name in ("good", "late", "gappy", "shed", "unfinished"):
+            assert sum(line["outcome"] == name for line in mine) == row[name]
+        assert row["offered"] == row["requests"]
+        assert row["goodput"] == pytest.approx(row["good"] / row["offered"], abs=1e-4)
     assert any(row["gaps"] > 0 for row in rows)  # the reference had gaps to find
+    assert any(row["shed"] > 0 for row in rows)  # and the deadline policy refusals
+
+
+def outcome(line: dict[str, Any], row: dict[str, Any]) -> str:
+    """A dumped request's outcome, recomputed from its start, longest gap and final flag
+    against the row's SLOs."""
+    if line["shed_ms"] is not None:
+        return "shed"
+    if line["start_ms"] > row["start_slo_ms"]:
+        return "late"
+    if line["longest_gap_ms"] > row["gap_slo_ms"]:
+        return "gappy"
+    return "good" if line["final"] else "unfinished"
+
+
+def test_slo_and_chunk_flags_are_used_and_printed() -> None:
+    """`--start-slo-ms`, `--gap-slo-ms` and `--chunks` reach the rows and the header; a
+    tighter start SLO makes more requests late."""
+    args = ("--virtual", "--duration", "30", "--seeds", "1", "--load", "0.9", "--policy", "open")
+    loose = bench(*args, "--start-slo-ms", "5000", "--gap-slo-ms", "200", "--chunks", "4,4,8,16,25")
+    tight = bench(*args, "--start-slo-ms", "1000")
+    assert loose.returncode == tight.returncode == 0, loose.stderr + tight.stderr
+    header, *rows = loose.stdout.splitlines()
+    assert "start ≤ 5000 ms, longest gap ≤ 200 ms" in header
+    assert "chunks 4,4,8,16,25 frames" in header
+    (a,) = json_lines("\n".join(rows))
+    header, *rows = tight.stdout.splitlines()
+    assert "chunks 5,25 frames" in header
+    (b,) = json_lines("\n".join(rows))
+    assert (a["start_slo_ms"], a["gap_slo_ms"], b["start_slo_ms"]) == (5000, 200, 1000)
+    assert (a["chunks"], b["chunks"]) == ("4,4,8,16,25", "5,25")
+    assert b["late"] > a["late"]
 
 
 def test_every_run_prints_its_parameters_without_json() -> None:
@@ -167,6 +210,9 @@ def test_every_run_prints_its_parameters_without_json() -> None:
         (["--scenario", "burst", "--burst", "2.5:10"], "--burst"),
         (["--load", "-1"], "--load"),
         (["--duration", "0"], "--duration"),
+        (["--chunks", "4,0"], "--chunks"),
+        (["--start-slo-ms", "-5"], "--start-slo-ms"),
+        (["--policy", "realtime+deadline:lifo"], "order"),
     ],
 )
 def test_bad_flags_say_what_is_wrong_in_one_line(args: list[str], words: str) -> None:

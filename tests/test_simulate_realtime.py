@@ -16,8 +16,7 @@ from edgemon.simulate.workload import Arrivals
 FAST = dataclasses.replace(
     JETSON,
     step=StepModel(base_ms=4.0, per_prefill_token_ms=0.01, per_decode_seq_ms=0.5),
-    initial_chunk_frames=2,
-    chunk_frames=5,
+    chunk_schedule=(2, 5),
     network_ms=1.0,
     network_jitter_ms=0.5,
     workload=Workload(prompt_median_tokens=50, audio_median_s=0.8, audio_sigma=0.1),

@@ -20,6 +20,11 @@ is the step allowed: the schedulers give one frame × `STEP_FRAMES`), and
 `admissible(running)` how many more requests may be admitted now. Until steps of at least two
 batch sizes were seen, or when a batch costs nothing more per stream, there is no limit.
 
+**A starvation bound.** With `max_wait_ms` set, a full batch still lets one request in when
+the oldest waiting one has waited that long (`admissible(running, oldest_wait_ms=...)`), so
+no request waits forever behind a batch that never shrinks. The deadline policy
+(`edgemon.integrations.deadlines`) bounds each request by its own start deadline instead.
+
 Pure and clock-free (the caller measures durations): the vLLM schedulers and the simulation
 (`edgemon.simulate`) run this same code.
 """
@@ -56,6 +61,7 @@ class RealtimeAdmission:
         "_snm",
         "_snn",
         "frame_ms",
+        "max_wait_ms",
         "scale",
         "scale_alpha",
         "steps",
@@ -67,6 +73,7 @@ class RealtimeAdmission:
         *,
         half_life_steps: float = SHAPE_HALF_LIFE_STEPS,
         scale_alpha: float = SCALE_ALPHA,
+        max_wait_ms: float | None = None,
     ) -> None:
         if not (math.isfinite(frame_ms) and frame_ms > 0):
             raise ValueError(f"frame_ms must be a finite number > 0, not {frame_ms!r}")
@@ -74,7 +81,11 @@ class RealtimeAdmission:
             raise ValueError(f"half_life_steps must be ≥ 1, not {half_life_steps!r}")
         if not 0 < scale_alpha <= 1:
             raise ValueError(f"scale_alpha must be 0 < x ≤ 1, not {scale_alpha!r}")
+        if max_wait_ms is not None and not (math.isfinite(max_wait_ms) and max_wait_ms >= 0):
+            raise ValueError(f"max_wait_ms must be a finite number ≥ 0, not {max_wait_ms!r}")
         self.frame_ms = float(frame_ms)
+        #: The starvation bound: a request that waited this long is let in beyond the limit.
+        self.max_wait_ms = max_wait_ms
         self.scale_alpha = scale_alpha
         self._forget = 0.5 ** (1.0 / half_life_steps)
         self._s = self._sn = self._snn = self._sm = self._snm = 0.0
@@ -130,7 +141,17 @@ class RealtimeAdmission:
         n = (self.frame_ms / self.scale - a) / b
         return max(1, math.floor(n)) if math.isfinite(n) else None
 
-    def admissible(self, running: int) -> int | None:
-        """How many more requests may be admitted with `running` admitted (None: no bound)."""
+    def admissible(self, running: int, oldest_wait_ms: float | None = None) -> int | None:
+        """How many more requests may be admitted with `running` admitted (None: no bound).
+
+        `oldest_wait_ms`: how long the oldest waiting request has waited; at `max_wait_ms` or
+        more, at least one may be admitted (the starvation bound).
+        """
         limit = self.limit
-        return None if limit is None else max(0, limit - running)
+        if limit is None:
+            return None
+        more = max(0, limit - running)
+        bound = self.max_wait_ms
+        if more == 0 and bound is not None and oldest_wait_ms is not None:
+            return 1 if oldest_wait_ms >= bound else 0
+        return more

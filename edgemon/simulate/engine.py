@@ -15,8 +15,9 @@ The scheduling follows vLLM V1's shape, reduced to what decides step times:
   prefill in the same step;
 - the step that finishes a prompt also emits the request's first frame (the first sampled
   token); every later step of it emits one frame;
-- frames become audio chunks as vLLM-Omni's Qwen3-TTS streaming cuts them: a short first chunk
-  (`initial_chunk_frames`), then `chunk_frames` each, the rest as the final chunk.
+- frames become audio chunks as vLLM-Omni's Qwen3-TTS streaming cuts them, by the profile's
+  `chunk_schedule` (a short first chunk, then 2-second chunks, or a ramp; the last size
+  repeats), the rest as the final chunk.
 
 The gate is a callable consulted at every step that has requests waiting; while it returns
 True the step admits nothing (running work continues), as `EdgemonScheduler` does with
@@ -29,6 +30,14 @@ the profile's (a static cap); `step_factor(now_ms)` stretches every step (a box 
 down). A step with nothing to run returns None: the caller waits for the next arrival, or a
 short poll when everything is held (no busy spinning).
 
+`deadlines`, if given (a `DeadlineHook`: the policy of `edgemon.integrations.deadlines` and
+edgemon's throttle state), takes over admissions: at `submit` it may refuse a request that
+cannot start within its SLO (`submit` returns False: shed at arrival), and at each step it
+chooses which waiting requests to admit, in its order, and which to shed (`refused()` hands
+those out); seats and `fits` are then not asked (the policy applies the real-time limit
+itself, and the gate's answer bounded by each request's deadline). The token budget and
+`max_num_seqs` still bound a step.
+
 Each chunk carries an `eta_ms` hint: the frames until the next chunk times the engine's
 running estimate of its step time (an EWMA). A server could send this along with the audio;
 the players pass it on to the Reporter (docs/protocol.md `eta_ms`).
@@ -40,9 +49,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edgemon.integrations.deadlines import OPEN, Running, Throttle, Waiting
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from edgemon.integrations.deadlines import Deadlines
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request
 
@@ -84,6 +96,15 @@ class Step:
         return self.t_ms + self.ms
 
 
+@dataclass(frozen=True, slots=True)
+class DeadlineHook:
+    """The deadline policy an engine consults, and edgemon's throttle state as it sees it
+    (read without side effects; the gate's own answer is asked once per step)."""
+
+    policy: Deadlines
+    throttle: Callable[[], Throttle] = lambda: OPEN
+
+
 class Frames:
     """Counts one request's codec frames and cuts them into audio chunks as they come."""
 
@@ -108,17 +129,14 @@ class Frames:
         self.emitted += 1
         self.pending += 1
         final = self.emitted >= self.total
-        size = profile.chunk_frames
-        if self.chunks == 0 and profile.initial_chunk_frames > 0:
-            size = profile.initial_chunk_frames
-        if not final and self.pending < size:
+        if not final and self.pending < profile.chunk_size(self.chunks):
             return None
         frames, self.pending = self.pending, 0
         seq = self.chunks
         self.chunks += 1
         eta = None
         if not final:
-            eta = min(profile.chunk_frames, self.total - self.emitted) * step_estimate_ms
+            eta = min(profile.chunk_size(self.chunks), self.total - self.emitted) * step_estimate_ms
         return Chunk(
             request=self.request,
             seq=seq,
@@ -146,8 +164,10 @@ class TtsEngine:
 
     __slots__ = (
         "_admitted",
+        "_deadlines",
         "_fits",
         "_gate",
+        "_refused",
         "_running",
         "_seats",
         "_step_factor",
@@ -167,6 +187,7 @@ class TtsEngine:
         step_factor: Callable[[float], float] | None = None,
         admitted: Callable[[], None] | None = None,
         fits: Callable[[Request, int], bool] | None = None,
+        deadlines: DeadlineHook | None = None,
     ) -> None:
         self.profile = profile
         self._gate = gate
@@ -181,6 +202,8 @@ class TtsEngine:
         #: Asked before each admission with the request and the running count: whether it
         #: fits (budget-aware admission); a refusal ends the step's admissions (FCFS).
         self._fits = fits
+        self._deadlines = deadlines
+        self._refused: list[str] = []
         self._waiting: deque[Request] = deque()
         self._running: list[_Running] = []
         #: The engine's running estimate of a step's duration (for the `eta_ms` hints).
@@ -196,9 +219,52 @@ class TtsEngine:
         """Requests admitted and not finished."""
         return len(self._running)
 
-    def submit(self, request: Request) -> None:
-        """Queue a request (it waits for admission in arrival order)."""
+    def submit(self, request: Request, now_ms: float | None = None) -> bool:
+        """Queue a request (it waits for admission); False if the deadline policy refused it
+        (at `now_ms`, default its arrival)."""
+        hook = self._deadlines
+        if hook is not None:
+            now = request.arrival_ms if now_ms is None else now_ms
+            verdict = hook.policy.arrive(
+                _waiting(request),
+                now,
+                self._running_views(),
+                self._waiting_views(),
+                hook.throttle(),
+            )
+            if verdict == "shed":
+                return False
         self._waiting.append(request)
+        return True
+
+    def _running_views(self) -> list[Running]:
+        return [Running(r.request.id, r.frames.total - r.frames.emitted) for r in self._running]
+
+    def _waiting_views(self) -> list[Waiting]:
+        return [_waiting(request) for request in self._waiting]
+
+    def refused(self) -> list[str]:
+        """The waiting requests the deadline policy refused since the last call."""
+        out, self._refused = self._refused, []
+        return out
+
+    def _plan(self, now_ms: float, held: bool) -> list[Request]:
+        """The deadline policy's admissions (in order); the refused leave the queue."""
+        hook = self._deadlines
+        assert hook is not None
+        headroom = hook.throttle().headroom_ms
+        plan = hook.policy.plan(
+            now_ms,
+            self._running_views(),
+            self._waiting_views(),
+            Throttle(held=held, headroom_ms=headroom),
+        )
+        by_id = {request.id: request for request in self._waiting}
+        gone = set(plan.shed)
+        if gone:
+            self._waiting = deque(r for r in self._waiting if r.id not in gone)
+            self._refused.extend(plan.shed)
+        return [by_id[i] for i in plan.admit]
 
     def _report(self, admitted: list[str]) -> None:
         """After a step that was not held: tell `admitted` if it admitted or none waits."""
@@ -223,22 +289,40 @@ class TtsEngine:
         while self._waiting and budget > taken and len(self._running) < seats:
             if fits is not None and not fits(self._waiting[0], len(self._running)):
                 break
-            run = _Running(self._waiting.popleft(), self.profile)
-            take = min(run.request.prompt_tokens, budget - taken)
-            run.prefilled = take
-            taken += take
-            self._running.append(run)
-            admitted.append(run.request.id)
-            if take == run.request.prompt_tokens:
-                framed.append(run)
+            taken += self._start(self._waiting.popleft(), budget - taken, framed, admitted)
         return taken
 
-    def step(self, now_ms: float) -> Step | None:
-        """Plan and account one step starting at `now_ms`; None when there is nothing to run."""
-        profile = self.profile
-        budget = profile.max_num_batched_tokens
+    def _admit_planned(
+        self, chosen: list[Request], budget: int, framed: list[_Running], admitted: list[str]
+    ) -> int:
+        """Admit the deadline policy's choices in its order within the token `budget` and
+        `max_num_seqs`; the prompt tokens they take this step."""
+        taken = 0
+        for request in chosen:
+            if budget <= taken or len(self._running) >= self.max_num_seqs:
+                break
+            self._waiting.remove(request)
+            taken += self._start(request, budget - taken, framed, admitted)
+        return taken
+
+    def _start(
+        self, request: Request, budget: int, framed: list[_Running], admitted: list[str]
+    ) -> int:
+        """Move `request` to the running set and start its prefill; the tokens it takes."""
+        run = _Running(request, self.profile)
+        take = min(request.prompt_tokens, budget)
+        run.prefilled = take
+        self._running.append(run)
+        admitted.append(request.id)
+        if take == request.prompt_tokens:
+            framed.append(run)
+        return take
+
+    def _continue(self, framed: list[_Running]) -> tuple[int, int, int]:
+        """The running requests' share of a step: (prompt tokens, decodes, budget left);
+        `framed` gets each request that emits a frame this step."""
+        budget = self.profile.max_num_batched_tokens
         prefill_tokens = decode_seqs = 0
-        framed: list[_Running] = []
         for run in self._running:
             if budget <= 0:
                 break
@@ -254,10 +338,22 @@ class TtsEngine:
                 decode_seqs += 1
                 budget -= 1
                 framed.append(run)
+        return prefill_tokens, decode_seqs, budget
+
+    def step(self, now_ms: float) -> Step | None:
+        """Plan and account one step starting at `now_ms`; None when there is nothing to run."""
+        profile = self.profile
+        framed: list[_Running] = []
+        prefill_tokens, decode_seqs, budget = self._continue(framed)
         held = bool(self._waiting) and self._gate is not None and self._gate()
         admitted: list[str] = []
-        if not held:
+        if self._deadlines is not None and self._waiting:
+            chosen = self._plan(now_ms, held)
+            prefill_tokens += self._admit_planned(chosen, budget, framed, admitted)
+            held = held and not admitted
+        elif not held:
             prefill_tokens += self._admit(budget, framed, admitted)
+        if not held:
             self._report(admitted)
         if prefill_tokens == 0 and decode_seqs == 0:
             return None
@@ -268,6 +364,11 @@ class TtsEngine:
         estimate = self.step_estimate_ms
         chunks = [c for run in framed if (c := run.frames.add(end_ms, estimate)) is not None]
         finished = tuple(run.request.id for run in framed if run.frames.done)
+        if self._deadlines is not None:
+            policy = self._deadlines.policy
+            policy.observe(decode_seqs, prefill_tokens, ms)
+            for frames in (run.frames.total for run in framed if run.frames.done):
+                policy.finished(frames)
         if finished:
             self._running = [run for run in self._running if not run.frames.done]
         return Step(
@@ -280,3 +381,8 @@ class TtsEngine:
             chunks=tuple(chunks),
             finished=finished,
         )
+
+
+def _waiting(request: Request) -> Waiting:
+    """The deadline policy's view of a waiting request."""
+    return Waiting(request.id, request.arrival_ms, request.prompt_tokens)

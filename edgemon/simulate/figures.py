@@ -3,9 +3,15 @@
 A row (the contract of `benchmarks/closed_loop.py`): `policy`, `scenario`, `load`, `seed`,
 `requests`, `completed`; `start_silence_s`, `start_silence_p50_ms`, `start_silence_p99_ms`,
 `ttfa_p50_ms`, `ttfa_p99_ms`; `gap_silence_s`, `gaps`, `total_silence_s`; and besides them
-`mode`, `profile`, `duration_s`, `gaps_per_stream_min`. A dump line lets anyone recompute
-them: `policy`, `scenario`, `seed`, `request`, `requested_ms`, `play_start_ms` (null if
-playback never started), `chunks` (`[arrival_ms, audio_ms]` each), `final`, `end_ms`.
+`mode`, `profile`, `duration_s`, `gaps_per_stream_min`; and the service level against the
+SLOs (`start_slo_ms`, `gap_slo_ms`): `offered`, `good`, `late`, `gappy`, `shed`,
+`unfinished`, `goodput` (good / offered), `shed_p99_ms` (how long refusals took to reach the
+player), `longest_gap_p95_ms`. Start silence figures leave refused requests out. A dump line
+lets anyone recompute them: `policy`, `scenario`, `seed`, `request`, `requested_ms`,
+`play_start_ms` (null if playback never started), `chunks` (`[arrival_ms, audio_ms]` each),
+`final`, `end_ms`, `start_ms` (start silence), `longest_gap_ms`, `shed_ms` (how long the
+refusal took; null if not refused) and `outcome` (`good`, `late`, `gappy`, `shed`,
+`unfinished`).
 
 `run_virtual` runs one point on the virtual clock (`edgemon.simulate.loop`).
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS
 from edgemon.simulate.loop import LoopPlan, LoopResult, run_loop
 
 if TYPE_CHECKING:
@@ -33,8 +40,11 @@ def run_virtual(
     load: float,
     seed: int,
     duration_s: float,
+    start_slo_ms: float = START_SLO_MS,
+    gap_slo_ms: float = GAP_SLO_MS,
 ) -> LoopResult:
-    """One run of `policy` under `scenario` at `load` × the profile's estimated capacity."""
+    """One run of `policy` under `scenario` at `load` × the profile's estimated capacity,
+    its players scored against the start and gap SLOs."""
     return run_loop(
         LoopPlan(
             profile=profile,
@@ -50,6 +60,9 @@ def run_virtual(
             realtime_frames=policy.realtime_frames,
             scenario=scenario,
             budget=policy.budget,
+            deadlines=policy.deadlines,
+            start_slo_ms=start_slo_ms,
+            gap_slo_ms=gap_slo_ms,
         )
     )
 
@@ -85,6 +98,17 @@ def row(
         "gaps": score.gaps,
         "gaps_per_stream_min": round(score.underruns_per_stream_minute, 3),
         "total_silence_s": round(score.total_silence_s, 3),
+        "start_slo_ms": score.start_slo_ms,
+        "gap_slo_ms": score.gap_slo_ms,
+        "offered": score.offered,
+        "good": score.good,
+        "late": score.late,
+        "gappy": score.gappy,
+        "shed": score.shed,
+        "unfinished": score.unfinished,
+        "goodput": round(score.goodput, 4),
+        "shed_p99_ms": _round(score.shed_p99_ms),
+        "longest_gap_p95_ms": _round(score.longest_gap_p95_ms),
     }
 
 
@@ -96,6 +120,8 @@ def dump_lines(
     seed: int,
     origin_ms: float,
     end_ms: float,
+    start_slo_ms: float = START_SLO_MS,
+    gap_slo_ms: float = GAP_SLO_MS,
 ) -> list[dict[str, Any]]:
     """One line per request; times in ms since the run's start (`origin_ms`)."""
     return [
@@ -111,6 +137,10 @@ def dump_lines(
             "chunks": [[round(t - origin_ms, 3), audio] for t, audio in player.arrivals],
             "final": player.final,
             "end_ms": round(end_ms - origin_ms, 3),
+            "start_ms": round(player.start_silence_ms(end_ms), 3),
+            "longest_gap_ms": round(player.longest_gap_ms, 3),
+            "shed_ms": None if player.shed_latency_ms is None else round(player.shed_latency_ms, 3),
+            "outcome": player.outcome(end_ms, start_slo_ms=start_slo_ms, gap_slo_ms=gap_slo_ms),
         }
         for player in players
     ]

@@ -11,8 +11,14 @@ after `report_latency_ms`, and edgemon's throttle changes reach a `HoldGate` (th
 What the engine does besides (`LoopPlan`): a static cap (`max_num_seqs`), a release after
 `max_hold_ms` that lasts until a step admits a waiting request or the queue is empty
 (`lasting`), real-time admission (`realtime`: `edgemon.integrations.realtime`, the code the
-vLLM scheduler runs, fed the simulated steps), and a `Scenario` (a slowdown, bursts, a slow
-network: `edgemon.simulate.scenarios`).
+vLLM scheduler runs, fed the simulated steps), the deadline policy (`deadlines`:
+`edgemon.integrations.deadlines`, fed the same real-time admission and edgemon's throttle
+objects: it may refuse a request when the engine first sees it, or later while it waits), and
+a `Scenario` (a slowdown, bursts, a slow network: `edgemon.simulate.scenarios`).
+
+A refusal reaches its player one network delay after the engine decided (an HTTP 503 on its
+way back); the player counts the request `shed` with how long that took, and reports its end
+(`refused`) to edgemon. Players are scored against the start and gap SLOs of the plan.
 """
 
 from __future__ import annotations
@@ -20,16 +26,23 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import ThrottleChanged
+from edgemon.integrations.deadlines import (
+    GAP_SLO_MS,
+    START_SLO_MS,
+    Deadlines,
+    DeadlineSettings,
+    Throttle,
+)
 from edgemon.integrations.realtime import RealtimeAdmission
 from edgemon.monitor import Monitor
 from edgemon.simulate.budget import BudgetSetting, SpendableBudget
-from edgemon.simulate.engine import TtsEngine
-from edgemon.simulate.players import Delivery, Player, Score, score
+from edgemon.simulate.engine import DeadlineHook, TtsEngine
+from edgemon.simulate.players import PLAYER_CUSHION_MS, Delivery, Player, Score, score
 from edgemon.simulate.scenarios import STEADY, RequestSource
 
 if TYPE_CHECKING:
@@ -71,6 +84,11 @@ class HoldGate:
         if not throttle:
             self._end(now_ms)
             self._released = False
+
+    @property
+    def releasing(self) -> bool:
+        """A lasting release is under way (the gate lets steps through until one admits)."""
+        return self._released
 
     def admitted(self) -> None:
         """A step admitted a waiting request, or none is waiting: a lasting release ends."""
@@ -137,6 +155,17 @@ class LoopPlan:
     scenario: Scenario = STEADY
     budget: BudgetSetting | None = None
     """Budget-aware admission (`edgemon.simulate.budget`), fed the throttle objects."""
+    deadlines: DeadlineSettings | None = None
+    """The deadline policy (its `start_slo_ms` and `prebuffer_ms` are set from this plan)."""
+    start_slo_ms: float = START_SLO_MS
+    gap_slo_ms: float = GAP_SLO_MS
+
+
+def prebuffer_ms(profile: Profile) -> float:
+    """The fixed part of what the players' first audio still needs after the engine made it:
+    the delivery (median plus mean jitter) and the player's cushion (its wait for the second
+    chunk is the deadline policy's `second_chunk_frames`)."""
+    return profile.network_ms + profile.network_jitter_ms + PLAYER_CUSHION_MS
 
 
 def run_loop(plan: LoopPlan) -> LoopResult:
@@ -150,6 +179,7 @@ class _VirtualLoop:
     __slots__ = (
         "arrivals",
         "budget",
+        "deadlines",
         "delivery",
         "engine",
         "fresh_step",
@@ -165,6 +195,7 @@ class _VirtualLoop:
         "realtime",
         "refusing_since",
         "requests",
+        "spendable",
         "steps",
         "throttle_since",
         "throttled_ms",
@@ -189,6 +220,8 @@ class _VirtualLoop:
         )
         self.refusing_since: float | None = None
         self.fresh_step = -1
+        self.spendable: float | None = None
+        self.deadlines = self._deadlines()
         self.engine = TtsEngine(
             profile,
             gate=gate,
@@ -196,6 +229,9 @@ class _VirtualLoop:
             max_num_seqs=plan.max_num_seqs,
             seats=None if self.realtime is None else self.realtime.admissible,
             step_factor=None if scenario.slowdown is None else scenario.step_factor,
+            deadlines=None
+            if self.deadlines is None
+            else DeadlineHook(self.deadlines, self._throttle_state),
         )
         self.arrivals = RequestSource(
             plan.rate_rps, profile.workload, seed=plan.seed, burst=scenario.burst
@@ -211,6 +247,28 @@ class _VirtualLoop:
         self.steps = 0
         self.peak_running = 0
         self.requests = 0
+
+    def _deadlines(self) -> Deadlines | None:
+        plan = self.plan
+        if plan.deadlines is None:
+            return None
+        profile = plan.profile
+        settings = replace(
+            plan.deadlines,
+            start_slo_ms=plan.start_slo_ms,
+            prebuffer_ms=prebuffer_ms(profile),
+            first_chunk_frames=profile.chunk_size(0),
+            second_chunk_frames=profile.chunk_size(1),
+            frame_ms=profile.frame_ms,
+        )
+        cap = profile.max_num_seqs if plan.max_num_seqs is None else plan.max_num_seqs
+        return Deadlines(settings, self.realtime, max_num_seqs=cap)
+
+    def _throttle_state(self) -> Throttle:
+        """edgemon's throttle as the engine's gate knows it (no side effects)."""
+        gate = self.gate
+        held = self.plan.gated and gate.throttle and not gate.releasing
+        return Throttle(held=held, headroom_ms=self.spendable)
 
     def run(self) -> LoopResult:
         plan = self.plan
@@ -231,7 +289,13 @@ class _VirtualLoop:
         if self.throttle_since is not None:
             self.throttled_ms += plan.duration_ms - self.throttle_since
         return LoopResult(
-            score=score(self.players.values(), plan.duration_ms, requests=self.requests),
+            score=score(
+                self.players.values(),
+                plan.duration_ms,
+                requests=self.requests,
+                start_slo_ms=plan.start_slo_ms,
+                gap_slo_ms=plan.gap_slo_ms,
+            ),
             throttle_share=self.throttled_ms / plan.duration_ms,
             holds=self.gate.holds,
             steps=self.steps,
@@ -248,9 +312,12 @@ class _VirtualLoop:
         for request in self.arrivals.due(t):
             self.requests += 1
             self.players[request.id] = Player(request.id, request.arrival_ms)
-            engine.submit(request)
             self._request_made(request.id, request.arrival_ms)
+            if not engine.submit(request, t):
+                self._refuse(request.id)
         step = engine.step(t)
+        for stream in engine.refused():
+            self._refuse(stream)
         if step is None:
             self._at(t + IDLE_POLL_MS if engine.waiting else self.arrivals.next_ms, "engine")
             return
@@ -267,6 +334,14 @@ class _VirtualLoop:
             extra = 0.0 if network is None else network.extra_ms(chunk.t_ms)
             self._at(self.delivery.arrival_ms(chunk, extra), "chunk", chunk)
         self._at(step.end_ms, "engine")
+
+    def _refuse(self, stream: str) -> None:
+        """The engine refused `stream` now: the refusal reaches its player one network delay
+        later, and the player ends the stream it reported."""
+        at = self.now + self.plan.profile.network_ms
+        self.players[stream].refused(at)
+        end = {"type": "end", "stream": stream, "t_ms": at, "reason": "refused"}
+        self._at(at + self.plan.report_latency_ms, "message", json.dumps([end]).encode())
 
     def _chunk(self, chunk: Chunk) -> None:
         player = self.players[chunk.request]
@@ -360,6 +435,7 @@ class _VirtualLoop:
         t = self.now
         throttle, spendable = change
         self.gate.set(throttle, t)
+        self.spendable = spendable
         if self.budget is not None:
             self.budget.published(spendable)
         if throttle and self.throttle_since is None:

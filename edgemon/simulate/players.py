@@ -10,6 +10,13 @@ second one is decoded. The player starts `max(0, eta − first audio) + cushion`
 chunk arrives, the least prebuffer that covers the announced wait for the second chunk, plus a
 cushion (which should exceed edgemon's margin, or every new stream starts at risk).
 
+Each request ends with an **outcome** against two SLOs (`outcome`): `shed` (the box refused
+it; `shed_ms` is when the refusal reached the player), `late` (its start silence exceeds the
+start SLO, also while it still waits at the run's end), `gappy` (start met, its longest gap,
+one concealed stretch, exceeds the gap SLO), `unfinished` (start and gaps met so far, the
+final chunk not yet in at the run's end) or `good` (completed within both). Goodput is good
+over offered (DistServe's measure: the share of requests served within every SLO).
+
 `Delivery` models the network between engine and players: a seeded delay per chunk that never
 reorders a stream's chunks.
 """
@@ -18,8 +25,11 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -28,6 +38,8 @@ if TYPE_CHECKING:
 
 PLAYER_CUSHION_MS = 200.0
 """Prebuffer a player keeps beyond the announced wait for the second chunk."""
+OUTCOMES = ("good", "late", "gappy", "shed", "unfinished")
+"""What became of a request (see the module doc)."""
 
 
 @dataclass(slots=True)
@@ -46,8 +58,37 @@ class Player:
     underruns: int = 0
     underrun_ms: float = 0.0
     in_underrun: bool = False
+    longest_gap_ms: float = 0.0
+    """The longest single concealed stretch so far."""
+    gap_ms: float = 0.0
+    """The current (or last) concealed stretch."""
+    shed_ms: float | None = None
+    """When the box's refusal reached the player (None: not refused)."""
     arrivals: list[tuple[float, float]] = field(default_factory=list)
     """Each chunk's `(arrival, audio)` in ms, in order (what a dump writes)."""
+
+    def refused(self, t_ms: float) -> None:
+        """The box refused the request; the refusal arrived at `t_ms`."""
+        if self.first_ms is not None:
+            raise ValueError(f"{self.stream}: refused after audio arrived")
+        self.shed_ms = t_ms
+
+    @property
+    def shed_latency_ms(self) -> float | None:
+        """How long the refusal took from the request (None: not refused)."""
+        return None if self.shed_ms is None else self.shed_ms - self.requested_ms
+
+    def outcome(
+        self, end_ms: float, *, start_slo_ms: float = START_SLO_MS, gap_slo_ms: float = GAP_SLO_MS
+    ) -> str:
+        """`good`, `late`, `gappy`, `shed` or `unfinished` at `end_ms` (see the module doc)."""
+        if self.shed_ms is not None:
+            return "shed"
+        if self.start_silence_ms(end_ms) > start_slo_ms:
+            return "late"
+        if self.longest_gap_ms > gap_slo_ms:
+            return "gappy"
+        return "good" if self.final else "unfinished"
 
     @property
     def ttfa_ms(self) -> float | None:
@@ -56,7 +97,10 @@ class Player:
 
     def start_silence_ms(self, end_ms: float) -> float:
         """Silence before the first word: the request to the playback start (prebuffer
-        included), counted up to `end_ms` while playback has not started by then."""
+        included), counted up to `end_ms` while playback has not started by then (0 for a
+        refused request: its listener was told at once)."""
+        if self.shed_ms is not None:
+            return 0.0
         start = end_ms if self.start_ms is None else min(self.start_ms, end_ms)
         return max(0.0, start - self.requested_ms)
 
@@ -101,10 +145,15 @@ class Player:
         assert self.start_ms is not None
         dry_at = self.start_ms + self.audio_ms
         if t_ms > dry_at:
-            self.underrun_ms += t_ms - max(dry_at, self.last_ms)
+            dry = t_ms - max(dry_at, self.last_ms)
+            self.underrun_ms += dry
             if not self.in_underrun:
                 self.underruns += 1
                 self.in_underrun = True
+                self.gap_ms = 0.0
+            self.gap_ms += dry
+            if self.gap_ms > self.longest_gap_ms:
+                self.longest_gap_ms = self.gap_ms
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -141,6 +190,29 @@ class Score:
     start_silence_s: float = 0.0
     start_silence_p50_ms: float | None = None
     start_silence_p99_ms: float | None = None
+    """Over the requests the box did not refuse."""
+    start_slo_ms: float = START_SLO_MS
+    gap_slo_ms: float = GAP_SLO_MS
+    good: int = 0
+    late: int = 0
+    gappy: int = 0
+    shed: int = 0
+    unfinished: int = 0
+    shed_p99_ms: float | None = None
+    """How long refusals took to reach the player (p99)."""
+    longest_gap_p95_ms: float | None = None
+    """The p95 over started streams of each one's longest gap (vLLM-Omni's continuity
+    figure)."""
+
+    @property
+    def offered(self) -> int:
+        """Requests made."""
+        return self.requests
+
+    @property
+    def goodput(self) -> float:
+        """Good over offered (0 with nothing offered)."""
+        return self.good / self.requests if self.requests else 0.0
 
     @property
     def underruns_per_stream_minute(self) -> float:
@@ -163,13 +235,25 @@ class Score:
         return self.start_silence_s + self.underrun_s
 
 
-def score(players: Iterable[Player], end_ms: float, *, requests: int | None = None) -> Score:
+def score(
+    players: Iterable[Player],
+    end_ms: float,
+    *,
+    requests: int | None = None,
+    start_slo_ms: float = START_SLO_MS,
+    gap_slo_ms: float = GAP_SLO_MS,
+) -> Score:
     """Settle every player at `end_ms` and add up what they heard."""
     listed = list(players)
     for player in listed:
         player.settle(end_ms)
     ttfa = [p.ttfa_ms for p in listed if p.ttfa_ms is not None]
-    silence = [p.start_silence_ms(end_ms) for p in listed]
+    silence = [p.start_silence_ms(end_ms) for p in listed if p.shed_ms is None]
+    outcomes = Counter(
+        p.outcome(end_ms, start_slo_ms=start_slo_ms, gap_slo_ms=gap_slo_ms) for p in listed
+    )
+    refusals = [p.shed_latency_ms for p in listed if p.shed_latency_ms is not None]
+    longest = [p.longest_gap_ms for p in listed if p.start_ms is not None]
     return Score(
         requests=len(listed) if requests is None else requests,
         streams=len(ttfa),
@@ -182,6 +266,15 @@ def score(players: Iterable[Player], end_ms: float, *, requests: int | None = No
         start_silence_s=sum(silence) / 1000.0,
         start_silence_p50_ms=percentile(silence, 0.5),
         start_silence_p99_ms=percentile(silence, 0.99),
+        start_slo_ms=start_slo_ms,
+        gap_slo_ms=gap_slo_ms,
+        good=outcomes["good"],
+        late=outcomes["late"],
+        gappy=outcomes["gappy"],
+        shed=outcomes["shed"],
+        unfinished=outcomes["unfinished"],
+        shed_p99_ms=percentile(refusals, 0.99),
+        longest_gap_p95_ms=percentile(longest, 0.95),
     )
 
 

@@ -16,6 +16,14 @@ A policy is written as parts joined by `+`:
   its predicted cost (its prefill plus FRAMES more decodes, default 12) fits the spendable
   headroom edgemon's last throttle object carried, plus ALLOW_MS (default 0); MODE `refill`
   (default), `stale` or `fresh` (an upper bound, see there). Measured, not shipped;
+- `deadline`, `deadline:ORDER`, `deadline:ORDER:SHED` or `deadline:ORDER:SHED:GUARD_MS`: the
+  deadline policy (`edgemon.integrations.deadlines`): every waiting request's hold ends at its
+  start deadline; ORDER `fcfs` (default) or `edf` (earliest deadline first); SHED `shed`
+  (default: refuse what cannot start within the start SLO, at arrival or while queued) or
+  `queue`; GUARD_MS taken off every start budget (default 0); BATCH `amortized` (default:
+  the batch whose steps average a frame with prefills spread over requests' frames) or
+  `decode` (the real-time admission's decode-only batch). With `realtime` it uses the
+  measured real-time batch; with a gate, the gate's hold is bounded by each deadline;
 - `edgemon`: the policy edgemon ships, `EDGEMON` below (also as a part: `edgemon+budget`).
 
 So `cap:11`, `gate:80:2000`, `realtime+lasting:80:2000`. Pure; `policy(text, profile)`
@@ -28,6 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edgemon.integrations.deadlines import ORDERS, DeadlineSettings
 from edgemon.integrations.realtime import STEP_FRAMES
 from edgemon.simulate.budget import AHEAD_FRAMES, BUDGET_MODES, BudgetSetting
 
@@ -36,6 +45,10 @@ if TYPE_CHECKING:
 
 BUDGET_ARGS = ("FRAMES", "ALLOW_MS", "MODE")
 """What `budget:` takes, in order, each optional."""
+DEADLINE_ARGS = ("ORDER", "SHED", "GUARD_MS", "BATCH")
+"""What `deadline:` takes, in order, each optional."""
+SHED_WORDS = ("shed", "queue")
+BATCH_WORDS = ("amortized", "decode")
 
 EDGEMON = f"realtime:{STEP_FRAMES}+lasting:{{margin}}:1100"
 """The shipped policy: real-time admission with steps up to `STEP_FRAMES` (1.02) frames,
@@ -59,11 +72,13 @@ class Policy:
     """Real-time admission's allowed step, in frames."""
     budget: BudgetSetting | None = None
     """Budget-aware admission (`edgemon.simulate.budget`)."""
+    deadlines: DeadlineSettings | None = None
+    """The deadline policy (`edgemon.integrations.deadlines`)."""
 
     @property
     def kind(self) -> str:
         """`open`, `cap`, `gate` or `mine` (the families the report compares)."""
-        if self.realtime or self.lasting or self.budget is not None:
+        if self.realtime or self.lasting or self.budget is not None or self.deadlines is not None:
             return "mine"
         if self.gated:
             return "gate"
@@ -76,10 +91,11 @@ def policy(text: str, profile: Profile) -> Policy:
     shipped = EDGEMON.format(margin=f"{profile.margin_ms:g}")
     expanded = "+".join(shipped if part.strip() == "edgemon" else part for part in label.split("+"))
     cap: int | None = None
-    gate: tuple[float, float, bool] | None = None  # margin, hold, lasting
+    gate: tuple[float | None, float, bool] | None = None  # margin, hold, lasting
     realtime = False
     frames = 1.0
     budget: BudgetSetting | None = None
+    deadlines: DeadlineSettings | None = None
     for part in expanded.split("+"):
         name, _, rest = part.strip().partition(":")
         args = rest.split(":") if rest else []
@@ -99,27 +115,45 @@ def policy(text: str, profile: Profile) -> Policy:
                 raise ValueError(f"policy {text!r}: the frames must be > 0")
         elif name == "budget" and len(args) <= len(BUDGET_ARGS):
             budget = _budget(args, text)
+        elif name == "deadline" and len(args) <= len(DEADLINE_ARGS):
+            deadlines = _deadlines(args, text)
         else:
             raise ValueError(
                 f"unknown policy {text!r}: open, cap:N, gate:MARGIN_MS:HOLD_MS, "
                 "lasting:MARGIN_MS:HOLD_MS, realtime[:F], budget[:FRAMES[:ALLOW_MS[:MODE]]], "
-                "edgemon, or parts joined by '+'"
+                "deadline[:ORDER[:SHED[:GUARD_MS]]], edgemon, or parts joined by '+'"
             )
-    if gate is None:
-        return Policy(
-            label=label, max_num_seqs=cap, realtime=realtime, realtime_frames=frames, budget=budget
-        )
-    margin, hold, lasting = gate
+    gate_margin, gate_hold, gate_lasting = (None, 2000.0, False) if gate is None else gate
     return Policy(
         label=label,
         max_num_seqs=cap,
-        gated=True,
-        margin_ms=margin,
-        max_hold_ms=hold,
-        lasting=lasting,
+        gated=gate is not None,
+        margin_ms=gate_margin,
+        max_hold_ms=gate_hold,
+        lasting=gate_lasting,
         realtime=realtime,
         realtime_frames=frames,
         budget=budget,
+        deadlines=deadlines,
+    )
+
+
+def _deadlines(args: list[str], whole: str) -> DeadlineSettings:
+    """`deadline[:ORDER[:SHED[:GUARD_MS]]]` (`args`: the words after `deadline:`)."""
+    order = next((o for o in ORDERS if o == (args[0] if args else "fcfs")), None)
+    if order is None:
+        raise ValueError(f"policy {whole!r}: the deadline's order is one of {', '.join(ORDERS)}")
+    word = args[1] if len(args) > 1 else "shed"
+    if word not in SHED_WORDS:
+        raise ValueError(f"policy {whole!r}: the deadline's SHED is one of {', '.join(SHED_WORDS)}")
+    guard = _number(args[2], whole) if len(args) > 2 else 0.0
+    batch = args[3] if len(args) > 3 else "amortized"
+    if batch not in BATCH_WORDS:
+        raise ValueError(
+            f"policy {whole!r}: the deadline's BATCH is one of {', '.join(BATCH_WORDS)}"
+        )
+    return DeadlineSettings(
+        order=order, shed=word == "shed", guard_ms=guard, amortize=batch == "amortized"
     )
 
 

@@ -89,15 +89,25 @@ class Profile:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
     """Chunked prefill: the token budget of one step (decodes count one token each)."""
-    initial_chunk_frames: int = 5
-    """Frames of a stream's first audio chunk (vLLM-Omni's `initial_codec_chunk_frames`)."""
-    chunk_frames: int = 25
-    """Frames of every later chunk (vLLM-Omni's `codec_chunk_frames`: 25 frames = 2 s)."""
+    chunk_schedule: tuple[int, ...] = (5, 25)
+    """Frames of a stream's audio chunks in order, the last size repeating: by default a short
+    first chunk (vLLM-Omni's `initial_codec_chunk_frames`, 5) then 25 frames = 2 s each
+    (`codec_chunk_frames`); a ramp such as `(4, 4, 8, 16, 25)` is what vLLM-Omni's growing
+    chunks do."""
     network_ms: float = 15.0
     """One-way delay from the engine to a player (median)."""
     network_jitter_ms: float = 10.0
     """Extra delay, exponentially distributed with this mean."""
     workload: Workload = Workload()
+
+    def __post_init__(self) -> None:
+        if not self.chunk_schedule or min(self.chunk_schedule) < 1:
+            raise ValueError(f"chunk_schedule must be frames ≥ 1, not {self.chunk_schedule!r}")
+
+    def chunk_size(self, index: int) -> int:
+        """Frames of a stream's chunk number `index` (0: the first)."""
+        schedule = self.chunk_schedule
+        return schedule[index] if index < len(schedule) else schedule[-1]
 
     def capacity_rps(self) -> float:
         """Arrival rate at which steps average one frame's duration: beyond it streams fall behind.

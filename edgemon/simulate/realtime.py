@@ -11,7 +11,9 @@ Each stream is reported as the loop expects it: `start` when the request is made
 margin the player asks for), a `chunk` per arrival with the engine's `eta_ms` hint (the first
 one also says when the player starts playback, `play_start_ms`), `final` on the last; at the
 end of a run every unfinished stream is ended as `cancelled`, and the players are scored at
-that instant.
+that instant. A request the engine refuses (`submit` returns False, or an engine with
+`refused()` hands it out after a step) is counted `shed` by its player when the driver
+learns of it, and ended as `refused`.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ class Engine(Protocol):
     @property
     def running(self) -> int: ...
 
-    def submit(self, request: Request) -> None: ...
+    def submit(self, request: Request) -> bool | None:
+        """Queue `request`; False if the engine refused it at once (shed)."""
+        ...
 
     def step(self, now_ms: float) -> Step | None: ...
 
@@ -158,6 +162,7 @@ class Box:
             for request in self.arrivals.due(now - origin):
                 self._arrive(request, origin)
             step = engine.step(now)
+            self._refusals()
             status.waiting, status.running = engine.waiting, engine.running
             if step is None:
                 modelled = None
@@ -194,9 +199,24 @@ class Box:
     def _arrive(self, request: Request, origin: float) -> None:
         self.status.requests += 1
         self.players[request.id] = Player(request.id, origin + request.arrival_ms)
-        self.engine.submit(request)
+        accepted = self.engine.submit(request)
         if self.reporter is not None:
             self.reporter.start(request.id, margin_ms=self.margin_ms)
+        if accepted is False:
+            self._refuse(request.id)
+
+    def _refusals(self) -> None:
+        """Requests the engine refused from its queue since the last step, if it says."""
+        refused = getattr(self.engine, "refused", None)
+        if callable(refused):
+            for stream in refused():
+                self._refuse(stream)
+
+    def _refuse(self, stream: str) -> None:
+        """The engine refused `stream`: its player hears it now."""
+        self.players[stream].refused(self.clock())
+        if self.reporter is not None:
+            self.reporter.end(stream, "refused")
 
     def _deliver(self, chunk: Chunk) -> None:
         """The chunk reaches its player now (after the run ended: dropped, nobody listens)."""

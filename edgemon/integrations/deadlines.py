@@ -1,0 +1,507 @@
+"""Deadlines for both kinds of listener: admit, queue or shed, from what a scheduler measures.
+
+Every listener of a TTS box has a deadline. A playing stream must get its next chunk before
+its buffer runs dry (edgemon's throttle protects those, and real-time admission keeps the
+decode step within a frame). A waiting request must get its first audio before its start SLO
+runs out: its **start deadline** is the latest instant it can be admitted and still start in
+time,
+
+    deadline = arrival + start_slo − (prefill + first chunk frames × step + prebuffer)
+
+where the prefill is its prompt tokens at the measured cost per token, the step is the
+measured decode step of the batch it joins (the real-time batch, or the running one when
+that is larger), and the prebuffer is what the player buffers after its first audio arrives:
+a fixed part (`prebuffer_ms`: its cushion and the delivery to it) and, for a player that
+waits until its second chunk is due (`second_chunk_frames`), that chunk's decode beyond the
+first chunk's audio.
+
+`Deadlines` turns that into decisions, each a plain value:
+
+- **At arrival** (`arrive`): `admit` (a real-time seat is free and the gate does not hold),
+  `queue`, or `shed`: refused at once, before any work, when the predicted admission instant
+  is past the deadline (an HTTP 503 with `Retry-After` for a server).
+- **Every step** (`plan`): which waiting requests to admit, in order (arrival order, `fcfs`,
+  or earliest deadline first, `edf`), and which to shed. The holds are bounded: neither the
+  gate (edgemon's throttle) nor real-time admission keeps a request past its deadline. Past
+  it, the request is admitted if that breaks no running stream (a real-time seat is free; or,
+  beyond the real-time batch, the spendable headroom of the running streams covers its cost),
+  else shed. A queued request whose predicted admission instant is past its deadline (the box
+  slowed down) is shed at once too.
+- **For the capacity object** (`capacity`): the real-time streams, running, waiting, the
+  predicted wait of a new request before its first audio, and the refusals so far.
+
+**The prediction.** A request waits for a seat of the real-time batch (`RealtimeAdmission`'s
+limit, or `max_num_seqs` while it is unknown). Seats free as running requests finish: each
+step decodes one frame of every running request, so a request with `r` frames left frees its
+seat in `r` steps; a request admitted from the queue holds its seat for its frames (the mean
+of finished requests, learned by `finished`). Seats are handed out in the queue's order, and
+steps last the measured decode step at the batch. The caller tells what it knows of running
+requests' remaining frames; a scheduler that cannot know them passes what it expects.
+
+**Inputs** are what a real scheduler sees: its measured steps (`observe`; the decode-step
+shape and scale come from the `RealtimeAdmission` it already feeds, which `Deadlines` only
+reads), the running requests and their remaining frames, the waiting queue with arrival
+times and prompt lengths, and edgemon's throttle state (`Throttle`: whether the gate holds,
+and the spendable headroom when known). Times are milliseconds on the caller's clock.
+
+Pure and clock-free: the simulated engine (`edgemon.simulate`) and the vLLM schedulers run
+this same code. It imports no engine.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from edgemon.integrations.realtime import FRAME_MS
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from edgemon.integrations.realtime import RealtimeAdmission
+
+Verdict = Literal["admit", "queue", "shed"]
+"""What happens to a request at arrival."""
+Order = Literal["fcfs", "edf"]
+"""The admission order among waiting requests: arrival order, or earliest deadline first."""
+ORDERS: tuple[Order, ...] = ("fcfs", "edf")
+
+START_SLO_MS = 3000.0
+"""Default start SLO: request to playback start, prebuffer included."""
+GAP_SLO_MS = 100.0
+"""Default continuity SLO: the longest single gap (vLLM-Omni's continuity threshold)."""
+EXPECTED_FRAMES = 100.0
+"""A request's frames until some have finished (8 s of audio at 80 ms a frame)."""
+LEARN_ALPHA = 0.05
+"""Weight of the newest observation in the learned prefill cost and request length."""
+STEP_ALPHA = 0.2
+"""Weight of the newest step in the fallback step estimate (used while the shape is unknown)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadlineSettings:
+    """What the policy is told rather than measures."""
+
+    start_slo_ms: float = START_SLO_MS
+    """The start SLO: request to playback start, prebuffer included."""
+    prebuffer_ms: float = 0.0
+    """The fixed part of what the player buffers after its first audio arrives (its cushion),
+    plus the delivery to it."""
+    first_chunk_frames: int = 5
+    """Frames of a stream's first audio chunk."""
+    second_chunk_frames: int = 0
+    """Frames of the second chunk, for a player that prebuffers until it is due (it starts
+    once the first chunk's audio covers the rest of that wait); 0: it does not wait."""
+    frame_ms: float = FRAME_MS
+    """Audio of one frame (the decode step a stream needs to keep up)."""
+    order: Order = "fcfs"
+    shed: bool = True
+    """Refuse what cannot start in time; False: queue it (its hold still ends at its deadline)."""
+    guard_ms: float = 0.0
+    """Taken off every start budget, for what the prediction misses."""
+    expected_frames: float = EXPECTED_FRAMES
+    """A request's frames until `Deadlines.finished` has taught better."""
+    prefill_ms_per_token: float = 0.0
+    """A prompt token's prefill cost until `Deadlines.observe` has measured one."""
+    amortize: bool = True
+    """Count prefills in the batch that keeps up: each request's prefill, spread over its
+    frames, lengthens the average step, so the batch whose steps average a frame is smaller
+    than the one whose decode-only step fits a frame."""
+
+    def __post_init__(self) -> None:
+        for name in ("start_slo_ms", "prebuffer_ms", "frame_ms", "guard_ms", "expected_frames"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number ≥ 0, not {value!r}")
+        if self.frame_ms <= 0 or self.expected_frames <= 0:
+            raise ValueError("frame_ms and expected_frames must be > 0")
+        if self.first_chunk_frames < 1:
+            raise ValueError(f"first_chunk_frames must be ≥ 1, not {self.first_chunk_frames}")
+        if self.second_chunk_frames < 0:
+            raise ValueError(f"second_chunk_frames must be ≥ 0, not {self.second_chunk_frames}")
+        if not (math.isfinite(self.prefill_ms_per_token) and self.prefill_ms_per_token >= 0):
+            raise ValueError("prefill_ms_per_token must be a finite number ≥ 0")
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A request in the waiting queue."""
+
+    id: str
+    arrival_ms: float
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A request in the running set and the frames it has left (what the caller expects)."""
+
+    id: str
+    remaining_frames: float
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """edgemon's throttle as the scheduler sees it.
+
+    `held`: the gate holds new prefills now. `headroom_ms`: the running streams' spendable
+    headroom (the least headroom less its margin, from the throttle object), None if unknown.
+    """
+
+    held: bool = False
+    headroom_ms: float | None = None
+
+
+OPEN = Throttle()
+"""No throttle: the gate does not hold, headroom unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One step's decisions: the requests to admit, in order, and those to shed now."""
+
+    admit: tuple[str, ...] = ()
+    shed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a scheduler publishes (the capacity object, SPEC §1)."""
+
+    realtime_streams: int | None
+    """The batch the engine can decode in real time now (None while unknown)."""
+    running: int
+    waiting: int
+    start_wait_ms: float | None
+    """Predicted wait of a new request before its first audio: admission, prefill excluded,
+    plus its first chunk (None while the step time is unknown)."""
+    shed_total: int
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """The capacity object's fields (the caller adds `t_ms`)."""
+        return {
+            "realtime_streams": self.realtime_streams,
+            "running": self.running,
+            "waiting": self.waiting,
+            "start_wait_ms": None if self.start_wait_ms is None else round(self.start_wait_ms, 1),
+            "shed_total": self.shed_total,
+        }
+
+
+class Deadlines:
+    """The deadline policy of one scheduler; see the module doc.
+
+    `admission`: the scheduler's `RealtimeAdmission` (read only: its owner feeds it), or None
+    (no real-time limit: `max_num_seqs` bounds the batch). `max_num_seqs`: the engine's own
+    bound on running requests, if any.
+    """
+
+    __slots__ = (
+        "_expected_frames",
+        "_prefill_ms_per_token",
+        "_prompt_tokens",
+        "_recent_ms",
+        "_step_ms",
+        "admission",
+        "max_num_seqs",
+        "settings",
+        "shed_at_arrival",
+        "shed_queued",
+    )
+
+    def __init__(
+        self,
+        settings: DeadlineSettings | None = None,
+        admission: RealtimeAdmission | None = None,
+        *,
+        max_num_seqs: int | None = None,
+    ) -> None:
+        self.settings = DeadlineSettings() if settings is None else settings
+        self.admission = admission
+        if max_num_seqs is not None and max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be ≥ 1, not {max_num_seqs}")
+        self.max_num_seqs = max_num_seqs
+        self._expected_frames = self.settings.expected_frames
+        self._prefill_ms_per_token = self.settings.prefill_ms_per_token
+        self._step_ms: float | None = None
+        self._recent_ms: float | None = None
+        self._prompt_tokens: float | None = None
+        #: Requests refused at arrival, and queued requests refused since.
+        self.shed_at_arrival = 0
+        self.shed_queued = 0
+
+    # ------------------------------------------------------------------ learning
+
+    def observe(self, decodes: int, prefill_tokens: int, ms: float) -> None:
+        """A step ran `decodes` decoding sequences and `prefill_tokens` prompt tokens in `ms`.
+
+        Teaches the prefill cost per token (what a step with prompt tokens took beyond its
+        decodes' predicted share), the recent step duration of any kind (what a server's
+        `eta_ms` hints announce, on which a player's prebuffer depends) and a fallback
+        decode-step estimate. The real-time admission is not fed here: its owner does that.
+        """
+        if not (math.isfinite(ms) and ms > 0) or (decodes <= 0 and prefill_tokens <= 0):
+            return
+        recent = self._recent_ms
+        self._recent_ms = ms if recent is None else recent + STEP_ALPHA * (ms - recent)
+        if prefill_tokens <= 0:
+            previous = self._step_ms
+            self._step_ms = ms if previous is None else previous + STEP_ALPHA * (ms - previous)
+            return
+        decode_ms = self._decode_ms(decodes) if decodes > 0 else self._base_ms()
+        if decode_ms is None:
+            return
+        per_token = max(0.0, ms - decode_ms) / prefill_tokens
+        self._prefill_ms_per_token += LEARN_ALPHA * (per_token - self._prefill_ms_per_token)
+
+    def finished(self, frames: int) -> None:
+        """A request finished after `frames` frames (teaches the expected request length)."""
+        if frames > 0:
+            self._expected_frames += LEARN_ALPHA * (frames - self._expected_frames)
+
+    @property
+    def expected_frames(self) -> float:
+        """The frames a request is expected to take (learned from finished ones)."""
+        return self._expected_frames
+
+    @property
+    def prefill_ms_per_token(self) -> float:
+        """A prompt token's prefill cost (learned from steps with prompt tokens)."""
+        return self._prefill_ms_per_token
+
+    @property
+    def shed_total(self) -> int:
+        """Every refusal so far, at arrival and queued."""
+        return self.shed_at_arrival + self.shed_queued
+
+    # ------------------------------------------------------------------ what is measured
+
+    @property
+    def limit(self) -> int | None:
+        """The real-time batch bounded by `max_num_seqs` (None: no bound known); with
+        `amortize`, the batch whose steps, prefills spread over requests' frames included,
+        average at most the admission's allowed step."""
+        admission = self.admission
+        limit = None if admission is None else admission.limit
+        if limit is not None and self.settings.amortize:
+            limit = min(limit, self._amortized(limit))
+        cap = self.max_num_seqs
+        if limit is None:
+            return cap
+        return limit if cap is None else min(limit, cap)
+
+    def _amortized(self, limit: int) -> int:
+        """The largest n ≥ 1 with scale·(a + b·n) + n · prefill / frames ≤ the allowed step."""
+        admission = self.admission
+        shape = None if admission is None else admission.shape()
+        prompt = self._prompt_tokens
+        if admission is None or shape is None or prompt is None:
+            return limit
+        a, b = shape
+        share = self.prefill_ms(round(prompt)) / self._expected_frames
+        per_request = admission.scale * b + share
+        if per_request <= 0:
+            return limit
+        n = (admission.frame_ms - admission.scale * a) / per_request
+        return max(1, math.floor(n)) if math.isfinite(n) else limit
+
+    def _decode_ms(self, batch: int) -> float | None:
+        """The measured decode step of `batch` sequences (None while unknown)."""
+        admission = self.admission
+        shape = None if admission is None else admission.shape()
+        if admission is None or shape is None:
+            return self._step_ms
+        return admission.scale * (shape[0] + shape[1] * max(1, batch))
+
+    def _base_ms(self) -> float | None:
+        admission = self.admission
+        shape = None if admission is None else admission.shape()
+        if admission is None or shape is None:
+            return None
+        return admission.scale * shape[0]
+
+    def step_ms(self, batch: int) -> float:
+        """The decode step of `batch` sequences, as measured (a frame while nothing is)."""
+        measured = self._decode_ms(batch)
+        return self.settings.frame_ms if measured is None else measured
+
+    def prefill_ms(self, prompt_tokens: int) -> float:
+        """What a prompt of `prompt_tokens` adds to the step that prefills it."""
+        return self._prefill_ms_per_token * max(0, prompt_tokens)
+
+    def needs_ms(self, request: Waiting, batch: int) -> float:
+        """What a request's start still needs once admitted into a batch of `batch`: its
+        prefill, its first chunk's frames, the player's prebuffer."""
+        settings = self.settings
+        step = self.step_ms(batch)
+        first_audio = settings.first_chunk_frames * settings.frame_ms
+        announced = step if self._recent_ms is None else max(step, self._recent_ms)
+        waits = max(0.0, settings.second_chunk_frames * announced - first_audio)
+        return (
+            self.prefill_ms(request.prompt_tokens)
+            + settings.first_chunk_frames * step
+            + waits
+            + settings.prebuffer_ms
+        )
+
+    def deadline_ms(self, request: Waiting, batch: int | None = None) -> float:
+        """The latest instant `request` can be admitted and still start within the SLO
+        (`batch`: the batch it joins; default the real-time batch)."""
+        settings = self.settings
+        size = self._batch(batch)
+        return (
+            request.arrival_ms
+            + settings.start_slo_ms
+            - settings.guard_ms
+            - self.needs_ms(request, size)
+        )
+
+    def _batch(self, batch: int | None) -> int:
+        if batch is not None:
+            return batch
+        limit = self.limit
+        return 1 if limit is None else limit
+
+    # ------------------------------------------------------------------ prediction
+
+    def admission_steps(self, running: Sequence[Running], queued: int) -> list[int]:
+        """For each of `queued` requests in queue order, the decode steps from now until a
+        real-time seat is free for it (0: now)."""
+        limit = self.limit
+        if limit is None:
+            return [0] * queued
+        finishes = [max(0, math.ceil(r.remaining_frames)) for r in running]
+        heapq.heapify(finishes)
+        free = limit - len(running)
+        hold = max(1, math.ceil(self._expected_frames)) + 1  # its prefill step, then its frames
+        now = 0
+        out: list[int] = []
+        for _ in range(queued):
+            while free <= 0 and finishes:
+                now = max(now, heapq.heappop(finishes))
+                free += 1
+            free -= 1
+            out.append(now)
+            heapq.heappush(finishes, now + hold)
+        return out
+
+    def _ordered(self, waiting: Sequence[Waiting], batch: int) -> list[Waiting]:
+        if self.settings.order == "fcfs":
+            return list(waiting)
+        return sorted(waiting, key=lambda w: (self.deadline_ms(w, batch), w.arrival_ms))
+
+    def _joined(self, running: int) -> int:
+        """The batch a request joins: the real-time batch, or the running one if larger."""
+        limit = self.limit
+        return max(running, limit or 1)
+
+    def _wait_step_ms(self, running: int) -> float:
+        """The step duration the queue waits on: the batch as it is, at least the limit."""
+        return self.step_ms(self._joined(running))
+
+    # ------------------------------------------------------------------ decisions
+
+    def arrive(
+        self,
+        request: Waiting,
+        now_ms: float,
+        running: Sequence[Running],
+        waiting: Sequence[Waiting],
+        throttle: Throttle = OPEN,
+    ) -> Verdict:
+        """What to do with `request`, arriving at `now_ms` (not yet in `waiting`).
+
+        `shed` (counted in `shed_total`) when its predicted admission is past its deadline
+        and shedding is on; `admit` when a seat is free now, nothing waits ahead of it and
+        the gate does not hold; `queue` otherwise.
+        """
+        tokens = float(request.prompt_tokens)
+        known = self._prompt_tokens
+        self._prompt_tokens = tokens if known is None else known + LEARN_ALPHA * (tokens - known)
+        batch = self._joined(len(running))
+        queue = self._ordered([*waiting, request], batch)
+        position = next(i for i, w in enumerate(queue) if w is request)
+        steps = self.admission_steps(running, len(queue))[position]
+        admit_at = now_ms + steps * self.step_ms(batch)
+        if self.settings.shed and admit_at > self.deadline_ms(request, batch):
+            self.shed_at_arrival += 1
+            return "shed"
+        if steps == 0 and position == 0 and not waiting and not throttle.held:
+            return "admit"
+        return "queue"
+
+    def plan(
+        self,
+        now_ms: float,
+        running: Sequence[Running],
+        waiting: Sequence[Waiting],
+        throttle: Throttle = OPEN,
+    ) -> StepPlan:
+        """This step's admissions (in order) and refusals (counted in `shed_total`).
+
+        In order: a request gets a free real-time seat unless the gate holds; the gate's
+        hold ends at the request's deadline. A request past its deadline with no seat is
+        admitted beyond the real-time batch only if the running streams' spendable headroom
+        covers its cost, else it is shed (queued, when shedding is off). A request whose
+        predicted admission is past its deadline is shed now.
+        """
+        joined = self._joined(len(running))
+        queue = self._ordered(waiting, joined)
+        if not queue:
+            return StepPlan()
+        limit = self.limit
+        seats = len(queue) if limit is None else limit - len(running)
+        step_ms = self.step_ms(joined)
+        predicted = self.admission_steps(running, len(queue))
+        headroom = throttle.headroom_ms
+        batch = len(running)
+        admit: list[str] = []
+        shed: list[str] = []
+        for request, steps in zip(queue, predicted, strict=True):
+            deadline = self.deadline_ms(request, joined)
+            due = now_ms >= deadline
+            if seats > 0 and (not throttle.held or due):
+                admit.append(request.id)
+                seats -= 1
+                batch += 1
+                continue
+            if due and seats <= 0 and limit is not None:
+                cost = self._over_limit_cost(request, batch, running)
+                if headroom is not None and not throttle.held and headroom >= cost:
+                    admit.append(request.id)
+                    headroom -= cost
+                    batch += 1
+                    continue
+            if self.settings.shed and (due or now_ms + steps * step_ms > deadline):
+                shed.append(request.id)
+                continue
+        self.shed_queued += len(shed)
+        return StepPlan(admit=tuple(admit), shed=tuple(shed))
+
+    def _over_limit_cost(self, request: Waiting, batch: int, running: Sequence[Running]) -> float:
+        """What one more request beyond the real-time batch costs each running stream's
+        headroom: its prefill, then every step's overrun of a frame until a seat frees."""
+        overrun = max(0.0, self.step_ms(batch + 1) - self.settings.frame_ms)
+        soonest = min((r.remaining_frames for r in running), default=0.0)
+        return self.prefill_ms(request.prompt_tokens) + overrun * soonest
+
+    def capacity(self, running: Sequence[Running], waiting: Sequence[Waiting]) -> Capacity:
+        """The capacity object's figures now."""
+        steps = self.admission_steps(running, len(waiting) + 1)[-1]
+        measured = self._decode_ms(self._batch(None)) is not None
+        wait = None
+        if measured:
+            wait = steps * self._wait_step_ms(
+                len(running)
+            ) + self.settings.first_chunk_frames * self.step_ms(self._batch(None))
+        return Capacity(
+            realtime_streams=None if self.admission is None else self.admission.limit,
+            running=len(running),
+            waiting=len(waiting),
+            start_wait_ms=wait,
+            shed_total=self.shed_total,
+        )

@@ -1,0 +1,201 @@
+"""The deadline policy (`edgemon.integrations.deadlines`): feasibility, shedding at arrival,
+bounded holds, admission order and the capacity figures, on a known step-time model."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgemon.integrations.deadlines import (
+    Deadlines,
+    DeadlineSettings,
+    Order,
+    Running,
+    Throttle,
+    Waiting,
+)
+from edgemon.integrations.realtime import RealtimeAdmission
+
+BASE_MS, PER_SEQ_MS = 30.0, 4.0  # the jetson profile: 12 streams fit an 80 ms frame
+
+
+def taught(settings_: DeadlineSettings | None = None, *, factor: float = 1.0) -> Deadlines:
+    """A policy whose real-time admission has seen decode steps of batches 4..14."""
+    admission = RealtimeAdmission(80.0)
+    for n in list(range(4, 15)) * 20:
+        admission.observe(n, 0, factor * (BASE_MS + PER_SEQ_MS * n))
+    return Deadlines(settings_ or DeadlineSettings(prebuffer_ms=200.0), admission)
+
+
+def full(n: int = 12, remaining: float = 50.0) -> list[Running]:
+    """`n` running requests with `remaining` frames each."""
+    return [Running(f"r{i}", remaining) for i in range(n)]
+
+
+def test_deadline_is_arrival_plus_slo_less_what_the_start_needs() -> None:
+    """The start deadline: arrival + SLO − (prefill + first chunk × step + prebuffer)."""
+    policy = taught(DeadlineSettings(prebuffer_ms=200.0, prefill_ms_per_token=0.2))
+    request = Waiting("w", 1000.0, 300)
+    step = policy.step_ms(12)
+    assert step == pytest.approx(78.0, abs=0.5)
+    expected = 1000.0 + 3000.0 - (300 * 0.2 + 5 * step + 200.0)
+    assert policy.deadline_ms(request) == pytest.approx(expected)
+
+
+def test_a_free_seat_admits_at_arrival() -> None:
+    """With seats free, nothing waiting and no hold, a new request is admitted at once."""
+    policy = taught()
+    assert policy.arrive(Waiting("w", 0.0, 300), 0.0, full(4), []) == "admit"
+    assert policy.arrive(Waiting("w", 0.0, 300), 0.0, full(4), [], Throttle(held=True)) == "queue"
+
+
+def test_a_request_that_cannot_start_in_time_is_shed_at_arrival() -> None:
+    """A full batch whose seats free only in 50 frames (~3.9 s): the start SLO cannot be met."""
+    policy = taught()
+    verdict = policy.arrive(Waiting("w", 0.0, 300), 0.0, full(12, 50.0), [])
+    assert verdict == "shed"
+    assert policy.shed_total == 1
+    # The same batch with a seat freeing in 5 frames: it queues.
+    soon = [*full(11, 50.0), Running("x", 5.0)]
+    assert policy.arrive(Waiting("w", 0.0, 300), 0.0, soon, []) == "queue"
+
+
+def test_shedding_off_queues_instead() -> None:
+    """With `shed=False` nothing is refused: the request queues."""
+    policy = taught(DeadlineSettings(prebuffer_ms=200.0, shed=False))
+    assert policy.arrive(Waiting("w", 0.0, 300), 0.0, full(12, 50.0), []) == "queue"
+    assert policy.shed_total == 0
+
+
+def test_the_gates_hold_ends_at_the_deadline() -> None:
+    """A held gate keeps a waiting request while it can still start in time, then admits it
+    (a real-time seat is free)."""
+    policy = taught()
+    request = Waiting("w", 0.0, 300)
+    deadline = policy.deadline_ms(request)
+    held = Throttle(held=True)
+    assert policy.plan(deadline - 1.0, full(4), [request], held).admit == ()
+    assert policy.plan(deadline, full(4), [request], held).admit == ("w",)
+
+
+def test_past_the_deadline_without_a_seat_sheds_unless_headroom_covers_it() -> None:
+    """No seat at the deadline: shed; with spendable headroom enough for the overrun, admit
+    beyond the real-time batch."""
+    policy = taught(DeadlineSettings(prebuffer_ms=200.0, prefill_ms_per_token=0.2))
+    request = Waiting("w", 0.0, 300)
+    deadline = policy.deadline_ms(request)
+    running = full(12, 10.0)
+    assert policy.plan(deadline, running, [request]).shed == ("w",)
+    roomy = Throttle(held=False, headroom_ms=10_000.0)
+    assert policy.plan(deadline, running, [request], roomy).admit == ("w",)
+    tight = Throttle(held=False, headroom_ms=1.0)
+    assert policy.plan(deadline, running, [request], tight).shed == ("w",)
+
+
+def test_a_queued_request_that_became_infeasible_is_shed_at_once() -> None:
+    """The box slows down: the batch shrinks, the queue's predicted wait passes a deadline
+    before it is due, and that request is shed now; the head stays queued."""
+    policy = taught(DeadlineSettings(prebuffer_ms=200.0))
+    head, tail = Waiting("a", 0.0, 300), Waiting("b", 0.0, 300)
+    running = [*full(11, 40.0), Running("x", 3.0)]
+    out = policy.plan(0.0, running, [head, tail])
+    assert out.admit == ()
+    assert out.shed == ("b",)
+    assert policy.shed_total == 1
+
+
+def test_edf_serves_the_earliest_deadline_first() -> None:
+    """Earliest deadline first puts a shorter-waiting but tighter request ahead; FCFS keeps
+    arrival order."""
+    short_prompt = Waiting("short", 0.0, 100)
+    long_prompt = Waiting("long", 10.0, 2000)  # arrived later, but its prefill takes 2 s
+    cases: tuple[tuple[Order, str], ...] = (("fcfs", "short"), ("edf", "long"))
+    for order, first in cases:
+        policy = taught(DeadlineSettings(prebuffer_ms=200.0, order=order, prefill_ms_per_token=1))
+        got = policy.plan(0.0, full(11), [short_prompt, long_prompt]).admit
+        assert got == (first,)
+
+
+def test_prefill_cost_and_request_length_are_learned() -> None:
+    """Steps with prompt tokens teach the cost per token; finished requests the length."""
+    policy = taught()
+    for _ in range(300):
+        policy.observe(8, 300, BASE_MS + PER_SEQ_MS * 8 + 0.2 * 300)
+        policy.finished(60)
+    assert policy.prefill_ms_per_token == pytest.approx(0.2, rel=0.05)
+    assert policy.expected_frames == pytest.approx(60, rel=0.05)
+
+
+def test_capacity_figures() -> None:
+    """The capacity object: real-time streams, counts, the predicted start wait, refusals."""
+    policy = taught()
+    empty = policy.capacity([], [])
+    assert empty.realtime_streams == 12
+    assert empty.start_wait_ms == pytest.approx(5 * policy.step_ms(12))
+    busy = policy.capacity([*full(11, 40.0), Running("x", 3.0)], [Waiting("a", 0.0, 1)])
+    assert busy.running == 12
+    assert busy.waiting == 1
+    assert busy.start_wait_ms is not None
+    assert empty.start_wait_ms is not None
+    assert busy.start_wait_ms > empty.start_wait_ms
+    assert busy.as_dict()["shed_total"] == 0
+    unknown = Deadlines(DeadlineSettings()).capacity([], [])
+    assert unknown.realtime_streams is None
+    assert unknown.start_wait_ms is None
+
+
+def reference_steps(limit: int, remaining: list[int], queued: int, hold: int) -> list[int]:
+    """The naive reference: step through time one decode step at a time."""
+    seats = [*remaining]  # frames left per occupied seat
+    out: list[int] = []
+    step = 0
+    pending = queued
+    while pending:
+        seats = [r for r in seats if r > 0]
+        while pending and len(seats) < limit:
+            out.append(step)
+            seats.append(hold)
+            pending -= 1
+        step += 1
+        seats = [r - 1 for r in seats]
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    limit=st.integers(1, 8),
+    remaining=st.lists(st.integers(0, 40), max_size=10),
+    queued=st.integers(0, 8),
+)
+def test_admission_steps_match_a_step_by_step_reference(
+    limit: int, remaining: list[int], queued: int
+) -> None:
+    """The seat prediction equals a naive simulation that decodes one frame per step."""
+    admission = RealtimeAdmission(80.0)
+    policy = Deadlines(DeadlineSettings(expected_frames=20.0), admission, max_num_seqs=limit)
+    running = [Running(f"r{i}", float(r)) for i, r in enumerate(remaining)]
+    got = policy.admission_steps(running, queued)
+    assert got == reference_steps(limit, remaining, queued, hold=21)
+
+
+def test_settings_are_checked() -> None:
+    """Bad settings raise ValueError naming the field."""
+    with pytest.raises(ValueError, match="start_slo_ms"):
+        DeadlineSettings(start_slo_ms=-1.0)
+    with pytest.raises(ValueError, match="order"):
+        DeadlineSettings(order="lifo")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="first_chunk_frames"):
+        DeadlineSettings(first_chunk_frames=0)
+
+
+def test_realtime_admission_starvation_bound() -> None:
+    """A full batch lets one request in once the oldest has waited `max_wait_ms`."""
+    admission = RealtimeAdmission(80.0, max_wait_ms=2000.0)
+    for n in list(range(4, 15)) * 20:
+        admission.observe(n, 0, BASE_MS + PER_SEQ_MS * n)
+    assert admission.admissible(12) == 0
+    assert admission.admissible(12, oldest_wait_ms=1999.0) == 0
+    assert admission.admissible(12, oldest_wait_ms=2000.0) == 1
+    assert admission.admissible(10, oldest_wait_ms=5000.0) == 2
+    assert RealtimeAdmission(80.0).admissible(0, oldest_wait_ms=1e9) is None
