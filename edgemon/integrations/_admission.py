@@ -302,6 +302,11 @@ class GatedScheduler:
             self._edgemon.failed("ending waiting requests")
             return []
 
+    def _edgemon_plans(self) -> bool:
+        """Whether a deadline policy decides this step's admissions (then real-time admission
+        does not limit them again)."""
+        return False
+
     def _edgemon_realtime_streams(self) -> int | None:
         """The batch the box decodes in real time now (None: not measured here)."""
         return None

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 
+from edgemon.integrations._vllm_deadlines import composition
 from edgemon.integrations.realtime import FRAME_MS, STEP_FRAMES, RealtimeAdmission
 from edgemon.integrations.vllm import EdgemonScheduler
 
@@ -118,7 +119,9 @@ class RealtimeAdmissionMixin:
         last = self._realtime_last
         if last is not None and self.running:
             admission.observe(last[1], last[2], (now - last[0]) * 1000.0)
-        allowed = admission.admissible(len(self.running))
+        # The deadline policy, when it plans, applies the real-time limit itself.
+        plans = self._edgemon_plans()  # type: ignore[attr-defined]  # GatedScheduler's, after
+        allowed = None if plans else admission.admissible(len(self.running))
         if allowed is None or len(self.waiting) <= allowed:
             output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
         else:
@@ -152,11 +155,8 @@ class RealtimeAdmissionMixin:
 def _composition(now: float, output: SchedulerOutput) -> tuple[float, int, int] | None:
     """When a step began and what it batched: (when, decodes, prefill tokens), or None for
     a step that scheduled nothing."""
-    requests = len(output.num_scheduled_tokens)
-    if requests == 0:
-        return None
-    extra = output.total_num_scheduled_tokens - requests + len(output.scheduled_new_reqs)
-    return now, requests, extra
+    batched = composition(output)
+    return None if batched is None else (now, *batched)
 
 
 class EdgemonRealtimeScheduler(RealtimeAdmissionMixin, EdgemonScheduler):
@@ -175,6 +175,7 @@ class EdgemonRealtimeScheduler(RealtimeAdmissionMixin, EdgemonScheduler):
         `EdgemonScheduler` (``edgemon_gate``)."""
         super().__init__(*args, **kwargs)
         self._attach_realtime(edgemon_realtime, edgemon_clock)
+        self._attach_deadlines(self._realtime)
 
 
 class EdgemonRealtimeAsyncScheduler(EdgemonRealtimeScheduler, AsyncScheduler):  # type: ignore[misc]

@@ -75,14 +75,18 @@ def build_scheduler(
     )
 
 
-def make_request(request_id: str, prompt_tokens: int, *, max_tokens: int = 50) -> Request:
-    """A request with a prompt of `prompt_tokens` tokens (its id's hash picks the token)."""
+def make_request(
+    request_id: str, prompt_tokens: int, *, max_tokens: int = 50, arrival_time: float | None = None
+) -> Request:
+    """A request with a prompt of `prompt_tokens` tokens (its id's hash picks the token),
+    arriving at `arrival_time` (seconds; default now, on the wall clock, as vLLM's own)."""
     token = 3 + sum(map(ord, request_id)) % 200
     return Request(
         request_id=request_id,
         prompt_token_ids=[token] * prompt_tokens,
         sampling_params=SamplingParams(max_tokens=max_tokens),
         pooling_params=None,
+        arrival_time=arrival_time,
     )
 
 
