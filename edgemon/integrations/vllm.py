@@ -58,19 +58,19 @@ from edgemon.integrations._admission import (
     admitted_any,
     admitted_ids,
 )
-from edgemon.integrations._vllm_deadlines import DeadlineDriver
+from edgemon.integrations._vllm_planned import DeadlineScheduling
 from edgemon.integrations._vllm_shed import EngineReport
 from edgemon.integrations.capacity_topic import CapacityPublisher
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
 
-    from edgemon.integrations.realtime import RealtimeAdmission
+    from edgemon.integrations._vllm_deadlines import DeadlineDriver
 
 __all__ = ["AdmissionStats", "EdgemonAsyncScheduler", "EdgemonScheduler"]
 
 
-class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
+class EdgemonScheduler(DeadlineScheduling, GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
     """vLLM's V1 ``Scheduler`` that admits no new prefill while edgemon's gate says throttle."""
 
     waiting: Any  # vLLM's RequestQueue
@@ -96,113 +96,15 @@ class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM
         self._attach_deadlines(None)
         self._attach_report(EngineReport(CapacityPublisher.from_environ(os.environ)))
 
-    def _attach_deadlines(self, admission: RealtimeAdmission | None) -> None:
-        """The deadline policy, reading `admission`'s real-time limit (None: none)."""
-        given = self._edgemon_given_driver
-        self._edgemon_driver: DeadlineDriver = given or DeadlineDriver.from_environ(
-            os.environ, admission, getattr(self, "max_num_running_reqs", None)
-        )
-
-    @property
-    def edgemon_deadlines(self) -> DeadlineDriver:
-        """The deadline policy (its `mode`, and `policy`: the `Deadlines` object)."""
-        return self._edgemon_driver
-
-    def _edgemon_plans(self) -> bool:
-        return self._edgemon_driver.plans and bool(self.waiting)
-
-    def _edgemon_start_wait_ms(self) -> float | None:
-        return self._edgemon_driver.start_wait_ms(self.running, self.waiting)
-
-    def add_request(self, request: Any) -> None:
-        """vLLM's ``add_request``; a new request the deadline policy refuses at arrival (it
-        cannot start within its SLO) is ended at once."""
-        new = request.request_id not in self.requests
-        super().add_request(request)
-        if not new:
-            return
-        try:
-            ahead = [r for r in self.waiting if r is not request]
-            refused = self._edgemon_driver.arrive(request, self.running, ahead)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("the deadline policy at arrival")
-            return
-        if refused:
-            self.edgemon_end_waiting([request.request_id])
-
-    def update_from_output(self, *args: Any, **kwargs: Any) -> dict[int, Any]:
-        """vLLM's, then the finished requests' lengths taught to the deadline policy."""
-        before = list(self.running)
-        outputs: dict[int, Any] = super().update_from_output(*args, **kwargs)
-        try:
-            self._edgemon_driver.finished(before)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("teaching the deadline policy")
-        return outputs
-
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """One scheduling step: the deadline policy's plan when it plans, else the gate's
         (with the gate on, running work only; see the module doc)."""
-        output = (
-            self._planned_schedule(args, kwargs)
-            if self._edgemon_plans()
-            else self._gated_schedule(args, kwargs)
-        )
-        try:
-            self._edgemon_driver.stepped(output)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("timing a step")
-        return output
+        if self._edgemon_plans():
+            return self._edgemon_planned_step(args, kwargs)
+        return self._edgemon_timed(self._gated_schedule(args, kwargs))
 
-    def _planned_schedule(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SchedulerOutput:
-        """A step whose admissions the deadline policy chose: the gate's hold ends at each
-        request's start deadline; what cannot start in time is ended (mode ``shed``)."""
-        control = self._edgemon
-        held = control.should_hold()
-        try:
-            plan = self._edgemon_driver.plan(self.running, self.waiting, held=held)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            control.failed("the deadline policy's plan")
-            return self._gated_schedule(args, kwargs)
-        if plan.shed:
-            self.edgemon_end_waiting(plan.shed)
-        output = self._schedule_only(plan.admit, args, kwargs)
-        try:
-            if held and not admitted_any(output):
-                control.held(
-                    scheduled_tokens=output.total_num_scheduled_tokens, running=len(self.running)
-                )
-            elif control.releasing:
-                control.stepped(admitted=self._edgemon_none_waiting() or admitted_any(output))
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            control.failed("accounting for a planned step")
-        return output
-
-    def _schedule_only(
-        self, request_ids: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> SchedulerOutput:
-        """vLLM's step with a waiting queue of only these requests, in this order; the rest,
-        and what the step leaves or preempts, back in front in vLLM's order afterwards."""
-        rest = self.waiting
-        try:
-            by_id = {request.request_id: request for request in rest}
-            chosen = [by_id[i] for i in request_ids if i in by_id]
-            front = create_request_queue(self.policy)
-            for request in chosen:
-                front.add_request(request)
-            rest.remove_requests(chosen)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self.waiting = rest
-            self._edgemon.failed("choosing the planned requests")
-            return super().schedule(*args, **kwargs)
-        self.waiting = front
-        try:
-            output: SchedulerOutput = super().schedule(*args, **kwargs)
-        finally:
-            left, self.waiting = self.waiting, rest
-            if left:
-                self._requeue(rest, left)
-        return output
+    def _edgemon_unplanned(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._gated_schedule(args, kwargs)
 
     def _gated_schedule(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SchedulerOutput:
         """A step with the gate's rule (see the module doc)."""
@@ -235,18 +137,6 @@ class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             control.failed("accounting for a held step")
         return output
-
-    def _requeue(self, held: Any, requeued: Any) -> None:
-        """Put what the held step preempted in front of the held requests, in vLLM's order."""
-        try:
-            # prepend_requests puts its argument in front in reverse (it is extendleft for
-            # FCFS; order-free for priority queues): reversing keeps vLLM's own order.
-            held.prepend_requests(reversed(list(requeued)))
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("re-queueing the requests a held step preempted")
-            for request in requeued:  # at the back rather than lost
-                if request not in held:
-                    held.add_request(request)
 
 
 class EdgemonAsyncScheduler(EdgemonScheduler, AsyncScheduler):  # type: ignore[misc]

@@ -151,6 +151,17 @@ class FlagGate:
         return self.throttle
 
 
+def talker_classes() -> list[type[Any]]:
+    """edgemon's vLLM scheduler, and its vLLM-Omni talker where vLLM-Omni imports."""
+    from edgemon.integrations.vllm import EdgemonScheduler  # noqa: PLC0415
+
+    try:
+        from edgemon.integrations.vllm_omni import EdgemonOmniARScheduler  # noqa: PLC0415
+    except ImportError:
+        return [EdgemonScheduler]
+    return [EdgemonScheduler, EdgemonOmniARScheduler]
+
+
 def waiting_ids(scheduler: Any) -> list[str]:
     """The ids in the waiting queue, in the order vLLM would admit them."""
     return [request.request_id for request in scheduler.waiting]

@@ -19,7 +19,7 @@ from edgemon.integrations.vllm import EdgemonScheduler
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
 
 from brokers import free_port
-from harness import build_scheduler, make_request, run_step, waiting_ids
+from harness import build_scheduler, make_request, run_step, talker_classes, waiting_ids
 from mqtt_probe import Probe, Seen, probe
 
 if TYPE_CHECKING:
@@ -33,16 +33,7 @@ DEVICE = "box-1"
 CAPACITY = f"edgemon/v1/{DEVICE}/capacity"
 
 
-def _talkers() -> list[type[Any]]:
-    """edgemon's vLLM scheduler, and its vLLM-Omni talker where vLLM-Omni imports."""
-    try:
-        from edgemon.integrations.vllm_omni import EdgemonOmniARScheduler  # noqa: PLC0415
-    except ImportError:
-        return [EdgemonScheduler]
-    return [EdgemonScheduler, EdgemonOmniARScheduler]
-
-
-@pytest.fixture(params=_talkers(), ids=lambda cls: cls.__name__)
+@pytest.fixture(params=talker_classes(), ids=lambda cls: cls.__name__)
 def flavour(request: pytest.FixtureRequest) -> type[Any]:
     """The scheduler class under test."""
     cls: type[Any] = request.param

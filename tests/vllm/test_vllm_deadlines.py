@@ -25,7 +25,7 @@ from edgemon.integrations.shed import EdgemonShedMiddleware
 from edgemon.integrations.vllm import EdgemonScheduler
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
 
-from harness import FlagGate, build_scheduler, make_request, run_step, waiting_ids
+from harness import FlagGate, build_scheduler, make_request, run_step, talker_classes, waiting_ids
 from mqtt_probe import probe
 
 if TYPE_CHECKING:
@@ -54,10 +54,23 @@ def _driver(
     return DeadlineDriver(policy, mode, wall=clock)
 
 
-def _scheduler(tiny_model: Path, clock: ModelClock, mode: Mode, **kwargs: Any) -> Any:
+@pytest.fixture(params=talker_classes(), ids=lambda cls: cls.__name__)
+def flavour(request: pytest.FixtureRequest) -> type[Any]:
+    """The scheduler class under test: vLLM's, and vLLM-Omni's talker where it imports."""
+    cls: type[Any] = request.param
+    return cls
+
+
+def _scheduler(
+    tiny_model: Path,
+    clock: ModelClock,
+    mode: Mode,
+    cls: type[Any] = EdgemonScheduler,
+    **kwargs: Any,
+) -> Any:
     max_num_seqs = kwargs.pop("max_num_seqs", 8)
     return build_scheduler(
-        EdgemonScheduler,
+        cls,
         tiny_model,
         max_num_seqs=max_num_seqs,
         edgemon_deadlines=_driver(clock, mode, max_num_seqs=max_num_seqs),
@@ -71,13 +84,13 @@ def _arrive(scheduler: Any, clock: ModelClock, request_id: str, *, max_tokens: i
     )
 
 
-def test_a_hold_ends_at_the_requests_start_deadline(tiny_model: Path) -> None:
+def test_a_hold_ends_at_the_requests_start_deadline(tiny_model: Path, flavour: type[Any]) -> None:
     """With the gate holding for good, a waiting request is held until its start deadline
     (arrival + 3 s − what its first audio still needs) and admitted by the first step that
     begins at or after it; nothing is admitted before. (Without the deadline policy this gate
     holds it for ever.)"""
     clock = ModelClock()
-    scheduler = _scheduler(tiny_model, clock, "hold", edgemon_gate=FlagGate(throttle=True))
+    scheduler = _scheduler(tiny_model, clock, "hold", flavour, edgemon_gate=FlagGate(throttle=True))
     _arrive(scheduler, clock, "r")
     (waiting,) = DeadlineDriver.waiting(scheduler.waiting)
     deadline_ms = scheduler.edgemon_deadlines.policy.deadline_ms(waiting, 8)
@@ -93,13 +106,15 @@ def test_a_hold_ends_at_the_requests_start_deadline(tiny_model: Path) -> None:
     assert scheduler.edgemon_stats.held_steps > 0
 
 
-def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(tiny_model: Path) -> None:
+def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(
+    tiny_model: Path, flavour: type[Any]
+) -> None:
     """Two long requests fill the batch (max_num_seqs 2): a third one's seat frees only after
     hundreds of steps, past its start deadline, so mode `shed` ends it at arrival (abort,
     edgemon:start_deadline) while the running requests go on; mode `hold` queues it."""
     for mode, expected in (("shed", ENDED), ("hold", None)):
         clock = ModelClock()
-        scheduler = _scheduler(tiny_model, clock, mode, max_num_seqs=2)  # type: ignore[arg-type]
+        scheduler = _scheduler(tiny_model, clock, mode, flavour, max_num_seqs=2)  # type: ignore[arg-type]
         for name in ("a", "b"):
             _arrive(scheduler, clock, name, max_tokens=500)
         list(steps(scheduler, clock, 6))
@@ -110,12 +125,14 @@ def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(tiny_model: Pat
         assert waiting_ids(scheduler) == ([] if mode == "shed" else ["late"])
 
 
-def test_a_queued_request_is_ended_once_the_box_slows_down(tiny_model: Path) -> None:
+def test_a_queued_request_is_ended_once_the_box_slows_down(
+    tiny_model: Path, flavour: type[Any]
+) -> None:
     """A request queued behind a full batch whose seats free in time is kept; when every step
     becomes 8 times longer, its start can no longer be met and it is ended at once (before
     its deadline passes), while the running requests keep decoding."""
     clock = ModelClock()
-    scheduler = _scheduler(tiny_model, clock, "shed", max_num_seqs=2)
+    scheduler = _scheduler(tiny_model, clock, "shed", flavour, max_num_seqs=2)
     for name, tokens in (("a", 30), ("b", 400)):
         _arrive(scheduler, clock, name, max_tokens=tokens)
     list(steps(scheduler, clock, 4))
