@@ -34,7 +34,7 @@ from edgemon.integrations._retained import RetainedLink
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["Capacity", "CapacityPublisher", "TopicConfig", "read_capacity"]
+__all__ = ["CapacityPublisher", "CapacityReading", "TopicConfig", "read_capacity"]
 
 _ENV = "EDGEMON_GATE_"
 _SHED_LEVELS = "capacity/shed"
@@ -93,7 +93,7 @@ class TopicConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Capacity:
+class CapacityReading:
     """A capacity object as read: every field optional (None when absent or unreadable)."""
 
     t_ms: float | None = None
@@ -115,7 +115,7 @@ def _count(value: Any) -> int | None:
     return int(number) if number is not None and number == int(number) else None
 
 
-def read_capacity(payload: bytes) -> Capacity | None:
+def read_capacity(payload: bytes) -> CapacityReading | None:
     """The capacity object in `payload`, or None if it is not a JSON object."""
     try:
         data = json.loads(payload)
@@ -123,7 +123,7 @@ def read_capacity(payload: bytes) -> Capacity | None:
         return None
     if not isinstance(data, dict):
         return None
-    return Capacity(
+    return CapacityReading(
         t_ms=_number(data.get("t_ms")),
         realtime_streams=_count(data.get("realtime_streams")),
         running=_count(data.get("running")),

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from edgemon.client import _mqtt
 from edgemon.integrations._retained import RetainedLink
-from edgemon.integrations.capacity_topic import Capacity, TopicConfig, read_capacity
+from edgemon.integrations.capacity_topic import CapacityReading, TopicConfig, read_capacity
+from edgemon.integrations.deadlines import START_SLO_MS
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 ENV_START_SLO_MS = "EDGEMON_SLO_START_MS"
-DEFAULT_START_SLO_MS = 3000.0
+DEFAULT_START_SLO_MS = START_SLO_MS
 #: The endpoints that start generation work (vLLM's OpenAI server, vLLM-Omni's speech).
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/audio/speech"})
 
@@ -111,7 +112,7 @@ class CapacityView:
     def __init__(self, config: TopicConfig, *, client_id: str | None = None) -> None:
         self.config = config
         #: The latest capacity object received (None: none, or an emptied one).
-        self.latest: Capacity | None = None
+        self.latest: CapacityReading | None = None
         self._refused = 0
         name = "_".join(config.devices)[:64]
         server = client_id or _mqtt.default_client_id("shed", name)

@@ -18,7 +18,7 @@ from vllm.entrypoints.launchers.app import build_app
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-from edgemon.integrations.capacity_topic import Capacity, TopicConfig
+from edgemon.integrations.capacity_topic import CapacityReading, TopicConfig
 from edgemon.integrations.shed import (
     GENERATION_PATHS,
     CapacityView,
@@ -178,7 +178,7 @@ def test_fails_open(shedding: EdgemonShedMiddleware, engine: Probe) -> None:
     assert config is not None
     unreachable = CapacityView(config).open()
     try:
-        unreachable.latest = Capacity(start_wait_ms=9_000.0)  # known, but not connected
+        unreachable.latest = CapacityReading(start_wait_ms=9_000.0)  # known, but not connected
         assert unreachable.judge(3_000.0) is None
     finally:
         unreachable.close()
