@@ -319,8 +319,8 @@ def spot_checks(rows: list[Row]) -> str:
 
 
 def plot(groups: dict[Key, dict[str, dict[int, Row]]], directory: Path) -> list[str]:
-    """One PNG per profile and scenario: gap silence over start silence p99 (10-seed medians),
-    one point per policy setting, one panel per load, the lower-left frontier drawn."""
+    """One PNG per profile: goodput against load (10-seed medians, the seeds' range as a
+    band), one line per policy, one panel per scenario."""
     try:
         import matplotlib as mpl  # noqa: PLC0415 - optional
     except ImportError:
@@ -329,71 +329,72 @@ def plot(groups: dict[Key, dict[str, dict[int, Row]]], directory: Path) -> list[
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     directory.mkdir(parents=True, exist_ok=True)
-    colours = {
-        "open": "tab:red",
-        "cap": "tab:blue",
-        "gate": "tab:orange",
-        "mine": "tab:green",
-        "edgemon": "black",
-    }
-    by_scene: dict[tuple[str, str], list[Key]] = defaultdict(list)
+    by_profile: dict[str, dict[str, list[Key]]] = defaultdict(lambda: defaultdict(list))
     for key in sorted(groups):
-        by_scene[key[0], key[1]].append(key)
+        by_profile[key[0]][key[1]].append(key)
     written = []
-    for (profile, scenario), keys in by_scene.items():
-        figure, axes = plt.subplots(1, len(keys), figsize=(6.5 * len(keys), 5), squeeze=False)
-        for axis, key in zip(axes[0], keys, strict=True):
-            points = []
-            for label, by_seed in groups[key].items():
-                got = list(by_seed.values())
-                x = statistics.median(r["start_silence_p99_ms"] or 0 for r in got) / 1000
-                y = statistics.median(r["gap_silence_s"] for r in got)
-                points.append((x, y, label))
+    for profile, scenes in by_profile.items():
+        figure, axes = plt.subplots(1, len(scenes), figsize=(5.5 * len(scenes), 4.5), squeeze=False)
+        for axis, (scenario, keys) in zip(axes[0], scenes.items(), strict=True):
+            labels = list(dict.fromkeys(label for key in keys for label in groups[key]))
+            for label in labels:
+                xs, mid, low, high = [], [], [], []
+                for key in keys:
+                    got = [r["goodput"] for r in groups[key].get(label, {}).values()]
+                    if got:
+                        xs.append(key[2])
+                        mid.append(100 * statistics.median(got))
+                        low.append(100 * min(got))
+                        high.append(100 * max(got))
                 kind = _kind(label)
-                axis.scatter(
-                    x, y, color=colours[kind], s=28, zorder=4 if kind in {"open", "edgemon"} else 3
+                style = _STYLE.get(kind, ("tab:green", "-"))
+                width = 2.4 if kind == "edgemon" else 1.2
+                axis.plot(
+                    xs,
+                    mid,
+                    marker="o",
+                    color=style[0],
+                    linestyle=style[1],
+                    linewidth=width,
+                    label=label,
+                    markersize=3,
                 )
-                axis.annotate(label, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
-            frontier = _frontier(points)
-            axis.step(
-                [p[0] for p in frontier],
-                [p[1] for p in frontier],
-                where="post",
-                color="grey",
-                linestyle="--",
-                linewidth=1,
-                label="frontier",
-            )
-            for kind, colour in colours.items():
-                axis.scatter([], [], color=colour, label=kind)
-            axis.set_xlabel("start silence p99 (s)")
-            axis.set_ylabel("gap silence (s per run)")
-            axis.set_title(f"load {key[2]:g}")
-            axis.legend(fontsize=8)
-        params = next(iter(next(iter(groups[keys[0]].values())).values())).get("scenario_params")
-        figure.suptitle(f"{profile}, {params}: 10-seed medians, virtual clock")
+                if kind in {"edgemon", "open"}:
+                    axis.fill_between(xs, low, high, color=style[0], alpha=0.12)
+            axis.set_xlabel("load (share of estimated capacity)")
+            axis.set_ylabel("goodput (% of requests good)")
+            axis.set_ylim(0, 100)
+            params = next(iter(next(iter(groups[keys[0]].values())).values()))
+            axis.set_title(str(params.get("scenario_params", scenario)))
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=7)
+        slo = next(iter(next(iter(groups[next(iter(scenes.values()))[0]].values())).values()))
+        figure.suptitle(
+            f"{profile}: goodput (start ≤ {slo.get('start_slo_ms', 3000):g} ms, longest gap ≤ "
+            f"{slo.get('gap_slo_ms', 100):g} ms), medians over seeds, virtual clock"
+        )
         figure.tight_layout()
-        path = directory / f"closed_loop-{profile}-{scenario}.png"
+        path = directory / f"goodput-{profile}.png"
         figure.savefig(path, dpi=110)
         plt.close(figure)
         written.append(f"plot: {path}")
     return written
 
 
+_STYLE = {
+    "open": ("tab:red", "-"),
+    "cap": ("tab:blue", ":"),
+    "gate": ("tab:orange", "--"),
+    "realtime": ("tab:purple", "--"),
+    "edgemon": ("black", "-"),
+}
+
+
 def _kind(label: str) -> str:
-    if label in {"open", "edgemon"}:
+    if label in {"open", "edgemon", "realtime"}:
         return label
     if _cap(label) is not None:
         return "cap"
     if label.startswith("gate:"):
         return "gate"
     return "mine"
-
-
-def _frontier(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
-    """The points no other point beats on both axes, by start silence."""
-    out: list[tuple[float, float, str]] = []
-    for point in sorted(points):
-        if not out or point[1] < out[-1][1]:
-            out.append(point)
-    return out

@@ -1,35 +1,43 @@
-"""Does edgemon help? Silence before the first word and in mid-sentence gaps, per policy.
+"""Does edgemon help? Goodput per policy, and the silence that explains it.
 
-A box near capacity cannot create time: holding new prefills moves silence from the middle of
-sentences (gap silence, what a player conceals) to before the first word (start silence: from
-the request to the playback start, prebuffer included). Every run scores both on the players'
-own clocks, never from edgemon. See README "Does it help?".
+Each request is judged on the players' own clocks, never from edgemon, against two SLOs: its
+start (request → playback start, prebuffer included) within `--start-slo-ms` (3000) and its
+longest gap (one concealed stretch) within `--gap-slo-ms` (100). Its outcome is `good`,
+`late`, `gappy`, `shed` (the box refused it; how long the refusal took is counted) or
+`unfinished`; goodput is good over offered. Beside it, the silence figures: start silence
+(request to playback start), gap silence (concealed time mid-stream) and their total. A box
+near capacity cannot create time: holding new prefills moves silence from gaps to starts,
+and only refusing what cannot be served in time raises goodput. See README "Does it help?".
 
 Two modes, one contract:
 
 - `--virtual`: the pure loop on a virtual clock (`edgemon.simulate.loop`: the simulated engine,
-  its players, edgemon's `Monitor`, the gate's rule, real-time admission; the same code the
-  daemon and the schedulers run). Seconds for 10 seeds of a point; the project's own venv, no
-  vLLM. The tables and plots are made from it.
+  its players, edgemon's `Monitor`, the gate's rule, real-time admission, the deadline policy;
+  the same code the daemon and the schedulers run). Seconds per run; the project's own venv,
+  no vLLM. The tables and plots are made from it.
 - real time (default): vLLM's real V1 scheduler (`EdgemonScheduler`, step times from the
   profile), a real Mosquitto, a real `edgemon run`, the players' real `Reporter`s and a real
   `ThrottleGate`, one run per seed in wall time: the spot checks. Needs vLLM
-  (`.venv-vllm`).
+  (`.venv-vllm`). The deadline policy is not carried there (virtual only).
 
-Each run prints one JSON line (`--json`: nothing else): `policy`, `scenario`, `load`, `seed`,
-`requests`, `completed`, `start_silence_s`, `start_silence_p50_ms`, `start_silence_p99_ms`,
-`ttfa_p50_ms`, `ttfa_p99_ms`, `gap_silence_s`, `gaps`, `total_silence_s`, and its parameters
-(`mode`, `profile`, `scenario_params`, `duration_s`, `gaps_per_stream_min`). `--dump FILE`
-writes one line per request (`edgemon.simulate.figures`) to recompute them.
+Each run prints one JSON line (`--json`: nothing else), the row of
+`edgemon.simulate.figures` (`policy`, `scenario`, `load`, `seed`, `requests`, `completed`,
+the silence figures, `offered`, `good`, `late`, `gappy`, `shed`, `unfinished`, `goodput`,
+`shed_p99_ms`, the SLOs, `chunks`, ...). `--dump FILE` writes one line per request
+(`start_ms`, `longest_gap_ms`, `outcome`, its chunk arrivals) to recompute them.
 
-    closed_loop.py --virtual --policy open --policy cap:11 --policy gate:80:2000 \\
-        --scenario slowdown --slowdown 1.3:20:60 --seeds 1-10 --load 0.8 --duration 180
+    closed_loop.py --virtual --policy open --policy cap:11 --policy edgemon \\
+        --scenario slowdown --slowdown 1.3:20:60 --seeds 1-10 --load 0.9 --duration 180
+    closed_loop.py --virtual --targets --scenario steady --scenario slowdown \\
+        --scenario burst --load 0.8,0.9,1.0,1.2 --seeds 301-310 --out rows.jsonl  # bench-goodput
     closed_loop.py --virtual --sweep --out benchmarks/out/loop.jsonl   # what make bench-loop runs
 
-`--sweep` runs every baseline and policy of the report: open; `cap:N` for N from N*−3 to N*+1
-(N*: the largest batch whose decode step fits a frame); `gate` over margin × max hold; and
-edgemon's own. `--report FILE…` prints the tables and targets from rows written before, and
-`--plot DIR` draws one PNG per scenario (matplotlib).
+`--targets` runs the policies the goodput targets compare: open, `cap:N` for N from N*−3 to
+N*+1 (N*: the largest batch whose decode step fits a frame), `realtime` and `edgemon`.
+`--sweep` runs every baseline and policy of the silence report besides: `gate` over margin ×
+max hold, and other settings. `--chunks` sets the engine's chunk schedule (`5,25`, or a ramp
+`4,4,8,16,25`). `--report FILE…` prints the goodput targets and the tables from rows written
+before, and `--plot DIR` draws goodput against load, one PNG per profile (matplotlib).
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row, run_virtual  # noqa: E402
-from edgemon.simulate.policies import EDGEMON, policy  # noqa: E402
+from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS, policy  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
     DEFAULT_BURST,
@@ -68,6 +76,7 @@ if TYPE_CHECKING:
 
     from edgemon.simulate.policies import Policy
 
+SHIPPED = EDGEMON.format(guard=f"{SHIPPED_GUARD_MS:g}")
 GATE_MARGINS_MS = (40.0, 80.0, 150.0)  # x86-gpu's own margin, 50 ms, is in between
 GATE_HOLDS_MS = (500.0, 1000.0, 2000.0, 4000.0)
 MINE = (
@@ -76,8 +85,9 @@ MINE = (
     "lasting:{m}:2000",
     "realtime+gate:{m}:2000",
     "realtime:1.2+gate:{m}:1000",
-    "realtime:1.02+gate:{m}:1100",  # edgemon's policy with the one-step release
-    "realtime+lasting:{m}:1000",  # edgemon's policy before issue 16's retune
+    "realtime:1.02+lasting:{m}:1100",  # edgemon's policy before deadlines
+    "realtime:1.02+gate:{m}:1100",  # that with the one-step release
+    "realtime+lasting:{m}:1000",  # edgemon's policy before its retune
     "edgemon+budget",  # budget-aware admission (edgemon.simulate.budget): measured, not shipped
     "edgemon+budget:0:120:fresh",  # its upper bound: the budget fresh at every step
 )
@@ -161,8 +171,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "admit while the prefill plus FRAMES decodes (12) fit the spendable headroom of "
         "edgemon's last throttle object plus ALLOW_MS (0); MODE refill, stale or fresh; see "
         "edgemon/simulate/budget.py) | "
-        f"edgemon (= {EDGEMON.format(margin='MARGIN')}, the profile's margin); parts joined "
-        "by '+' (edgemon+budget); repeatable (default edgemon)",
+        "deadline[:ORDER[:SHED[:GUARD_MS[:BATCH]]]] (the deadline policy: ORDER fcfs or edf, "
+        "SHED shed or queue, GUARD_MS off every start budget, BATCH amortized or decode; see "
+        f"edgemon/simulate/policies.py) | edgemon (= {SHIPPED}); "
+        "parts joined by '+' (edgemon+budget); repeatable (default edgemon)",
     )
     parser.add_argument("--sweep", action="store_true", help="every policy of the report")
     parser.add_argument(
@@ -242,6 +254,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(str(exc))
     if not (math.isfinite(args.duration) and args.duration > 0):
         parser.error("--duration must be a number of seconds > 0")
+    offline = args.report or args.spots
+    if not (args.virtual or offline) and any(p.deadlines is not None for p in args.policies):
+        parser.error(
+            "the deadline policy (deadline:…, edgemon) runs on the virtual clock only: the "
+            "real-time mode drives vLLM's scheduler, which does not carry it here (--virtual)"
+        )
     for flag in ("start_slo_ms", "gap_slo_ms"):
         value = getattr(args, flag)
         if not (math.isfinite(value) and value >= 0):

@@ -222,3 +222,45 @@ def test_bad_flags_say_what_is_wrong_in_one_line(args: list[str], words: str) ->
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert words in line
+
+
+def synthetic_row(policy: str, seed: int, goodput: float, p99: float, **point: Any) -> str:
+    """One row of the contract with the given goodput and start p99."""
+    row = {
+        "mode": "virtual", "profile": "jetson", "scenario": "slowdown", "load": 0.9,
+        "scenario_params": "slowdown 1.3:20:60", "policy": policy, "seed": seed,
+        "requests": 100, "completed": 90, "start_silence_s": 1.0, "start_silence_p50_ms": 1.0,
+        "start_silence_p99_ms": p99, "ttfa_p50_ms": 1.0, "ttfa_p99_ms": 1.0,
+        "gap_silence_s": 1.0, "gaps": 1, "gaps_per_stream_min": 0.1, "total_silence_s": 2.0,
+        "start_slo_ms": 3000.0, "gap_slo_ms": 100.0, "offered": 100,
+        "good": round(100 * goodput), "late": 0, "gappy": 0, "shed": 0, "unfinished": 0,
+        "goodput": goodput, "shed_p99_ms": None, "longest_gap_p95_ms": 50.0,
+    } | point  # fmt: skip
+    return json.dumps(row)
+
+
+def test_the_report_leads_with_the_goodput_targets(tmp_path: Path) -> None:
+    """`--report`: the target table per point, computed per seed: (a) seeds in which
+    `edgemon` matches every baseline, (b) points above open and the best cap, (c) the start
+    p99 against the SLO × 1.1; then each point's goodput table."""
+    rows = tmp_path / "rows.jsonl"
+    lines = []
+    for seed in range(1, 11):
+        lines.append(synthetic_row("open", seed, 0.40, 7000.0))
+        lines.append(synthetic_row("cap:11", seed, 0.50, 9000.0))
+        lines.append(synthetic_row("realtime", seed, 0.45, 9000.0))
+        mine = 0.72 if seed != 3 else 0.30  # one seed below every baseline
+        lines.append(synthetic_row("edgemon", seed, mine, 3400.0 if seed == 5 else 3000.0))
+    rows.write_text("\n".join(lines) + "\n")
+    done = bench("--report", str(rows))
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert text.index("Goodput targets") < text.index("| policy | goodput |")
+    (target,) = [line for line in text.splitlines() if line.startswith("| jetson | slowdown")]
+    cells = [cell.strip() for cell in target.strip("|").split("|")]
+    assert cells[3] == "72.0 % [30.0 %–72.0 %]"
+    assert cells[4].startswith("9/10 (")  # every baseline beat it on seed 3 only
+    assert cells[4].endswith("): met")
+    assert cells[6].startswith("+32.0 [-10.0–+32.0] met")
+    assert cells[7].startswith("+22.0 [-20.0–+22.0] (cap:11) met")
+    assert cells[8] == "3,400 ≤ 3,300: **missed**"

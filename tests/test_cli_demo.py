@@ -204,6 +204,12 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
     loop = summary["loop"]
     assert loop["profile"] == "jetson"
     assert loop["loop-open"]["requests"] == loop["loop-closed"]["requests"] > 0
+    for device in ("loop-open", "loop-closed"):
+        box = loop[device]
+        outcomes = sum(box[k] for k in ("good", "late", "gappy", "shed", "unfinished"))
+        assert outcomes == box["offered"] == box["requests"]
+        assert box["goodput"] == pytest.approx(box["good"] / box["offered"], abs=1e-4)
+    assert any(line.startswith("  goodput: the share of requests") for line in lines)
     assert summary["streams_by_device"]["loop-open"] > 0
     assert summary["streams_by_device"]["loop-closed"] > 0
     assert any("loop-open" in line and "prefills=ignored" in line for line in lines[:-1])

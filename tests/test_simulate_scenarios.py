@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from edgemon.integrations.deadlines import DeadlineSettings
 from edgemon.simulate.engine import TtsEngine
 from edgemon.simulate.loop import HoldGate, LoopPlan, run_loop
 from edgemon.simulate.policies import policy
@@ -68,18 +69,26 @@ def test_a_network_episode_delays_deliveries_inside_its_windows_only() -> None:
             {
                 "realtime": True,
                 "realtime_frames": 1.02,
+                "gated": False,
+                "budget": None,
+                "deadlines": DeadlineSettings(order="fcfs", shed=True, guard_ms=400.0),
+            },
+        ),
+        (
+            "realtime+lasting:80:1100+deadline:edf:queue:250:decode",
+            {
                 "gated": True,
                 "lasting": True,
-                "margin_ms": 80.0,
-                "max_hold_ms": 1100,
-                "budget": None,
+                "deadlines": DeadlineSettings(
+                    order="edf", shed=False, guard_ms=250.0, amortize=False
+                ),
             },
         ),
     ],
 )
 def test_policies_parse_into_what_the_engine_applies(text: str, fields: dict[str, object]) -> None:
-    """Each policy text sets exactly the engine's knobs it names; `edgemon` takes the
-    profile's margin."""
+    """Each policy text sets exactly the engine's knobs it names; `edgemon` is real-time
+    admission with the deadline policy (arrival order, shedding, 400 ms kept in hand)."""
     parsed = policy(text, JETSON)
     assert parsed.label == text
     for name, value in fields.items():

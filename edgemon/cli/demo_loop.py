@@ -5,8 +5,10 @@ times the profile's estimated capacity. Their players report every chunk through
 `edgemon.client.Reporter`; edgemon (the demo's daemon) judges both and publishes a throttle for
 both. `loop-closed` reads it through a real `ThrottleGate` and holds new prefills while it
 says so; `loop-open` ignores it. The players score silence on their own clocks (before the
-first word, from the request to the playback start; and in mid-sentence gaps), so the summary
-compares what listeners heard with the loop closed and open, for one seed.
+first word, from the request to the playback start; and in mid-sentence gaps) and each
+request's outcome against the start and gap SLOs (good, late, gappy, shed, unfinished), so
+the summary compares goodput and what listeners heard with the loop closed and open, for one
+seed.
 """
 
 from __future__ import annotations
@@ -128,11 +130,27 @@ def summary_lines(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> li
         f"  the loop, same requests (seed {plan.seed}) on two {profile.name} boxes at "
         f"{plan.load:.0%} of estimated capacity ({plan.rate_rps:.2f} req/s):"
     )
+    first = scores[DEVICES[0]]
+    slos = (
+        f"  goodput: the share of requests that start within {first.start_slo_ms:g} ms "
+        f"(request → playback, prebuffer included) with no gap over {first.gap_slo_ms:g} ms"
+    )
+    outcomes = (
+        f"  {'box':<12} {'goodput':>8} {'good':>5} {'late':>5} {'gappy':>6} {'shed':>5} "
+        f"{'unfinished':>11}"
+    )
     header = (
         f"  {'box':<12} {'requests':>8} {'start silence':>14} {'start p99':>10} "
         f"{'gap silence':>12} {'gaps':>5} {'total silence':>14} {'TTFA p99':>9} {'held s':>7}"
     )
-    lines = [title, header]
+    lines = [title, slos, outcomes]
+    for device in DEVICES:
+        score = scores[device]
+        lines.append(
+            f"  {device:<12} {score.goodput:>8.0%} {score.good:>5} {score.late:>5} "
+            f"{score.gappy:>6} {score.shed:>5} {score.unfinished:>11}"
+        )
+    lines.append(header)
     for device in DEVICES:
         score = scores[device]
         held = f"{held_s:7.1f}" if device == CLOSED else f"{'–':>7}"
@@ -189,6 +207,16 @@ def summary_json(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> dic
             "gap_silence_s": round(score.gap_silence_s, 3),
             "gaps": score.gaps,
             "total_silence_s": round(score.total_silence_s, 3),
+            "start_slo_ms": score.start_slo_ms,
+            "gap_slo_ms": score.gap_slo_ms,
+            "offered": score.offered,
+            "good": score.good,
+            "late": score.late,
+            "gappy": score.gappy,
+            "shed": score.shed,
+            "unfinished": score.unfinished,
+            "goodput": round(score.goodput, 4),
+            "shed_p99_ms": _round(score.shed_p99_ms),
         }
     return out
 

@@ -30,8 +30,9 @@ first chunk's audio.
 - **For the capacity object** (`capacity`): the real-time streams, running, waiting, the
   predicted wait of a new request before its first audio, and the refusals so far.
 
-**The prediction.** A request waits for a seat of the real-time batch (`RealtimeAdmission`'s
-limit, or `max_num_seqs` while it is unknown). Seats free as running requests finish: each
+**The prediction.** A request waits for a seat of the sustained batch (`limit`: the
+`RealtimeAdmission`'s, smaller still when prefills are counted, `amortize`; `max_num_seqs`
+while it is unknown). Seats free as running requests finish: each
 step decodes one frame of every running request, so a request with `r` frames left frees its
 seat in `r` steps; a request admitted from the queue holds its seat for its frames (the mean
 of finished requests, learned by `finished`). Seats are handed out in the queue's order, and
@@ -105,6 +106,9 @@ class DeadlineSettings:
     """A request's frames until `Deadlines.finished` has taught better."""
     prefill_ms_per_token: float = 0.0
     """A prompt token's prefill cost until `Deadlines.observe` has measured one."""
+    token_budget: int | None = None
+    """Prompt tokens one step may prefill (vLLM's `max_num_batched_tokens`): prefills beyond
+    it spill into further steps, each a step later; None: no bound."""
     amortize: bool = True
     """Count prefills in the batch that keeps up: each request's prefill, spread over its
     frames, lengthens the average step, so the batch whose steps average a frame is smaller
@@ -119,6 +123,8 @@ class DeadlineSettings:
             raise ValueError("frame_ms and expected_frames must be > 0")
         if self.first_chunk_frames < 1:
             raise ValueError(f"first_chunk_frames must be ≥ 1, not {self.first_chunk_frames}")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"token_budget must be ≥ 1, not {self.token_budget}")
         if self.second_chunk_frames < 0:
             raise ValueError(f"second_chunk_frames must be ≥ 0, not {self.second_chunk_frames}")
         if not (math.isfinite(self.prefill_ms_per_token) and self.prefill_ms_per_token >= 0):
@@ -138,10 +144,12 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """A request in the running set and the frames it has left (what the caller expects)."""
+    """A request in the running set: the frames it has left (what the caller expects) and
+    the prompt tokens it still has to prefill (chunked prefill under way)."""
 
     id: str
     remaining_frames: float
+    prefill_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +302,18 @@ class Deadlines:
             return cap
         return limit if cap is None else min(limit, cap)
 
+    @property
+    def burst_limit(self) -> int | None:
+        """The decode-only real-time batch bounded by `max_num_seqs`: how far a request that
+        cannot otherwise start in time may be admitted beyond `limit` while no stream is at
+        risk (its decode step still fits; only the prefills' share is borrowed)."""
+        admission = self.admission
+        burst = None if admission is None else admission.limit
+        cap = self.max_num_seqs
+        if burst is None:
+            return cap
+        return burst if cap is None else min(burst, cap)
+
     def _amortized(self, limit: int) -> int:
         """The largest n ≥ 1 with scale·(a + b·n) + n · prefill / frames ≤ the allowed step."""
         admission = self.admission
@@ -333,31 +353,52 @@ class Deadlines:
         """What a prompt of `prompt_tokens` adds to the step that prefills it."""
         return self._prefill_ms_per_token * max(0, prompt_tokens)
 
-    def needs_ms(self, request: Waiting, batch: int) -> float:
+    def needs_ms(self, request: Waiting, batch: int, ahead_tokens: int = 0) -> float:
         """What a request's start still needs once admitted into a batch of `batch`: its
-        prefill, its first chunk's frames, the player's prebuffer."""
+        prefill (after `ahead_tokens` of prompts admitted with it, ahead of it, and the steps
+        the token budget spreads them over), its first chunk's frames, the player's
+        prebuffer."""
         settings = self.settings
         step = self.step_ms(batch)
+        tokens = max(0, ahead_tokens) + max(0, request.prompt_tokens)
+        budget = settings.token_budget
+        spill = 0 if budget is None else max(0, math.ceil(tokens / budget) - 1)
         first_audio = settings.first_chunk_frames * settings.frame_ms
-        announced = step if self._recent_ms is None else max(step, self._recent_ms)
+        announced = self._announced_ms(step, self.prefill_ms(tokens), spill + 1)
         waits = max(0.0, settings.second_chunk_frames * announced - first_audio)
         return (
-            self.prefill_ms(request.prompt_tokens)
+            self.prefill_ms(tokens)
+            + spill * step
             + settings.first_chunk_frames * step
             + waits
             + settings.prebuffer_ms
         )
 
-    def deadline_ms(self, request: Waiting, batch: int | None = None) -> float:
+    def _announced_ms(self, step: float, prefill: float, prefill_steps: int) -> float:
+        """The step estimate a server announces when the first chunk is out (its `eta_ms`
+        hints follow the recent steps, `STEP_ALPHA`): the recent steps, then `prefill_steps`
+        steps sharing `prefill`, then the first chunk's decode steps."""
+        estimate = step if self._recent_ms is None else self._recent_ms
+        with_prefill = step + prefill / prefill_steps
+        for _ in range(prefill_steps):
+            estimate += STEP_ALPHA * (with_prefill - estimate)
+        for _ in range(self.settings.first_chunk_frames - 1):
+            estimate += STEP_ALPHA * (step - estimate)
+        return max(step, estimate)
+
+    def deadline_ms(
+        self, request: Waiting, batch: int | None = None, ahead_tokens: int = 0
+    ) -> float:
         """The latest instant `request` can be admitted and still start within the SLO
-        (`batch`: the batch it joins; default the real-time batch)."""
+        (`batch`: the batch it joins, default the real-time batch; `ahead_tokens`: prompts
+        admitted with it, ahead of it)."""
         settings = self.settings
         size = self._batch(batch)
         return (
             request.arrival_ms
             + settings.start_slo_ms
             - settings.guard_ms
-            - self.needs_ms(request, size)
+            - self.needs_ms(request, size, ahead_tokens)
         )
 
     def _batch(self, batch: int | None) -> int:
@@ -425,9 +466,16 @@ class Deadlines:
         batch = self._joined(len(running))
         queue = self._ordered([*waiting, request], batch)
         position = next(i for i, w in enumerate(queue) if w is request)
-        steps = self.admission_steps(running, len(queue))[position]
+        predicted = self.admission_steps(running, len(queue))
+        steps = predicted[position]
+        ahead = _prefilling(running) + sum(
+            w.prompt_tokens for w, n in zip(queue[:position], predicted, strict=False) if n == steps
+        )
         admit_at = now_ms + steps * self.step_ms(batch)
-        if self.settings.shed and admit_at > self.deadline_ms(request, batch):
+        late = admit_at > self.deadline_ms(request, batch, ahead)
+        if late and self._may_burst(len(running) + position, throttle):
+            return "queue"  # the next step admits it beyond the sustained batch
+        if self.settings.shed and late:
             self.shed_at_arrival += 1
             return "shed"
         if steps == 0 and position == 0 and not waiting and not throttle.held:
@@ -443,8 +491,9 @@ class Deadlines:
     ) -> StepPlan:
         """This step's admissions (in order) and refusals (counted in `shed_total`).
 
-        In order: a request gets a free real-time seat unless the gate holds; the gate's
-        hold ends at the request's deadline. A request past its deadline with no seat is
+        In order: a request that would start late even if admitted now (past its deadline
+        by more than the guard) is shed; a request gets a free seat unless the gate holds;
+        the gate's hold ends at the request's deadline. A request past its deadline with no seat is
         admitted beyond the real-time batch only if the running streams' spendable headroom
         covers its cost, else it is shed (queued, when shedding is off). A request whose
         predicted admission is past its deadline is shed now.
@@ -461,13 +510,24 @@ class Deadlines:
         batch = len(running)
         admit: list[str] = []
         shed: list[str] = []
+        ahead = _prefilling(running)  # prompt tokens to prefill ahead of the next admission
         for request, steps in zip(queue, predicted, strict=True):
-            deadline = self.deadline_ms(request, joined)
+            deadline = self.deadline_ms(request, joined, ahead)
             due = now_ms >= deadline
+            if self.settings.shed and now_ms > deadline + self.settings.guard_ms:
+                shed.append(request.id)  # late even if admitted now: it frees its seat
+                continue
             if seats > 0 and (not throttle.held or due):
                 admit.append(request.id)
                 seats -= 1
                 batch += 1
+                ahead += request.prompt_tokens
+                continue
+            infeasible = now_ms + steps * step_ms > deadline
+            if (due or infeasible) and seats <= 0 and self._may_burst(batch, throttle):
+                admit.append(request.id)
+                batch += 1
+                ahead += request.prompt_tokens
                 continue
             if due and seats <= 0 and limit is not None:
                 cost = self._over_limit_cost(request, batch, running)
@@ -475,12 +535,26 @@ class Deadlines:
                     admit.append(request.id)
                     headroom -= cost
                     batch += 1
+                    ahead += request.prompt_tokens
                     continue
-            if self.settings.shed and (due or now_ms + steps * step_ms > deadline):
+            if self.settings.shed and (due or infeasible):
                 shed.append(request.id)
                 continue
         self.shed_queued += len(shed)
         return StepPlan(admit=tuple(admit), shed=tuple(shed))
+
+    def _may_burst(self, batch: int, throttle: Throttle) -> bool:
+        """Whether one more request may join a batch of `batch` beyond the sustained one:
+        within `burst_limit`, no hold, no stream at risk (spendable headroom not below 0
+        when known), and the box keeping up lately (recent steps, prefills included,
+        average within the admission's allowed step)."""
+        burst = self.burst_limit
+        if burst is None or batch >= burst or throttle.held:
+            return False
+        if throttle.headroom_ms is not None and throttle.headroom_ms < 0:
+            return False
+        admission, recent = self.admission, self._recent_ms
+        return admission is None or recent is None or recent <= admission.frame_ms
 
     def _over_limit_cost(self, request: Waiting, batch: int, running: Sequence[Running]) -> float:
         """What one more request beyond the real-time batch costs each running stream's
@@ -505,3 +579,8 @@ class Deadlines:
             start_wait_ms=wait,
             shed_total=self.shed_total,
         )
+
+
+def _prefilling(running: Sequence[Running]) -> int:
+    """Prompt tokens the running requests still have to prefill."""
+    return sum(max(0, r.prefill_tokens) for r in running)

@@ -238,7 +238,14 @@ class TtsEngine:
         return True
 
     def _running_views(self) -> list[Running]:
-        return [Running(r.request.id, r.frames.total - r.frames.emitted) for r in self._running]
+        return [
+            Running(
+                r.request.id,
+                r.frames.total - r.frames.emitted,
+                r.request.prompt_tokens - r.prefilled,
+            )
+            for r in self._running
+        ]
 
     def _waiting_views(self) -> list[Waiting]:
         return [_waiting(request) for request in self._waiting]

@@ -259,6 +259,7 @@ class _VirtualLoop:
             prebuffer_ms=prebuffer_ms(profile),
             first_chunk_frames=profile.chunk_size(0),
             second_chunk_frames=profile.chunk_size(1),
+            token_budget=profile.max_num_batched_tokens,
             frame_ms=profile.frame_ms,
         )
         cap = profile.max_num_seqs if plan.max_num_seqs is None else plan.max_num_seqs
