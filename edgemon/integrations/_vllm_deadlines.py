@@ -38,9 +38,22 @@ if TYPE_CHECKING:
     from edgemon.integrations.deadlines import StepPlan
     from edgemon.integrations.realtime import RealtimeAdmission
 
-__all__ = ["ENV_DEADLINES", "MODES", "DeadlineDriver", "Mode", "composition", "mode_from_environ"]
+__all__ = [
+    "ENV_DEADLINES",
+    "ENV_GUARD_MS",
+    "GUARD_MS",
+    "MODES",
+    "DeadlineDriver",
+    "Mode",
+    "composition",
+    "mode_from_environ",
+]
 
 ENV_DEADLINES = "EDGEMON_DEADLINES"
+ENV_GUARD_MS = "EDGEMON_DEADLINE_GUARD_MS"
+GUARD_MS = 400.0
+"""What every start budget keeps in hand for what the prediction misses: the shipped policy's
+(measured by goodput in the closed-loop benchmark, `edgemon.simulate.policies`)."""
 Mode = Literal["off", "hold", "shed"]
 MODES: tuple[Mode, ...] = ("off", "hold", "shed")
 
@@ -63,9 +76,27 @@ def mode_from_environ(environ: Mapping[str, str]) -> Mode:
     raise ValueError(f"{ENV_DEADLINES}: {text!r} is not one of {', '.join(MODES)}")
 
 
-def settings_from_environ(environ: Mapping[str, str], mode: Mode) -> DeadlineSettings:
-    """The policy's settings: the start SLO (``EDGEMON_SLO_START_MS``), the frame
-    (``EDGEMON_REALTIME_FRAME_MS`` when set and > 0), shedding as `mode` says."""
+def guard_from_environ(environ: Mapping[str, str]) -> float:
+    """``EDGEMON_DEADLINE_GUARD_MS`` (default `GUARD_MS`): milliseconds ≥ 0, else ValueError
+    naming the variable."""
+    text = environ.get(ENV_GUARD_MS, "").strip()
+    if not text:
+        return GUARD_MS
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{ENV_GUARD_MS}: {text!r} is not a number of milliseconds ≥ 0")
+    return value
+
+
+def settings_from_environ(
+    environ: Mapping[str, str], mode: Mode, *, token_budget: int | None = None
+) -> DeadlineSettings:
+    """The policy's settings: the start SLO (``EDGEMON_SLO_START_MS``), the guard
+    (``EDGEMON_DEADLINE_GUARD_MS``), the frame (``EDGEMON_REALTIME_FRAME_MS`` when set and
+    > 0), shedding as `mode` says, and the scheduler's prompt-token budget per step."""
     frame = environ.get("EDGEMON_REALTIME_FRAME_MS", "").strip()
     try:
         frame_ms = float(frame) if frame else FRAME_MS
@@ -74,7 +105,11 @@ def settings_from_environ(environ: Mapping[str, str], mode: Mode) -> DeadlineSet
     if not (math.isfinite(frame_ms) and frame_ms > 0):
         frame_ms = FRAME_MS
     return DeadlineSettings(
-        start_slo_ms=start_slo_from_environ(environ), frame_ms=frame_ms, shed=mode == "shed"
+        start_slo_ms=start_slo_from_environ(environ),
+        guard_ms=guard_from_environ(environ),
+        frame_ms=frame_ms,
+        shed=mode == "shed",
+        token_budget=token_budget,
     )
 
 
@@ -98,14 +133,14 @@ class DeadlineDriver:
         admission: RealtimeAdmission | None,
         max_num_seqs: int | None,
         *,
+        token_budget: int | None = None,
         wall: Callable[[], float] | None = None,
     ) -> DeadlineDriver:
-        """As ``EDGEMON_DEADLINES`` and ``EDGEMON_SLO_START_MS`` say (ValueError naming a bad
-        variable)."""
+        """As ``EDGEMON_DEADLINES``, ``EDGEMON_SLO_START_MS`` and ``EDGEMON_DEADLINE_GUARD_MS``
+        say (ValueError naming a bad variable)."""
         mode = mode_from_environ(environ)
-        policy = Deadlines(
-            settings_from_environ(environ, mode), admission, max_num_seqs=max_num_seqs
-        )
+        settings = settings_from_environ(environ, mode, token_budget=token_budget)
+        policy = Deadlines(settings, admission, max_num_seqs=max_num_seqs)
         return cls(policy, mode, wall=wall)
 
     @property

@@ -52,7 +52,10 @@ class DeadlineScheduling:
         """The deadline policy, reading `admission`'s real-time limit (None: none)."""
         given = self._edgemon_given_driver
         self._edgemon_driver = given or DeadlineDriver.from_environ(
-            os.environ, admission, getattr(self, "max_num_running_reqs", None)
+            os.environ,
+            admission,
+            getattr(self, "max_num_running_reqs", None),
+            token_budget=getattr(self, "max_num_scheduled_tokens", None),
         )
 
     @property
