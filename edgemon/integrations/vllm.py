@@ -81,6 +81,7 @@ class EdgemonScheduler(DeadlineScheduling, GatedScheduler, Scheduler):  # type: 
         *args: Any,
         edgemon_gate: PrefillGate | None = None,
         edgemon_deadlines: DeadlineDriver | None = None,
+        edgemon_capacity: CapacityPublisher | None = None,
         **kwargs: Any,
     ) -> None:
         """Build vLLM's scheduler, then the gate, the capacity report and the deadline policy.
@@ -88,13 +89,15 @@ class EdgemonScheduler(DeadlineScheduling, GatedScheduler, Scheduler):  # type: 
         ``edgemon_gate`` (keyword-only, never passed by vLLM) hands in a gate the caller owns;
         by default the gate comes from this process's environment and this scheduler owns it.
         ``edgemon_deadlines`` hands in the deadline policy (default: ``EDGEMON_DEADLINES``,
-        ``EDGEMON_SLO_START_MS``).
+        ``EDGEMON_SLO_START_MS``); ``edgemon_capacity`` an opened capacity publisher, which
+        the scheduler closes at shutdown (default: from ``EDGEMON_GATE_*``, or none).
         """
         self._edgemon_given_driver = edgemon_deadlines
         super().__init__(*args, **kwargs)
         self._attach_gate(edgemon_gate)
         self._attach_deadlines(None)
-        self._attach_report(EngineReport(CapacityPublisher.from_environ(os.environ)))
+        publisher = edgemon_capacity or CapacityPublisher.from_environ(os.environ)
+        self._attach_report(EngineReport(publisher))
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """One scheduling step: the deadline policy's plan when it plans, else the gate's
