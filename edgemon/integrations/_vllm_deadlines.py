@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from edgemon.integrations.deadlines import Deadlines, DeadlineSettings, Running, Throttle, Waiting
@@ -65,6 +66,16 @@ def composition(output: Any) -> tuple[int, int] | None:
     if requests == 0:
         return None
     return requests, output.total_num_scheduled_tokens - requests + len(output.scheduled_new_reqs)
+
+
+def split_resumed(waiting: Iterable[Any]) -> tuple[list[Any], list[Any]]:
+    """The waiting requests that have not started (no output yet), and those vLLM preempted
+    after they started."""
+    fresh: list[Any] = []
+    back: list[Any] = []
+    for request in waiting:
+        (back if request.num_output_tokens else fresh).append(request)
+    return fresh, back
 
 
 def mode_from_environ(environ: Mapping[str, str]) -> Mode:
@@ -184,17 +195,30 @@ class DeadlineDriver:
     def arrive(self, request: Any, running: Iterable[Any], waiting: Iterable[Any]) -> bool:
         """Whether the policy refuses `request` at arrival (`waiting`: those ahead of it)."""
         mine = Waiting(request.request_id, request.arrival_time * 1000.0, request.num_prompt_tokens)
+        fresh, back = split_resumed(waiting)
         verdict = self.policy.arrive(
-            mine, self.now_ms(), self.running(running), self.waiting(waiting)
+            mine, self.now_ms(), self.running([*running, *back]), self.waiting(fresh)
         )
         return verdict == "shed"
 
     def plan(self, running: Iterable[Any], waiting: Iterable[Any], *, held: bool) -> StepPlan:
-        """This step's admissions and refusals."""
-        return self.policy.plan(
-            self.now_ms(), self.running(running), self.waiting(waiting), Throttle(held=held)
+        """This step's admissions and refusals. A waiting request that already produced
+        output (vLLM preempted it) started long ago: it is no candidate for a start
+        deadline; it is admitted first (`resumed`, as vLLM's own order has it) and holds a
+        seat like a running request."""
+        fresh, back = split_resumed(waiting)
+        plan = self.policy.plan(
+            self.now_ms(),
+            self.running([*running, *back]),
+            self.waiting(fresh),
+            Throttle(held=held),
         )
+        if not back:
+            return plan
+        return replace(plan, admit=(*(r.request_id for r in back), *plan.admit))
 
     def start_wait_ms(self, running: Iterable[Any], waiting: Iterable[Any]) -> float | None:
         """The predicted wait of a new request before its first audio (None while unknown)."""
-        return self.policy.capacity(self.running(running), self.waiting(waiting)).start_wait_ms
+        fresh, back = split_resumed(waiting)
+        figures = self.policy.capacity(self.running([*running, *back]), self.waiting(fresh))
+        return figures.start_wait_ms

@@ -153,6 +153,33 @@ def test_a_queued_request_is_ended_once_the_box_slows_down(
     assert waiting_ids(scheduler) == []
 
 
+def test_a_preempted_request_is_resumed_not_ended(tiny_model: Path, flavour: type[Any]) -> None:
+    """A request vLLM preempted (KV blocks ran out) started long ago: however old its arrival,
+    the deadline policy neither ends it nor holds it back; it is resumed first, as vLLM's own
+    order has it."""
+    clock = ModelClock()
+    scheduler = _scheduler(
+        tiny_model, clock, "shed", flavour, num_blocks=4, max_num_batched_tokens=64
+    )
+    for name in ("a", "b"):
+        _arrive(scheduler, clock, name, max_tokens=40)
+    preempted: list[str] = []
+    for step in steps(scheduler, clock, 60):
+        preempted += step.preempted
+        if preempted:
+            break
+    assert preempted, "the trace must exercise preemption"
+    clock.now_s += 10.0  # every start deadline is long past now
+    resumed: list[str] = []
+    for step in steps(scheduler, clock, 200):
+        assert all(reason[1] != SHED_STOP_REASON for reason in step.reasons.values())
+        resumed += [r for r in step.admitted if r in preempted]
+        if not scheduler.has_unfinished_requests():
+            break
+    assert set(preempted) <= set(resumed)
+    assert scheduler.edgemon_deadlines.policy.shed_total == 0
+
+
 def test_real_time_admission_is_the_plans_limit(tiny_model: Path) -> None:
     """With real-time admission measured (N* = 12), the plan admits up to it and holds the
     rest (mode hold), in arrival order; nothing beyond the real-time batch runs."""
