@@ -347,7 +347,12 @@ def plot(groups: dict[Key, dict[str, dict[int, Row]]], directory: Path) -> list[
                         low.append(100 * min(got))
                         high.append(100 * max(got))
                 kind = _kind(label)
-                style = _STYLE.get(kind, ("tab:green", "-"))
+                style: tuple[Any, str] = _STYLE.get(kind, ("tab:green", "-"))
+                cap = _cap(label)
+                if cap is not None:  # the caps in shades of blue, tighter darker
+                    caps = sorted(c for c in map(_cap, labels) if c is not None)
+                    shade = 0.9 - 0.5 * caps.index(cap) / max(1, len(caps) - 1)
+                    style = (mpl.colormaps["Blues"](shade), ":")
                 width = 2.4 if kind == "edgemon" else 1.2
                 axis.plot(
                     xs,

@@ -199,3 +199,63 @@ def test_realtime_admission_starvation_bound() -> None:
     assert admission.admissible(12, oldest_wait_ms=2000.0) == 1
     assert admission.admissible(10, oldest_wait_ms=5000.0) == 2
     assert RealtimeAdmission(80.0).admissible(0, oldest_wait_ms=1e9) is None
+
+
+def test_counting_prefills_shrinks_the_sustained_batch() -> None:
+    """With prefills counted (300-token prompts at 0.2 ms a token over 100 frames: 0.6 ms a
+    step per request) the batch that keeps up is 10, below the decode-only 12; without, 12."""
+    counted = taught(DeadlineSettings(prefill_ms_per_token=0.2))
+    counted.arrive(Waiting("w", 0.0, 300), 0.0, [], [])
+    assert (counted.limit, counted.burst_limit) == (10, 12)
+    plain = taught(DeadlineSettings(prefill_ms_per_token=0.2, amortize=False))
+    plain.arrive(Waiting("w", 0.0, 300), 0.0, [], [])
+    assert plain.limit == 12
+
+
+def test_a_late_request_may_join_the_decode_batch_while_no_stream_is_at_risk() -> None:
+    """The sustained batch (10) is full and its seats free late: the request joins the
+    decode-only batch (12) while the spendable headroom is not negative; with a stream at
+    risk it is shed; with the decode batch full too, shed."""
+    settings_ = DeadlineSettings(prebuffer_ms=200.0, prefill_ms_per_token=0.2)
+    request = Waiting("w", 0.0, 300)
+    at_ease = Throttle(headroom_ms=50.0)
+    at_risk = Throttle(headroom_ms=-10.0)
+    for running, throttle, admitted in (
+        (full(10, 60.0), at_ease, True),
+        (full(10, 60.0), at_risk, False),
+        (full(12, 60.0), at_ease, False),
+    ):
+        policy = taught(settings_)
+        assert policy.arrive(request, 0.0, running, [], throttle) == (
+            "queue" if admitted else "shed"
+        )
+        out = policy.plan(0.0, running, [request], throttle)
+        assert out.admit == (("w",) if admitted else ())
+        assert out.shed == (() if admitted else ("w",))
+
+
+def test_a_request_late_even_if_admitted_now_is_shed() -> None:
+    """Past its deadline by more than the guard, a request is shed even with a seat free
+    (it could not be good; its seat serves another)."""
+    policy = taught(DeadlineSettings(prebuffer_ms=200.0, guard_ms=100.0))
+    request = Waiting("w", 0.0, 300)
+    deadline = policy.deadline_ms(request)
+    assert policy.plan(deadline + 50.0, full(4), [request]).admit == ("w",)
+    assert policy.plan(deadline + 150.0, full(4), [request]).shed == ("w",)
+
+
+def test_prefills_ahead_and_the_token_budget_delay_the_start() -> None:
+    """Prompt tokens admitted ahead, or still being prefilled by running requests, move the
+    deadline earlier: their prefill, and a step for each token budget they spill over."""
+    policy = taught(
+        DeadlineSettings(prebuffer_ms=200.0, prefill_ms_per_token=0.2, token_budget=512)
+    )
+    request = Waiting("w", 0.0, 300)
+    alone = policy.deadline_ms(request, 12)
+    behind = policy.deadline_ms(request, 12, ahead_tokens=1200)
+    assert alone - behind >= 1200 * 0.2 + 2 * policy.step_ms(12)
+    # The same tokens as a running request's chunked prefill under way.
+    busy = [*full(11, 60.0)[:10], Running("p", 60.0, prefill_tokens=1200)]
+    late_start = Waiting("x", -(3000.0 - 200.0 - 5 * 78.0 - 60.0 - 100.0), 300)
+    assert policy.plan(0.0, full(10, 60.0), [late_start]).admit == ("x",)
+    assert policy.plan(0.0, busy, [late_start]).shed == ("x",)

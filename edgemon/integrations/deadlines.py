@@ -6,27 +6,33 @@ decode step within a frame). A waiting request must get its first audio before i
 runs out: its **start deadline** is the latest instant it can be admitted and still start in
 time,
 
-    deadline = arrival + start_slo − (prefill + first chunk frames × step + prebuffer)
+    deadline = arrival + start_slo − guard − (prefill + first chunk + prebuffer)
 
-where the prefill is its prompt tokens at the measured cost per token, the step is the
-measured decode step of the batch it joins (the real-time batch, or the running one when
-that is larger), and the prebuffer is what the player buffers after its first audio arrives:
-a fixed part (`prebuffer_ms`: its cushion and the delivery to it) and, for a player that
-waits until its second chunk is due (`second_chunk_frames`), that chunk's decode beyond the
-first chunk's audio.
+where the prefill is its prompt tokens at the measured cost per token, after the prompts
+admitted with it or still being prefilled (and a step for each token budget they spill
+over); the first chunk is its frames at the measured decode step of the batch it joins (the
+sustained batch, or the running one when that is larger); the prebuffer is what the player
+buffers after its first audio arrives: a fixed part (`prebuffer_ms`: its cushion and the
+delivery to it) and, for a player that waits until its second chunk is due
+(`second_chunk_frames`), that chunk at the step the server announces (its recent steps,
+prefills included) beyond the first chunk's audio; `guard_ms` is kept in hand for what the
+prediction misses.
 
 `Deadlines` turns that into decisions, each a plain value:
 
-- **At arrival** (`arrive`): `admit` (a real-time seat is free and the gate does not hold),
+- **At arrival** (`arrive`): `admit` (a seat is free now and the gate does not hold),
   `queue`, or `shed`: refused at once, before any work, when the predicted admission instant
-  is past the deadline (an HTTP 503 with `Retry-After` for a server).
+  is past the deadline and the request may not join beyond the sustained batch (an HTTP 503
+  with `Retry-After` for a server).
 - **Every step** (`plan`): which waiting requests to admit, in order (arrival order, `fcfs`,
   or earliest deadline first, `edf`), and which to shed. The holds are bounded: neither the
-  gate (edgemon's throttle) nor real-time admission keeps a request past its deadline. Past
-  it, the request is admitted if that breaks no running stream (a real-time seat is free; or,
-  beyond the real-time batch, the spendable headroom of the running streams covers its cost),
-  else shed. A queued request whose predicted admission instant is past its deadline (the box
-  slowed down) is shed at once too.
+  gate (edgemon's throttle) nor real-time admission keeps a request past its deadline. A
+  request that cannot otherwise start in time is admitted if that breaks no running stream:
+  a seat of the sustained batch is free; or the batch is still below the decode-only
+  real-time batch (`burst_limit`), no stream is at risk and recent steps keep up; or, beyond
+  that, the spendable headroom of the running streams covers its cost. Else it is shed at
+  once, as is a queued request whose predicted admission became late (the box slowed down)
+  and one that would start late even if admitted now.
 - **For the capacity object** (`capacity`): the real-time streams, running, waiting, the
   predicted wait of a new request before its first audio, and the refusals so far.
 
@@ -41,9 +47,11 @@ requests' remaining frames; a scheduler that cannot know them passes what it exp
 
 **Inputs** are what a real scheduler sees: its measured steps (`observe`; the decode-step
 shape and scale come from the `RealtimeAdmission` it already feeds, which `Deadlines` only
-reads), the running requests and their remaining frames, the waiting queue with arrival
-times and prompt lengths, and edgemon's throttle state (`Throttle`: whether the gate holds,
-and the spendable headroom when known). Times are milliseconds on the caller's clock.
+reads), finished requests' lengths (`finished`), the running requests with their remaining
+frames and prompt tokens still to prefill, the waiting queue with arrival times and prompt
+lengths (`arrive` is told of every new request: it learns the prompt length from them), and
+edgemon's throttle state (`Throttle`: whether the gate holds, and the spendable headroom
+when known). Times are milliseconds on the caller's clock.
 
 Pure and clock-free: the simulated engine (`edgemon.simulate`) and the vLLM schedulers run
 this same code. It imports no engine.
