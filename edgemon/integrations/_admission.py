@@ -225,10 +225,14 @@ class StepReport(Protocol):
     """What a scheduler reports after each step (`edgemon.integrations._vllm_shed.EngineReport`
     for vLLM and vLLM-Omni): the requests it ended, and the capacity object."""
 
-    shed_total: int
+    @property
+    def shed_total(self) -> int:
+        """Waiting requests ended so far."""
+        ...
 
-    def shed(self, scheduler: Any, request_ids: Iterable[str]) -> list[str]:
-        """End these waiting requests of `scheduler` now; the ids ended."""
+    def shed(self, scheduler: Any, request_ids: Iterable[str], reason: str = ...) -> list[str]:
+        """End these waiting requests of `scheduler` now (`reason`: arrival or queued); the
+        ids ended."""
         ...
 
     def add_outputs(self, outputs: dict[int, Any]) -> None:
@@ -289,7 +293,7 @@ class GatedScheduler:
         self._edgemon_report = report
         self._edgemon_publish(report)
 
-    def edgemon_end_waiting(self, request_ids: Iterable[str]) -> list[str]:
+    def edgemon_end_waiting(self, request_ids: Iterable[str], reason: str = "queued") -> list[str]:
         """End these waiting requests now, as requests whose start deadline cannot be met
         (``finish_reason`` ``abort``, ``stop_reason`` ``edgemon:start_deadline``); the ids
         ended. Without a report (no vLLM), none."""
@@ -297,7 +301,7 @@ class GatedScheduler:
         if report is None:
             return []
         try:
-            return report.shed(self, request_ids)
+            return report.shed(self, request_ids, reason)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self._edgemon.failed("ending waiting requests")
             return []

@@ -98,7 +98,7 @@ class DeadlineScheduling:
             self._edgemon.failed("the deadline policy at arrival")
             return
         if refused:
-            self.edgemon_end_waiting([request.request_id])  # type: ignore[attr-defined]
+            self.edgemon_end_waiting([request.request_id], "arrival")  # type: ignore[attr-defined]
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> dict[int, Any]:
         """vLLM's, then the finished requests' lengths taught to the deadline policy."""

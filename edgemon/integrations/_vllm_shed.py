@@ -30,25 +30,33 @@ if TYPE_CHECKING:
 
     from edgemon.integrations.capacity_topic import CapacityPublisher
 
-__all__ = ["SHED_STOP_REASON", "EngineReport"]
+__all__ = ["SHED_REASONS", "SHED_STOP_REASON", "EngineReport"]
 
 #: The ``stop_reason`` of a request edgemon ended before its first token.
 SHED_STOP_REASON = "edgemon:start_deadline"
+#: Why the scheduler ended a waiting request: at its arrival, or while it waited.
+SHED_REASONS = ("arrival", "queued")
 
 
 class EngineReport:
     """The requests a scheduler ended, and its capacity publisher (or none)."""
 
-    __slots__ = ("_pending", "publisher", "shed_total")
+    __slots__ = ("_pending", "publisher", "shed_reasons")
 
     def __init__(self, publisher: CapacityPublisher | None) -> None:
         self.publisher = publisher
-        #: Waiting requests this scheduler ended (its own refusals; the HTTP ones are added
-        #: to the published ``shed_total`` by the publisher).
-        self.shed_total = 0
+        #: Waiting requests this scheduler ended, by reason: ``arrival`` (refused as it
+        #: arrived) and ``queued`` (its start became infeasible while it waited). The HTTP
+        #: refusals are added by the publisher.
+        self.shed_reasons = dict.fromkeys(SHED_REASONS, 0)
         self._pending: list[tuple[int, str]] = []
 
-    def shed(self, scheduler: Any, request_ids: Iterable[str]) -> list[str]:
+    @property
+    def shed_total(self) -> int:
+        """Waiting requests this scheduler ended."""
+        return sum(self.shed_reasons.values())
+
+    def shed(self, scheduler: Any, request_ids: Iterable[str], reason: str = "queued") -> list[str]:
         """End these waiting requests now (see the module doc); the ids actually ended."""
         ids = list(request_ids)
         if not ids:
@@ -56,7 +64,7 @@ class EngineReport:
         ended = scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
         for request in ended:
             self._pending.append((request.client_index, request.request_id))
-        self.shed_total += len(ended)
+        self.shed_reasons[reason] = self.shed_reasons.get(reason, 0) + len(ended)
         return [request.request_id for request in ended]
 
     def add_outputs(self, outputs: dict[int, Any]) -> None:
@@ -90,7 +98,7 @@ class EngineReport:
                 running=running,
                 waiting=waiting,
                 start_wait_ms=start_wait_ms,
-                shed=self.shed_total,
+                shed=self.shed_reasons,
             )
 
     def close(self) -> None:

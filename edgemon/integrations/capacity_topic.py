@@ -10,7 +10,11 @@ read, and the engine's publisher.
   process): ``{"t_ms", "realtime_streams", "running", "waiting", "start_wait_ms",
   "shed_total"}`` on every listed device's topic, retained, QoS 1, when one of the integer
   fields or the rounded ``start_wait_ms`` changed, at most once a second (`RetainedLink`).
-- **Refusals at arrival are counted in ``shed_total``.** The HTTP middleware runs in vLLM's API
+- **Every refusal is counted** in ``shed_total`` and, by reason, in ``shed_reasons``
+  (``{"http": n, "arrival": n, "queued": n}``, a field beyond SPEC's, which consumers may
+  ignore): ``http`` the middleware's 503s, ``arrival`` and ``queued`` the requests the
+  scheduler ended as they arrived and while they waited.
+- **Refusals at arrival in HTTP reach ``shed_total``.** The HTTP middleware runs in vLLM's API
   server process, not in the engine's: each middleware publishes its own count, retained, on
   ``P/{first device}/capacity/shed/{its client id}`` (``{"shed_total": n}``; emptied by its
   will or at close), and the engine's publisher adds every such count to its own. A count
@@ -207,13 +211,13 @@ class CapacityPublisher:
         running: int,
         waiting: int,
         start_wait_ms: float | None,
-        shed: int,
+        shed: Mapping[str, int],
     ) -> None:
-        """What the scheduler measures now (`shed`: the requests it ended itself)."""
+        """What the scheduler measures now (`shed`: the requests it ended itself, by reason)."""
         try:
             wait = None if start_wait_ms is None else round(start_wait_ms)
             with self._lock:
-                key = (realtime_streams, running, waiting, wait, shed)
+                key = (realtime_streams, running, waiting, wait, tuple(sorted(shed.items())))
                 if key == self._key:
                     return
                 self._key = key
@@ -222,7 +226,7 @@ class CapacityPublisher:
                     "running": running,
                     "waiting": waiting,
                     "start_wait_ms": wait,
-                    "shed": shed,
+                    "shed": dict(shed),
                 }
                 self._push()
         except Exception:  # noqa: BLE001 - the step must never stop for the capacity topic
@@ -231,8 +235,9 @@ class CapacityPublisher:
     def _push(self) -> None:
         """Hand the object to the link (under the lock)."""
         figures = dict(self._figures)
-        own = figures.pop("shed", 0)
-        figures["shed_total"] = own + self._gone + sum(self._servers.values())
+        reasons = {"http": self._gone + sum(self._servers.values())} | figures.pop("shed", {})
+        figures["shed_total"] = sum(reasons.values())
+        figures["shed_reasons"] = reasons
         value = {"t_ms": round(self._wall() * 1000)} | {
             k: v for k, v in figures.items() if v is not None
         }

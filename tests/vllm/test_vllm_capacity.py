@@ -194,6 +194,9 @@ def test_http_refusals_are_added_to_shed_total(
             api.publish(server, b"")
             api.publish(f"{CAPACITY}/shed/api-2", {"shed_total": 1})
             assert watcher.wait_for(_shows(lambda c: c["shed_total"] == 7), T)
+            latest = _latest(watcher.seen)
+            assert latest is not None
+            assert latest["shed_reasons"] == {"http": 6, "arrival": 0, "queued": 1}
     finally:
         scheduler.shutdown()
 

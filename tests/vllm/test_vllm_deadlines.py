@@ -122,6 +122,7 @@ def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(
         (step,) = steps(scheduler, clock, 1)
         assert step.reasons.get("late") == expected, mode
         assert set(step.produced) == {"a", "b"}
+        assert scheduler._edgemon_report.shed_reasons["arrival"] == (mode == "shed")
         assert waiting_ids(scheduler) == ([] if mode == "shed" else ["late"])
 
 
