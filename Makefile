@@ -20,7 +20,7 @@ lint: $(STAMP)
 # The vLLM tier's files are a second run: its conftest.py is another `conftest`, and its
 # harness is what the vLLM benchmarks import. vLLM is not installed here (typed as Any).
 VLLM_TIER_FILES = tests/vllm/*.py benchmarks/_vllm_engine.py benchmarks/closed_loop.py \
-	benchmarks/vllm_scheduler.py
+	benchmarks/vllm_scheduler.py benchmarks/shed_latency.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

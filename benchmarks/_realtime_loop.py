@@ -10,8 +10,15 @@ real Mosquitto and a real `edgemon run` decide the throttle, which a real `Throt
 for gated policies. The players score silence on their own clocks.
 
 The real `ThrottleGate`'s release after `max_hold_ms` lasts until a step admits (the
-schedulers call its `admitted()`): that is `lasting:` (and `edgemon`). The one-step release
-of `gate:` exists only in the virtual loop; this stack refuses it.
+schedulers call its `admitted()`): that is `lasting:`. The one-step release of `gate:` exists
+only in the virtual loop; this stack refuses it.
+
+The deadline policy (`deadline:…`, and `edgemon`) runs inside the scheduler
+(`edgemon_deadlines`, settings as the virtual loop gives them), which publishes its capacity
+object on the run's device through the real Mosquitto; a request first meets the shedding
+middleware's judgement (`CapacityView`, following that object) and is refused at once when
+the predicted start wait exceeds the start SLO, as the middleware answers 503. Players count
+every refusal as `shed`, with how long it took from their request.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +45,14 @@ os.environ["EDGEMON_REALTIME_FRAME_MS"] = "0"  # real-time admission only where 
 from _vllm_engine import VllmEngine  # noqa: E402
 
 from edgemon.client import Reporter, ThrottleGate  # noqa: E402
+from edgemon.client._mqtt import Broker, parse_broker_url  # noqa: E402
+from edgemon.integrations._vllm_deadlines import DeadlineDriver  # noqa: E402
+from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig  # noqa: E402
+from edgemon.integrations.deadlines import START_SLO_MS, Deadlines  # noqa: E402
 from edgemon.integrations.realtime import RealtimeAdmission  # noqa: E402
+from edgemon.integrations.shed import CapacityView  # noqa: E402
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler  # noqa: E402
+from edgemon.simulate.loop import prebuffer_ms  # noqa: E402
 from edgemon.simulate.players import Delivery  # noqa: E402
 from edgemon.simulate.realtime import Box  # noqa: E402
 from edgemon.simulate.scenarios import RequestSource  # noqa: E402
@@ -110,7 +124,14 @@ class RealtimeStack:
             self._tmp.cleanup()
 
     def run(
-        self, policy: Policy, scenario: Scenario, *, load: float, seed: int, duration_s: float
+        self,
+        policy: Policy,
+        scenario: Scenario,
+        *,
+        load: float,
+        seed: int,
+        duration_s: float,
+        start_slo_ms: float = START_SLO_MS,
     ) -> tuple[Score, list[Player], float, float]:
         """Serve one run in real time: its score, players, origin and end (wall ms)."""
         if policy.gated and not policy.lasting:
@@ -132,6 +153,7 @@ class RealtimeStack:
             else None
         )
         engine_box: list[VllmEngine] = []
+        shedding = self._shedding(policy, device, admission, engine_box, start_slo_ms)
         scheduler = build_scheduler(
             EdgemonRealtimeScheduler,
             self.model,
@@ -143,10 +165,21 @@ class RealtimeStack:
             edgemon_realtime=admission,
             # Steps timed on the model's timeline (the driver's overshoots are not step time).
             edgemon_clock=lambda: engine_box[0].now_ms / 1000.0,
+            **shedding,
         )
+        view = None
+        if policy.deadlines is not None:
+            view = CapacityView(TopicConfig(self._broker_config(), (device,))).open()
         origin = [0.0]
         reporter = Reporter(self.url, device).open()
-        engine = VllmEngine(scheduler, profile, step_factor=scenario.step_factor, origin=origin)
+        engine = VllmEngine(
+            scheduler,
+            profile,
+            step_factor=scenario.step_factor,
+            origin=origin,
+            view=view,
+            slo_ms=start_slo_ms,
+        )
         engine_box.append(engine)
         box = Box(
             device=device,
@@ -165,6 +198,42 @@ class RealtimeStack:
             reporter.close()
             if gate is not None:
                 gate.close()
+            if view is not None:
+                view.close()
             scheduler.shutdown()
         self.lag_max_ms = box.status.max_lag_ms
         return score, list(box.players.values()), box.origin_ms, box.end_ms
+
+    def _broker_config(self) -> Broker:
+        return parse_broker_url(self.url)
+
+    def _shedding(
+        self,
+        policy: Policy,
+        device: str,
+        admission: RealtimeAdmission | None,
+        engine_box: list[VllmEngine],
+        start_slo_ms: float,
+    ) -> dict[str, Any]:
+        """The scheduler's deadline policy and capacity publisher for `policy` (none without
+        `deadline:`), timed on the model's timeline as the real-time admission is."""
+        if policy.deadlines is None:
+            return {}
+        profile = self.profile
+        settings = replace(
+            policy.deadlines,
+            start_slo_ms=start_slo_ms,
+            prebuffer_ms=prebuffer_ms(profile),
+            first_chunk_frames=profile.chunk_size(0),
+            second_chunk_frames=profile.chunk_size(1),
+            token_budget=profile.max_num_batched_tokens,
+            frame_ms=profile.frame_ms,
+        )
+        cap = policy.max_num_seqs or profile.max_num_seqs
+        driver = DeadlineDriver(
+            Deadlines(settings, admission, max_num_seqs=cap),
+            "shed" if settings.shed else "hold",
+            wall=lambda: engine_box[0].now_ms / 1000.0,
+        )
+        publisher = CapacityPublisher(TopicConfig(self._broker_config(), (device,))).open()
+        return {"edgemon_deadlines": driver, "edgemon_capacity": publisher}

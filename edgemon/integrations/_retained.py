@@ -1,0 +1,228 @@
+"""`RetainedLink`: one paho connection that keeps a retained JSON object up to date on a few
+topics and hands the messages of a few topic filters to a callback.
+
+The engine's capacity publisher and the HTTP shedding middleware each own one. The caller's
+thread (a scheduler step, an HTTP request) only hands over the latest object (`set`): a lock
+taken for a few attribute writes, never network I/O. A background thread publishes it
+(retained, QoS 1) when it changed, at most once per `min_interval_s`, and again after every
+reconnect (a broker restarted without persistence forgot it). Because that thread, not the
+caller, does the publishing, the last change before an engine goes idle is published even
+though no further step comes. `close()` empties the retained topics (the object is gone with
+its publisher), and the MQTT will does the same for the first topic when the process dies.
+
+Nothing here raises into the caller after construction: a failed publish or a bad callback is
+counted (`errors`) and the first one logged.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from edgemon.client import _mqtt
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import paho.mqtt.client as mqtt
+
+
+class RetainedLink:
+    """See the module doc."""
+
+    __slots__ = (
+        "_broker",
+        "_client",
+        "_client_id",
+        "_clock",
+        "_cond",
+        "_connected",
+        "_dirty",
+        "_last_sent",
+        "_latest",
+        "_min_interval_s",
+        "_on_message",
+        "_stop",
+        "_thread",
+        "_unreachable",
+        "errors",
+        "published",
+        "topics",
+        "watch",
+        "who",
+    )
+
+    def __init__(
+        self,
+        broker: _mqtt.Broker,
+        *,
+        who: str,
+        client_id: str,
+        topics: Sequence[str],
+        watch: Sequence[str] = (),
+        on_message: Callable[[str, bytes], None] | None = None,
+        min_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.who = who
+        self.topics = tuple(topics)
+        self.watch = tuple(watch)
+        self._broker = broker
+        self._client_id = client_id
+        self._on_message = on_message
+        self._min_interval_s = min_interval_s
+        self._clock = clock
+        self._unreachable = _mqtt.Unreachable(who, broker)
+        self._cond = threading.Condition()
+        self._latest: dict[str, Any] | None = None
+        self._dirty = False
+        self._stop = False
+        self._connected = False
+        self._last_sent = -float("inf")
+        self._client: mqtt.Client | None = None
+        self._thread: threading.Thread | None = None
+        #: Objects published (each to every topic), and errors caught (the first logged).
+        self.published = 0
+        self.errors = 0
+
+    # ------------------------------------------------------------------ the caller's side
+    def set(self, value: dict[str, Any]) -> None:
+        """The latest object: published soon (at most once per `min_interval_s`)."""
+        with self._cond:
+            self._latest = value
+            self._dirty = True
+            self._cond.notify_all()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is up now."""
+        return self._connected
+
+    def wait_connected(self, timeout: float) -> bool:
+        """Wait until connected (and subscribed to `watch`); False if `timeout` s pass first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._connected, timeout)
+
+    def failed(self, where: str) -> None:
+        """Count an exception caught in `where`; log the first (call from an `except` block)."""
+        self.errors += 1
+        if self.errors == 1:
+            _mqtt.log.exception(
+                "%s: an error in %s, caught (further errors are counted, not logged)",
+                self.who,
+                where,
+            )
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self) -> RetainedLink:
+        """Start the network thread and the publishing thread; never waits for the broker."""
+        with self._cond:
+            if self._client is not None:
+                return self
+            client = _mqtt.new_client(self._broker, client_id=self._client_id, clean_session=True)
+            if self.topics:
+                client.will_set(self.topics[0], b"", qos=1, retain=True)
+            client.on_connect = self._on_connect
+            client.on_connect_fail = self._on_connect_fail
+            client.on_disconnect = self._on_disconnect
+            client.on_message = self._on_paho_message
+            self._client = client
+            self._stop = False
+            self._thread = threading.Thread(target=self._run, name=f"{self.who}", daemon=True)
+            self._thread.start()
+        _mqtt.start(client, self._broker)
+        return self
+
+    def close(self, timeout: float = 5.0, *, clear: bool = True) -> None:
+        """Stop both threads (waiting at most `timeout` s); with `clear`, first empty the
+        retained topics if connected."""
+        with self._cond:
+            client, self._client = self._client, None
+            thread, self._thread = self._thread, None
+            self._stop = True
+            connected, self._connected = self._connected, False
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join(max(0.0, timeout))
+        if client is None:
+            return
+        if clear and connected:
+            try:
+                infos = [client.publish(t, b"", qos=1, retain=True) for t in self.topics]
+                for info in infos:
+                    info.wait_for_publish(min(1.0, timeout))
+            except Exception:  # noqa: BLE001 - closing must not raise into the engine's shutdown
+                self.failed("emptying the retained topics")
+        _mqtt.stop(client, timeout)
+
+    # ------------------------------------------------------------------ threads
+    def _run(self) -> None:
+        """Publish the latest object when it changed, at most once per `min_interval_s`."""
+        while True:
+            with self._cond:
+                while not self._stop:
+                    if self._dirty and self._connected:
+                        due = self._last_sent + self._min_interval_s - self._clock()
+                        if due <= 0:
+                            break
+                        self._cond.wait(due)
+                    else:
+                        self._cond.wait()
+                if self._stop:
+                    return
+                value, client = self._latest, self._client
+                self._dirty = False
+                self._last_sent = self._clock()
+            if value is not None and client is not None:
+                self._publish(client, value)
+
+    def _publish(self, client: mqtt.Client, value: dict[str, Any]) -> None:
+        try:
+            payload = json.dumps(value, separators=(",", ":")).encode()
+            for topic in self.topics:
+                client.publish(topic, payload, qos=1, retain=True)
+            self.published += 1
+        except Exception:  # noqa: BLE001 - a publish must never stop the engine
+            self.failed("publishing")
+
+    def _on_connect(
+        self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _props: Any
+    ) -> None:
+        if client is not self._client:
+            return
+        if reason_code.is_failure:
+            self._unreachable.failed(f"the broker refused the connection: {reason_code}")
+            return
+        self._unreachable.connected()
+        if self.watch:
+            client.subscribe([(topic, 1) for topic in self.watch])
+        with self._cond:
+            self._connected = True
+            self._dirty = self._latest is not None  # again: the broker may have forgotten it
+            self._cond.notify_all()
+
+    def _on_connect_fail(self, client: mqtt.Client, _userdata: Any) -> None:
+        if client is self._client:
+            self._unreachable.failed("no connection")
+
+    def _on_disconnect(
+        self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _props: Any
+    ) -> None:
+        with self._cond:
+            was, self._connected = self._connected, False
+            self._cond.notify_all()
+        if client is self._client and was:
+            _mqtt.log.warning("%s: lost the broker (%s)", self.who, reason_code)
+
+    def _on_paho_message(
+        self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage
+    ) -> None:
+        handler = self._on_message
+        if handler is None:
+            return
+        try:
+            handler(message.topic, bytes(message.payload))
+        except Exception:  # noqa: BLE001 - a bad message must not end the network thread
+            self.failed("a message's handling")

@@ -1,0 +1,224 @@
+"""The deadline policy (`edgemon.integrations.deadlines`) fed from a vLLM V1 scheduler.
+
+`DeadlineDriver` is the part of edgemon's vLLM schedulers that turns what the scheduler sees
+into the policy's inputs and the policy's answers into queue operations:
+
+- **Inputs**, as the real scheduler has them: each step's duration (from one ``schedule()``
+  to the next, as real-time admission measures it) with what it batched (decodes and prompt
+  tokens, from its ``SchedulerOutput``); the running requests and their remaining tokens
+  (``max_tokens − num_output_tokens``, one codec frame each); the waiting queue with each
+  request's ``arrival_time`` (the API server's wall clock, seconds) and prompt length; the
+  lengths of requests that finished; and whether edgemon's gate holds this step.
+- **Answers.** At arrival, a request the policy refuses is ended at once; every step the
+  policy's plan says which waiting requests to admit, in its order (vLLM then sees a waiting
+  queue of only those), and which to end (their start deadline cannot be met any more).
+  Requests are ended through `GatedScheduler.edgemon_end_waiting` (``finish_reason``
+  ``abort``, ``stop_reason`` ``edgemon:start_deadline``).
+- **Modes** (``EDGEMON_DEADLINES``): ``off`` (the default: the policy only predicts, for the
+  capacity object's ``start_wait_ms``; admissions are the gate's and real-time admission's as
+  before), ``hold`` (the plan admits: holds end at each request's start deadline; nothing is
+  ended) and ``shed`` (the plan admits and ends what cannot start in time).
+
+Pure of vLLM imports: the scheduler passes its requests in.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from edgemon.integrations.deadlines import Deadlines, DeadlineSettings, Running, Throttle, Waiting
+from edgemon.integrations.realtime import FRAME_MS
+from edgemon.integrations.shed import start_slo_from_environ
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from edgemon.integrations.deadlines import StepPlan
+    from edgemon.integrations.realtime import RealtimeAdmission
+
+__all__ = [
+    "ENV_DEADLINES",
+    "ENV_GUARD_MS",
+    "GUARD_MS",
+    "MODES",
+    "DeadlineDriver",
+    "Mode",
+    "composition",
+    "mode_from_environ",
+]
+
+ENV_DEADLINES = "EDGEMON_DEADLINES"
+ENV_GUARD_MS = "EDGEMON_DEADLINE_GUARD_MS"
+GUARD_MS = 400.0
+"""What every start budget keeps in hand for what the prediction misses: the shipped policy's
+(measured by goodput in the closed-loop benchmark, `edgemon.simulate.policies`)."""
+Mode = Literal["off", "hold", "shed"]
+MODES: tuple[Mode, ...] = ("off", "hold", "shed")
+
+
+def composition(output: Any) -> tuple[int, int] | None:
+    """What a vLLM ``SchedulerOutput`` batched: (requests, prompt tokens beyond one per
+    request, plus one per new request), or None for a step that scheduled nothing."""
+    requests = len(output.num_scheduled_tokens)
+    if requests == 0:
+        return None
+    return requests, output.total_num_scheduled_tokens - requests + len(output.scheduled_new_reqs)
+
+
+def split_resumed(waiting: Iterable[Any]) -> tuple[list[Any], list[Any]]:
+    """The waiting requests that have not started (no output yet), and those vLLM preempted
+    after they started."""
+    fresh: list[Any] = []
+    back: list[Any] = []
+    for request in waiting:
+        (back if request.num_output_tokens else fresh).append(request)
+    return fresh, back
+
+
+def mode_from_environ(environ: Mapping[str, str]) -> Mode:
+    """``EDGEMON_DEADLINES``: off (default), hold or shed; else ValueError naming it."""
+    text = environ.get(ENV_DEADLINES, "").strip().lower() or "off"
+    for mode in MODES:
+        if text == mode:
+            return mode
+    raise ValueError(f"{ENV_DEADLINES}: {text!r} is not one of {', '.join(MODES)}")
+
+
+def guard_from_environ(environ: Mapping[str, str]) -> float:
+    """``EDGEMON_DEADLINE_GUARD_MS`` (default `GUARD_MS`): milliseconds ≥ 0, else ValueError
+    naming the variable."""
+    text = environ.get(ENV_GUARD_MS, "").strip()
+    if not text:
+        return GUARD_MS
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{ENV_GUARD_MS}: {text!r} is not a number of milliseconds ≥ 0")
+    return value
+
+
+def settings_from_environ(
+    environ: Mapping[str, str], mode: Mode, *, token_budget: int | None = None
+) -> DeadlineSettings:
+    """The policy's settings: the start SLO (``EDGEMON_SLO_START_MS``), the guard
+    (``EDGEMON_DEADLINE_GUARD_MS``), the frame (``EDGEMON_REALTIME_FRAME_MS`` when set and
+    > 0), shedding as `mode` says, and the scheduler's prompt-token budget per step."""
+    frame = environ.get("EDGEMON_REALTIME_FRAME_MS", "").strip()
+    try:
+        frame_ms = float(frame) if frame else FRAME_MS
+    except ValueError:
+        frame_ms = FRAME_MS  # the real-time admission refuses it, naming the variable
+    if not (math.isfinite(frame_ms) and frame_ms > 0):
+        frame_ms = FRAME_MS
+    return DeadlineSettings(
+        start_slo_ms=start_slo_from_environ(environ),
+        guard_ms=guard_from_environ(environ),
+        frame_ms=frame_ms,
+        shed=mode == "shed",
+        token_budget=token_budget,
+    )
+
+
+class DeadlineDriver:
+    """The deadline policy of one vLLM scheduler; see the module doc."""
+
+    __slots__ = ("_last", "_wall", "mode", "policy")
+
+    def __init__(
+        self, policy: Deadlines, mode: Mode, *, wall: Callable[[], float] | None = None
+    ) -> None:
+        self.policy = policy
+        self.mode = mode
+        self._wall = wall or time.time
+        self._last: tuple[float, int, int] | None = None  # when, decodes, prompt tokens
+
+    @classmethod
+    def from_environ(
+        cls,
+        environ: Mapping[str, str],
+        admission: RealtimeAdmission | None,
+        max_num_seqs: int | None,
+        *,
+        token_budget: int | None = None,
+        wall: Callable[[], float] | None = None,
+    ) -> DeadlineDriver:
+        """As ``EDGEMON_DEADLINES``, ``EDGEMON_SLO_START_MS`` and ``EDGEMON_DEADLINE_GUARD_MS``
+        say (ValueError naming a bad variable)."""
+        mode = mode_from_environ(environ)
+        settings = settings_from_environ(environ, mode, token_budget=token_budget)
+        policy = Deadlines(settings, admission, max_num_seqs=max_num_seqs)
+        return cls(policy, mode, wall=wall)
+
+    @property
+    def plans(self) -> bool:
+        """Whether the policy decides admissions (modes ``hold`` and ``shed``)."""
+        return self.mode != "off"
+
+    def now_ms(self) -> float:
+        """Now on the requests' arrival clock, in ms."""
+        return self._wall() * 1000.0
+
+    # ------------------------------------------------------------------ inputs
+    @staticmethod
+    def running(requests: Iterable[Any]) -> list[Running]:
+        """The running requests and the frames (tokens) each has left."""
+        return [Running(r.request_id, max(0, r.max_tokens - r.num_output_tokens)) for r in requests]
+
+    @staticmethod
+    def waiting(requests: Iterable[Any]) -> list[Waiting]:
+        """The waiting requests: arrival (ms on the wall clock) and prompt length."""
+        return [
+            Waiting(r.request_id, r.arrival_time * 1000.0, r.num_prompt_tokens) for r in requests
+        ]
+
+    def stepped(self, output: Any) -> None:
+        """A ``schedule()`` produced `output`: the previous step's duration is known now."""
+        now = self.now_ms()
+        last = self._last
+        if last is not None:
+            self.policy.observe(last[1], last[2], now - last[0])
+        batched = composition(output)
+        self._last = None if batched is None else (now, *batched)
+
+    def finished(self, requests: Iterable[Any]) -> None:
+        """Teach the policy the lengths of `requests` that finished (a step's running ones)."""
+        for request in requests:
+            if request.is_finished():
+                self.policy.finished(request.num_output_tokens)
+
+    # ------------------------------------------------------------------ answers
+    def arrive(self, request: Any, running: Iterable[Any], waiting: Iterable[Any]) -> bool:
+        """Whether the policy refuses `request` at arrival (`waiting`: those ahead of it)."""
+        mine = Waiting(request.request_id, request.arrival_time * 1000.0, request.num_prompt_tokens)
+        fresh, back = split_resumed(waiting)
+        verdict = self.policy.arrive(
+            mine, self.now_ms(), self.running([*running, *back]), self.waiting(fresh)
+        )
+        return verdict == "shed"
+
+    def plan(self, running: Iterable[Any], waiting: Iterable[Any], *, held: bool) -> StepPlan:
+        """This step's admissions and refusals. A waiting request that already produced
+        output (vLLM preempted it) started long ago: it is no candidate for a start
+        deadline; it is admitted first (`resumed`, as vLLM's own order has it) and holds a
+        seat like a running request."""
+        fresh, back = split_resumed(waiting)
+        plan = self.policy.plan(
+            self.now_ms(),
+            self.running([*running, *back]),
+            self.waiting(fresh),
+            Throttle(held=held),
+        )
+        if not back:
+            return plan
+        return replace(plan, admit=(*(r.request_id for r in back), *plan.admit))
+
+    def start_wait_ms(self, running: Iterable[Any], waiting: Iterable[Any]) -> float | None:
+        """The predicted wait of a new request before its first audio (None while unknown)."""
+        fresh, back = split_resumed(waiting)
+        figures = self.policy.capacity(self.running([*running, *back]), self.waiting(fresh))
+        return figures.start_wait_ms

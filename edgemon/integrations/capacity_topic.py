@@ -1,0 +1,257 @@
+"""The capacity topic (``P/{device}/capacity``, docs/protocol.md): its settings, the object as
+read, and the engine's publisher.
+
+- **Settings** come from the gate's environment (`TopicConfig.from_environ`):
+  ``EDGEMON_GATE_DEVICE`` (one id or a comma-separated list; ``+`` names no topic to publish
+  on, so it turns the capacity topic off), ``EDGEMON_GATE_BROKER``,
+  ``EDGEMON_GATE_TOPIC_PREFIX`` and the connection's ``USERNAME`` / ``PASSWORD_FILE`` /
+  ``CA_FILE``.
+- **The engine publishes** (`CapacityPublisher`, built by edgemon's schedulers in the engine
+  process): ``{"t_ms", "realtime_streams", "running", "waiting", "start_wait_ms",
+  "shed_total"}`` on every listed device's topic, retained, QoS 1, when one of the integer
+  fields or the rounded ``start_wait_ms`` changed, at most once a second (`RetainedLink`).
+- **Every refusal is counted** in ``shed_total`` and, by reason, in ``shed_reasons``
+  (``{"http": n, "arrival": n, "queued": n}``, a field beyond SPEC's, which consumers may
+  ignore): ``http`` the middleware's 503s, ``arrival`` and ``queued`` the requests the
+  scheduler ended as they arrived and while they waited.
+- **Refusals at arrival in HTTP reach ``shed_total``.** The HTTP middleware runs in vLLM's API
+  server process, not in the engine's: each middleware publishes its own count, retained, on
+  ``P/{first device}/capacity/shed/{its client id}`` (``{"shed_total": n}``; emptied by its
+  will or at close), and the engine's publisher adds every such count to its own. A count
+  whose topic is emptied (its server went away) stays in the total, so ``shed_total`` never
+  goes down while the engine runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from edgemon.client import _mqtt
+from edgemon.client.gate import _connection_from_environ
+from edgemon.integrations._retained import RetainedLink
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+__all__ = ["CapacityPublisher", "CapacityReading", "TopicConfig", "read_capacity"]
+
+_ENV = "EDGEMON_GATE_"
+_SHED_LEVELS = "capacity/shed"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """Where the capacity topics are, and how to connect."""
+
+    broker: _mqtt.Broker
+    devices: tuple[str, ...]
+    prefix: str = "edgemon/v1"
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> TopicConfig | None:
+        """From the gate's variables; None without ``EDGEMON_GATE_DEVICE`` or with ``+``.
+
+        A bad value raises ValueError naming the variable."""
+        device = environ.get(f"{_ENV}DEVICE", "").strip()
+        if not device:
+            return None
+        broker_url = environ.get(f"{_ENV}BROKER", "").strip() or "mqtt://127.0.0.1:1883"
+        prefix = environ.get(f"{_ENV}TOPIC_PREFIX", "").strip() or "edgemon/v1"
+        checks: tuple[tuple[str, Callable[[], Any]], ...] = (
+            ("DEVICE", lambda: _mqtt.check_devices(device)),
+            ("BROKER", lambda: _mqtt.parse_broker_url(broker_url)),
+            ("TOPIC_PREFIX", lambda: _mqtt.check_topic_prefix(prefix)),
+        )
+        values = []
+        for name, check in checks:
+            try:
+                values.append(check())
+            except ValueError as exc:
+                raise ValueError(f"{_ENV}{name}: {exc}") from None
+        devices: tuple[str, ...] = values[0]
+        if devices == ("+",):
+            _mqtt.log.warning(
+                "edgemon: EDGEMON_GATE_DEVICE=+ names no device to publish capacity for; "
+                "the capacity topic and HTTP shedding are off (list the devices instead)"
+            )
+            return None
+        broker = _mqtt.parse_broker_url(broker_url, **_connection_from_environ(environ, broker_url))
+        return cls(broker, devices, prefix)
+
+    def capacity_topics(self) -> tuple[str, ...]:
+        """``P/{device}/capacity`` for every device."""
+        return tuple(f"{self.prefix}/{device}/capacity" for device in self.devices)
+
+    def shed_topic(self, server: str) -> str:
+        """Where one HTTP server publishes its refusals: under the first device."""
+        return f"{self.prefix}/{self.devices[0]}/{_SHED_LEVELS}/{server}"
+
+    def shed_filter(self) -> str:
+        """Every HTTP server's refusal count."""
+        return f"{self.prefix}/{self.devices[0]}/{_SHED_LEVELS}/+"
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityReading:
+    """A capacity object as read: every field optional (None when absent or unreadable)."""
+
+    t_ms: float | None = None
+    realtime_streams: int | None = None
+    running: int | None = None
+    waiting: int | None = None
+    start_wait_ms: float | None = None
+    shed_total: int | None = None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def _count(value: Any) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None and number == int(number) else None
+
+
+def read_capacity(payload: bytes) -> CapacityReading | None:
+    """The capacity object in `payload`, or None if it is not a JSON object."""
+    try:
+        data = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return CapacityReading(
+        t_ms=_number(data.get("t_ms")),
+        realtime_streams=_count(data.get("realtime_streams")),
+        running=_count(data.get("running")),
+        waiting=_count(data.get("waiting")),
+        start_wait_ms=_number(data.get("start_wait_ms")),
+        shed_total=_count(data.get("shed_total")),
+    )
+
+
+def read_shed_count(payload: bytes) -> int | None:
+    """An HTTP server's ``{"shed_total": n}``, or None."""
+    try:
+        data = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return _count(data.get("shed_total")) if isinstance(data, dict) else None
+
+
+class CapacityPublisher:
+    """The engine's side: `update` every step (cheap; publishes only on change, from a thread
+    of its own), the HTTP servers' refusals added to ``shed_total``."""
+
+    __slots__ = ("_figures", "_gone", "_key", "_link", "_lock", "_servers", "_wall", "config")
+
+    def __init__(
+        self,
+        config: TopicConfig,
+        *,
+        client_id: str | None = None,
+        min_interval_s: float = 1.0,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._key: tuple[Any, ...] | None = None
+        self._figures: dict[str, Any] = {}
+        self._servers: dict[str, int] = {}  # HTTP server topic -> its latest count
+        self._gone = 0  # the counts of HTTP servers that went away
+        name = "_".join(config.devices)[:64]
+        self._link = RetainedLink(
+            config.broker,
+            who=f"edgemon capacity {','.join(config.devices)}",
+            client_id=client_id or _mqtt.default_client_id("capacity", name),
+            topics=config.capacity_topics(),
+            watch=(config.shed_filter(),),
+            on_message=self._on_shed,
+            min_interval_s=min_interval_s,
+        )
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> CapacityPublisher | None:
+        """An opened publisher as the gate's variables say, or None (see `TopicConfig`)."""
+        config = TopicConfig.from_environ(environ)
+        return None if config is None else cls(config).open()
+
+    def open(self) -> CapacityPublisher:
+        """Connect in the background (never waits for the broker)."""
+        self._link.open()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Empty the retained capacity objects and disconnect."""
+        self._link.close(timeout)
+
+    @property
+    def link(self) -> RetainedLink:
+        """The connection (its `published`, `errors`, `wait_connected`)."""
+        return self._link
+
+    @property
+    def http_shed(self) -> int:
+        """Refusals the HTTP servers reported (those gone included)."""
+        with self._lock:
+            return self._gone + sum(self._servers.values())
+
+    def update(
+        self,
+        *,
+        realtime_streams: int | None,
+        running: int,
+        waiting: int,
+        start_wait_ms: float | None,
+        shed: Mapping[str, int],
+    ) -> None:
+        """What the scheduler measures now (`shed`: the requests it ended itself, by reason)."""
+        try:
+            wait = None if start_wait_ms is None else round(start_wait_ms)
+            with self._lock:
+                key = (realtime_streams, running, waiting, wait, tuple(sorted(shed.items())))
+                if key == self._key:
+                    return
+                self._key = key
+                self._figures = {
+                    "realtime_streams": realtime_streams,
+                    "running": running,
+                    "waiting": waiting,
+                    "start_wait_ms": wait,
+                    "shed": dict(shed),
+                }
+                self._push()
+        except Exception:  # noqa: BLE001 - the step must never stop for the capacity topic
+            self._link.failed("the capacity update")
+
+    def _push(self) -> None:
+        """Hand the object to the link (under the lock)."""
+        figures = dict(self._figures)
+        reasons = {"http": self._gone + sum(self._servers.values())} | figures.pop("shed", {})
+        figures["shed_total"] = sum(reasons.values())
+        figures["shed_reasons"] = reasons
+        value = {"t_ms": round(self._wall() * 1000)} | {
+            k: v for k, v in figures.items() if v is not None
+        }
+        self._link.set(value)
+
+    def _on_shed(self, topic: str, payload: bytes) -> None:
+        """An HTTP server's refusal count (an empty payload: that server went away)."""
+        with self._lock:
+            if not payload:
+                self._gone += self._servers.pop(topic, 0)
+            else:
+                count = read_shed_count(payload)
+                if count is None or count == self._servers.get(topic):
+                    return
+                self._servers[topic] = max(count, self._servers.get(topic, 0))
+            if self._figures:
+                self._push()

@@ -1,0 +1,277 @@
+"""The deadline policy on vLLM's real V1 scheduler: bounded holds, requests ended when they
+cannot start in time (at arrival, and while queued when the box slows down), and the
+predicted start wait published for the shedding middleware. An injected clock plays the
+model's step times and the requests' arrival clock."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
+
+from realtime_cases import ModelClock, steps
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from edgemon.integrations._vllm_deadlines import DeadlineDriver, Mode, mode_from_environ
+from edgemon.integrations._vllm_shed import SHED_STOP_REASON
+from edgemon.integrations.deadlines import Deadlines, DeadlineSettings
+from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.integrations.shed import EdgemonShedMiddleware
+from edgemon.integrations.vllm import EdgemonScheduler
+from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
+
+from harness import FlagGate, build_scheduler, make_request, run_step, talker_classes, waiting_ids
+from mqtt_probe import probe
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from starlette.requests import Request
+
+T = 30.0  # generous: a loaded machine
+DEVICE = "box-1"
+CAPACITY = f"edgemon/v1/{DEVICE}/capacity"
+ENDED = ("abort", SHED_STOP_REASON)
+
+
+def _driver(
+    clock: ModelClock,
+    mode: Mode,
+    *,
+    admission: RealtimeAdmission | None = None,
+    max_num_seqs: int = 8,
+) -> DeadlineDriver:
+    policy = Deadlines(
+        DeadlineSettings(start_slo_ms=3000.0, shed=mode == "shed"),
+        admission,
+        max_num_seqs=max_num_seqs,
+    )
+    return DeadlineDriver(policy, mode, wall=clock)
+
+
+@pytest.fixture(params=talker_classes(), ids=lambda cls: cls.__name__)
+def flavour(request: pytest.FixtureRequest) -> type[Any]:
+    """The scheduler class under test: vLLM's, and vLLM-Omni's talker where it imports."""
+    cls: type[Any] = request.param
+    return cls
+
+
+def _scheduler(
+    tiny_model: Path,
+    clock: ModelClock,
+    mode: Mode,
+    cls: type[Any] = EdgemonScheduler,
+    **kwargs: Any,
+) -> Any:
+    max_num_seqs = kwargs.pop("max_num_seqs", 8)
+    return build_scheduler(
+        cls,
+        tiny_model,
+        max_num_seqs=max_num_seqs,
+        edgemon_deadlines=_driver(clock, mode, max_num_seqs=max_num_seqs),
+        **kwargs,
+    )
+
+
+def _arrive(scheduler: Any, clock: ModelClock, request_id: str, *, max_tokens: int = 50) -> None:
+    scheduler.add_request(
+        make_request(request_id, 8, max_tokens=max_tokens, arrival_time=clock.now_s)
+    )
+
+
+def test_a_hold_ends_at_the_requests_start_deadline(tiny_model: Path, flavour: type[Any]) -> None:
+    """With the gate holding for good, a waiting request is held until its start deadline
+    (arrival + 3 s − what its first audio still needs) and admitted by the first step that
+    begins at or after it; nothing is admitted before. (Without the deadline policy this gate
+    holds it for ever.)"""
+    clock = ModelClock()
+    scheduler = _scheduler(tiny_model, clock, "hold", flavour, edgemon_gate=FlagGate(throttle=True))
+    _arrive(scheduler, clock, "r")
+    (waiting,) = DeadlineDriver.waiting(scheduler.waiting)
+    deadline_ms = scheduler.edgemon_deadlines.policy.deadline_ms(waiting, 8)
+    assert deadline_ms < waiting.arrival_ms + 3000.0
+    for _ in range(400):
+        begun_ms = clock.now_s * 1000
+        step = run_step(scheduler)
+        clock.ran(step)
+        if step.admitted:
+            break
+    assert step.admitted == ["r"], "the hold never ended"
+    assert deadline_ms <= begun_ms < deadline_ms + 31.0  # one idle step: 30 ms
+    assert scheduler.edgemon_stats.held_steps > 0
+
+
+def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(
+    tiny_model: Path, flavour: type[Any]
+) -> None:
+    """Two long requests fill the batch (max_num_seqs 2): a third one's seat frees only after
+    hundreds of steps, past its start deadline, so mode `shed` ends it at arrival (abort,
+    edgemon:start_deadline) while the running requests go on; mode `hold` queues it."""
+    for mode, expected in (("shed", ENDED), ("hold", None)):
+        clock = ModelClock()
+        scheduler = _scheduler(tiny_model, clock, mode, flavour, max_num_seqs=2)  # type: ignore[arg-type]
+        for name in ("a", "b"):
+            _arrive(scheduler, clock, name, max_tokens=500)
+        list(steps(scheduler, clock, 6))
+        _arrive(scheduler, clock, "late")
+        (step,) = steps(scheduler, clock, 1)
+        assert step.reasons.get("late") == expected, mode
+        assert set(step.produced) == {"a", "b"}
+        assert scheduler._edgemon_report.shed_reasons["arrival"] == (mode == "shed")
+        assert waiting_ids(scheduler) == ([] if mode == "shed" else ["late"])
+
+
+def test_a_queued_request_is_ended_once_the_box_slows_down(
+    tiny_model: Path, flavour: type[Any]
+) -> None:
+    """A request queued behind a full batch whose seats free in time is kept; when every step
+    becomes 8 times longer, its start can no longer be met and it is ended at once (before
+    its deadline passes), while the running requests keep decoding."""
+    clock = ModelClock()
+    scheduler = _scheduler(tiny_model, clock, "shed", flavour, max_num_seqs=2)
+    for name, tokens in (("a", 30), ("b", 400)):
+        _arrive(scheduler, clock, name, max_tokens=tokens)
+    list(steps(scheduler, clock, 4))
+    _arrive(scheduler, clock, "queued")
+    deadline_ms = clock.now_s * 1000 + 3000.0
+    list(steps(scheduler, clock, 2))
+    assert waiting_ids(scheduler) == ["queued"]
+    clock.factor = 8.0
+    ended_at = None
+    for step in steps(scheduler, clock, 40):
+        assert "b" in step.produced
+        if "queued" in step.reasons:
+            assert step.reasons["queued"] == ENDED
+            ended_at = clock.now_s * 1000
+            break
+    assert ended_at is not None, "the infeasible request was never ended"
+    assert ended_at < deadline_ms
+    assert waiting_ids(scheduler) == []
+
+
+def test_a_preempted_request_is_resumed_not_ended(tiny_model: Path, flavour: type[Any]) -> None:
+    """A request vLLM preempted (KV blocks ran out) started long ago: however old its arrival,
+    the deadline policy neither ends it nor holds it back; it is resumed first, as vLLM's own
+    order has it."""
+    clock = ModelClock()
+    scheduler = _scheduler(
+        tiny_model, clock, "shed", flavour, num_blocks=4, max_num_batched_tokens=64
+    )
+    for name in ("a", "b"):
+        _arrive(scheduler, clock, name, max_tokens=40)
+    preempted: list[str] = []
+    for step in steps(scheduler, clock, 60):
+        preempted += step.preempted
+        if preempted:
+            break
+    assert preempted, "the trace must exercise preemption"
+    clock.now_s += 10.0  # every start deadline is long past now
+    resumed: list[str] = []
+    for step in steps(scheduler, clock, 200):
+        assert all(reason[1] != SHED_STOP_REASON for reason in step.reasons.values())
+        resumed += [r for r in step.admitted if r in preempted]
+        if not scheduler.has_unfinished_requests():
+            break
+    assert set(preempted) <= set(resumed)
+    assert scheduler.edgemon_deadlines.policy.shed_total == 0
+
+
+def test_real_time_admission_is_the_plans_limit(tiny_model: Path) -> None:
+    """With real-time admission measured (N* = 12), the plan admits up to it and holds the
+    rest (mode hold), in arrival order; nothing beyond the real-time batch runs."""
+    clock = ModelClock()
+    admission = RealtimeAdmission(80.0)
+    scheduler = build_scheduler(
+        EdgemonRealtimeScheduler,
+        tiny_model,
+        max_num_seqs=32,
+        max_num_batched_tokens=512,
+        edgemon_gate=FlagGate(),
+        edgemon_realtime=admission,
+        edgemon_clock=clock,
+        edgemon_deadlines=_driver(clock, "hold", admission=admission, max_num_seqs=32),
+    )
+    for i in range(4):
+        _arrive(scheduler, clock, f"a-{i}", max_tokens=400)
+    list(steps(scheduler, clock, 12))
+    for i in range(4):
+        _arrive(scheduler, clock, f"b-{i}", max_tokens=400)
+    list(steps(scheduler, clock, 12))
+    assert admission.limit == 12
+    later = [f"c-{i}" for i in range(6)]
+    for request_id in later:
+        _arrive(scheduler, clock, request_id, max_tokens=400)
+    (step,) = steps(scheduler, clock, 1)
+    assert step.admitted == later[:4]
+    assert waiting_ids(scheduler) == later[4:]
+    assert len(scheduler.running) == 12
+
+
+@pytest.mark.integration
+def test_the_predicted_wait_reaches_the_middleware(
+    tiny_model: Path, mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end on a real Mosquitto: a full batch with a long queue makes the scheduler
+    publish a start wait over the SLO; the middleware (another process's part) then refuses a
+    completion with 503, and the refusal comes back in the engine's shed_total."""
+    host, port = mosquitto_broker
+    monkeypatch.setenv("EDGEMON_GATE_DEVICE", DEVICE)
+    monkeypatch.setenv("EDGEMON_GATE_BROKER", f"mqtt://{host}:{port}")
+    monkeypatch.delenv("EDGEMON_SLO_START_MS", raising=False)
+    clock = ModelClock()
+    scheduler = _scheduler(tiny_model, clock, "off", max_num_seqs=1)
+    app = Starlette(routes=[Route("/v1/completions", _ok, methods=["POST"])])
+    middleware = EdgemonShedMiddleware(app)
+    assert middleware.view is not None
+    try:
+        with probe(host, port, CAPACITY) as watcher:
+            for i in range(6):
+                _arrive(scheduler, clock, f"r{i}", max_tokens=200)
+            list(steps(scheduler, clock, 10))
+            assert watcher.wait_for(
+                lambda seen: any(
+                    m.payload and m.json().get("start_wait_ms", 0) > 3000 for m in seen
+                ),
+                T,
+            )
+            client = TestClient(middleware)
+            view = middleware.view
+            assert _eventually(lambda: view.judge(3000.0) is not None)
+            answer = client.post("/v1/completions", json={})
+            assert answer.status_code == 503
+            list(steps(scheduler, clock, 2))
+            assert watcher.wait_for(
+                lambda seen: any(m.payload and m.json()["shed_total"] == 1 for m in seen), T
+            )
+    finally:
+        middleware.view.close()
+        scheduler.shutdown()
+
+
+def _ok(_request: Request) -> PlainTextResponse:
+    return PlainTextResponse("ok")
+
+
+def _eventually(check: Any, timeout: float = T) -> bool:
+    import time  # noqa: PLC0415
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_mode_setting() -> None:
+    """EDGEMON_DEADLINES is off (default), hold or shed; anything else stops the start naming
+    the variable."""
+    assert mode_from_environ({}) == "off"
+    assert mode_from_environ({"EDGEMON_DEADLINES": " Shed "}) == "shed"
+    with pytest.raises(ValueError, match="EDGEMON_DEADLINES"):
+        mode_from_environ({"EDGEMON_DEADLINES": "drop"})

@@ -1,0 +1,195 @@
+"""vLLM's own OpenAI server, started as a user starts it, with edgemon's real-time scheduler
+and the deadline policy: what a client receives for a request ended before its first token,
+and the 503 the shedding middleware answers once the box's capacity object says it is full.
+
+A tiny Llama with dummy weights and a word-level tokenizer made here; nothing downloaded."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+pytest.importorskip("vllm.entrypoints.openai.api_server", exc_type=ImportError)
+pytest.importorskip("tokenizers")
+pytest.importorskip("transformers")
+
+import tokenizers
+import transformers
+
+from brokers import end_process, free_port
+from conftest import TINY_CONFIG
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+    from typing import IO
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+START_S = 240.0  # a loaded 2-core machine: the server is ready in 20-60 s
+T = 60.0
+DEVICE = "server-box"
+REASON = "edgemon:start_deadline"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama's config and a word-level tokenizer (w0 … w251) with a chat template."""
+    directory = tmp_path_factory.mktemp("served-model")
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3} | {f"w{i}": i + 4 for i in range(252)}
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=words,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+    )
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    fast.save_pretrained(directory)
+    config = TINY_CONFIG | {"max_position_embeddings": 4096}
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def _serve(
+    model: Path, broker: tuple[str, int], tmp: Path, log: IO[bytes], *, middleware: bool
+) -> Any:
+    """`python -m vllm.entrypoints.openai.api_server` as a user runs it, logging to `log`;
+    (process, port)."""
+    port = free_port()
+    host, broker_port = broker
+    env = os.environ | {
+        "EDGEMON_GATE_DEVICE": DEVICE,
+        "EDGEMON_GATE_BROKER": f"mqtt://{host}:{broker_port}",
+        "EDGEMON_DEADLINES": "shed",
+        "VLLM_CACHE_ROOT": str(tmp),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp),
+    }
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", "m",
+        "--load-format", "dummy", "--enforce-eager", "--dtype", "float32",
+        "--max-model-len", "4096", "--max-num-seqs", "1", "--port", str(port),
+        "--scheduler-cls", "edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler",
+    ]  # fmt: skip
+    if middleware:
+        command += ["--middleware", "edgemon.integrations.shed.EdgemonShedMiddleware"]
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + START_S
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return process, port
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                end_process(process)
+                pytest.fail(f"the server did not start: see {log.name}")
+            time.sleep(0.5)
+
+
+@pytest.fixture
+def served(
+    model_dir: Path, mosquitto_broker: tuple[str, int], tmp_path: Path, request: Any
+) -> Iterator[int]:
+    """The server (with the middleware when the test is parametrized so); its port."""
+    with (tmp_path / "server.log").open("wb") as log:
+        process, port = _serve(model_dir, mosquitto_broker, tmp_path, log, middleware=request.param)
+        try:
+            yield port
+        finally:
+            end_process(process, timeout=30)
+
+
+def _post(port: int, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], str]:
+    """POST JSON; (status, headers, body text), error statuses included."""
+    data = json.dumps(body).encode()
+    ask = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data, {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(ask, timeout=T) as answer:
+            return answer.status, dict(answer.headers), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read().decode()
+
+
+def _fill(port: int) -> None:
+    """A long request taking the only seat (max-num-seqs 1), in the background (cut short
+    when the server stops at the test's end)."""
+    long = {"model": "m", "prompt": "w1 w2 w3", "max_tokens": 3000, "ignore_eos": True}
+
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            _post(port, "/v1/completions", long)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+SHORT = {"model": "m", "prompt": "w4 w5", "max_tokens": 20, "ignore_eos": True}
+
+
+def _full(port: int) -> bool:
+    """Whether a short request is ended (or refused) rather than served: the box is full."""
+    status, _, text = _post(port, "/v1/completions", SHORT)
+    return status == 503 or REASON in text
+
+
+def _eventually(check: Any, timeout: float = T) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+@pytest.mark.parametrize("served", [False], indirect=True, ids=["engine"])
+def test_what_a_client_sees_of_a_request_ended_before_its_first_token(served: int) -> None:
+    """With the only seat taken for tens of seconds, a new request cannot start within 3 s:
+    the scheduler ends it at arrival. Not streaming: 200 with an empty text, finish_reason
+    abort and stop_reason edgemon:start_deadline; streaming: only `data: [DONE]`; chat
+    streaming: the role chunk, then `data: [DONE]` (as docs/client.md says)."""
+    _fill(served)
+    assert _eventually(lambda: _full(served))
+    status, _, text = _post(served, "/v1/completions", SHORT)
+    assert status == 200
+    (choice,) = json.loads(text)["choices"]
+    assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == ("", "abort", REASON)
+    assert json.loads(text)["usage"]["completion_tokens"] == 0
+    status, _, text = _post(served, "/v1/completions", SHORT | {"stream": True})
+    assert (status, text.strip()) == (200, "data: [DONE]")
+    chat = {"model": "m", "messages": [{"role": "user", "content": "w6"}], "max_tokens": 9}
+    status, _, text = _post(served, "/v1/chat/completions", chat | {"stream": True})
+    events = [line for line in text.splitlines() if line.startswith("data: ")]
+    assert status == 200
+    assert events[-1] == "data: [DONE]"
+    assert [json.loads(e[6:])["choices"][0]["delta"] for e in events[:-1]] == [
+        {"role": "assistant", "content": ""}
+    ]
+
+
+@pytest.mark.parametrize("served", [True], indirect=True, ids=["middleware"])
+def test_the_middleware_answers_503_once_the_box_is_full(served: int) -> None:
+    """With `--middleware edgemon.integrations.shed.EdgemonShedMiddleware`, once the
+    scheduler's capacity object predicts a start wait over 3 s, completions are refused with
+    503, Retry-After and vLLM's error shape."""
+    _fill(served)
+    assert _eventually(lambda: _post(served, "/v1/completions", SHORT)[0] == 503)
+    status, headers, text = _post(served, "/v1/completions", SHORT)
+    assert status == 503
+    assert int(headers["retry-after"]) >= 1
+    error = json.loads(text)["error"]
+    assert (error["type"], error["code"]) == ("ServiceUnavailableError", 503)
+    assert "start SLO" in error["message"]
