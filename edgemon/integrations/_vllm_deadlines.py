@@ -29,7 +29,14 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from edgemon.integrations.deadlines import Deadlines, DeadlineSettings, Running, Throttle, Waiting
+from edgemon.integrations.deadlines import (
+    GUARD_MS,
+    Deadlines,
+    DeadlineSettings,
+    Running,
+    Throttle,
+    Waiting,
+)
 from edgemon.integrations.realtime import FRAME_MS
 from edgemon.integrations.shed import start_slo_from_environ
 
@@ -52,9 +59,6 @@ __all__ = [
 
 ENV_DEADLINES = "EDGEMON_DEADLINES"
 ENV_GUARD_MS = "EDGEMON_DEADLINE_GUARD_MS"
-GUARD_MS = 400.0
-"""What every start budget keeps in hand for what the prediction misses: the shipped policy's
-(measured by goodput in the closed-loop benchmark, `edgemon.simulate.policies`)."""
 Mode = Literal["off", "hold", "shed"]
 MODES: tuple[Mode, ...] = ("off", "hold", "shed")
 

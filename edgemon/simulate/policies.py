@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from edgemon.integrations.deadlines import ORDERS, DeadlineSettings
+from edgemon.integrations.deadlines import GUARD_MS, ORDERS, DeadlineSettings
 from edgemon.integrations.realtime import STEP_FRAMES
 from edgemon.simulate.budget import AHEAD_FRAMES, BUDGET_MODES, BudgetSetting
 
@@ -58,10 +58,8 @@ request's start deadline, and what cannot start within the start SLO refused, wi
 `SHIPPED_GUARD_MS` taken off every start budget. Chosen by goodput (README "Does it help?"):
 edgemon's gate on top of it (`+lasting:{margin}:1100`, the shipped policy before deadlines)
 measured no better on `jetson` and 4–5 points lower on `x86-gpu` in overload."""
-SHIPPED_GUARD_MS = 400.0
-"""What the shipped policy keeps in hand of every start budget, for what the prediction
-misses (a burst of prefills, the players' delivery jitter); 300–600 ms measured within a
-point of goodput, 400 ms keeps the start p99 within the SLO at every point measured."""
+SHIPPED_GUARD_MS = GUARD_MS
+"""What the shipped policy keeps in hand of every start budget (`deadlines.GUARD_MS`)."""
 PREVIOUS = "realtime:1.02+lasting:{margin}:1100"
 """The shipped policy before deadlines (real-time admission and edgemon's gate)."""
 

@@ -189,7 +189,7 @@ class Box:
         self.end_ms = now = self.clock()
         if self.reporter is not None:
             for player in self.players.values():
-                if not player.final:
+                if not player.final and player.shed_ms is None:  # a refusal ended it already
                     self.reporter.end(player.stream, "cancelled")
         return score(self.players.values(), now, requests=self.status.requests)
 
