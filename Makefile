@@ -91,6 +91,8 @@ VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 	.venv-$*/bin/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+# The real OpenAI server (tests/vllm/test_vllm_server.py, `python -m vllm.entrypoints.openai.api_server`)
+# runs on vLLM 0.32 only: on 0.30 its ended-request check did not see the request ended.
 # The tier's coverage is appended to the data of `make test` (.coverage, same source tree), so
 # that `make coverage` afterwards reports the two combined: the vLLM modules are measured
 # only here.
@@ -99,7 +101,8 @@ VLLM_COV = --cov --cov-append --cov-report= --cov-fail-under=0
 test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	$(VLLM_TEST_ENV) .venv-vllm/bin/pytest -p no:cacheprovider $(VLLM_COV) tests/vllm \
 	  --ignore=tests/vllm/test_vllm_omni.py
-	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_COV) tests/vllm
+	$(VLLM_TEST_ENV) .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_COV) tests/vllm \
+	  --ignore=tests/vllm/test_vllm_server.py
 
 # `make test` then `make test-vllm`, combined: every module of edgemon, the vLLM integrations
 # included (the unit run's own report leaves those out: it cannot import vLLM).
