@@ -249,15 +249,15 @@ def sent(broker: FakeBroker, topic: str) -> list[int]:
 
 
 async def test_the_brokers_maximum_packet_size_is_honoured() -> None:
-    """An MQTT 5 broker whose Maximum Packet Size is 64 bytes: a larger PUBLISH is not sent
-    (the broker would have to drop the connection), the caller gets PublishError saying why,
-    and the connection stays up."""
+    """An MQTT 5 broker whose Maximum Packet Size is 128 bytes (room for edgemon's SUBSCRIBE
+    of three filters): a larger PUBLISH is not sent (the broker would have to drop the
+    connection), the caller gets PublishError saying why, and the connection stays up."""
     broker = FakeBroker()
-    broker.connack = v5_connack(b"\x27\x00\x00\x00\x40")  # Maximum Packet Size 64
+    broker.connack = v5_connack(b"\x27\x00\x00\x00\x80")  # Maximum Packet Size 128
     async with running_link("small", "edgemon", broker=broker, protocol="5") as (link, _):
         await until(lambda: link.connection.subscribed, "subscribed")
-        with pytest.raises(PublishError, match="the broker takes 64 at most"):
-            await link.publish("t/big", b"x" * 100, qos=1, retain=False)
+        with pytest.raises(PublishError, match="the broker takes 128 at most"):
+            await link.publish("t/big", b"x" * 200, qos=1, retain=False)
         assert sent(broker, "t/big") == []
         assert link.connection.connected
     assert broker.connections == 1
