@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgemon.simulate.engine import TtsEngine
+from edgemon.simulate.figures import outcome_fields
 from edgemon.simulate.players import Delivery
 from edgemon.simulate.realtime import Box, wall_ms
 from edgemon.simulate.workload import Arrivals
@@ -207,16 +208,7 @@ def summary_json(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> dic
             "gap_silence_s": round(score.gap_silence_s, 3),
             "gaps": score.gaps,
             "total_silence_s": round(score.total_silence_s, 3),
-            "start_slo_ms": score.start_slo_ms,
-            "gap_slo_ms": score.gap_slo_ms,
-            "offered": score.offered,
-            "good": score.good,
-            "late": score.late,
-            "gappy": score.gappy,
-            "shed": score.shed,
-            "unfinished": score.unfinished,
-            "goodput": round(score.goodput, 4),
-            "shed_p99_ms": _round(score.shed_p99_ms),
+            **outcome_fields(score),
         }
     return out
 

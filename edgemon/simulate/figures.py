@@ -98,6 +98,15 @@ def row(
         "gaps": score.gaps,
         "gaps_per_stream_min": round(score.underruns_per_stream_minute, 3),
         "total_silence_s": round(score.total_silence_s, 3),
+        **outcome_fields(score),
+        "longest_gap_p95_ms": _round(score.longest_gap_p95_ms),
+    }
+
+
+def outcome_fields(score: Score) -> dict[str, Any]:
+    """The SLOs a run was judged by, each outcome's count and the goodput (rows and the demo's
+    summary)."""
+    return {
         "start_slo_ms": score.start_slo_ms,
         "gap_slo_ms": score.gap_slo_ms,
         "offered": score.offered,
@@ -108,7 +117,6 @@ def row(
         "unfinished": score.unfinished,
         "goodput": round(score.goodput, 4),
         "shed_p99_ms": _round(score.shed_p99_ms),
-        "longest_gap_p95_ms": _round(score.longest_gap_p95_ms),
     }
 
 
