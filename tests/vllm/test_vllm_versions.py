@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("vllm", exc_type=ImportError)
+pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
 import vllm
 
