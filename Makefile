@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test test-fast test-fleet test-vllm coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput clean
+.PHONY: docs test test-fast test-fleet test-vllm coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check edgemon tests benchmarks dashboards
-	$(BIN)/ruff format --check edgemon tests benchmarks dashboards
+	$(BIN)/ruff check edgemon tests benchmarks dashboards docs_hooks.py
+	$(BIN)/ruff format --check edgemon tests benchmarks dashboards docs_hooks.py
 	$(BIN)/python dashboards/generate.py --check
 
 # The vLLM tier's files are a second run: its conftest.py is another `conftest`, and its
@@ -49,6 +49,17 @@ test-fast: $(STAMP)
 # (the dev extra includes the embedded broker). `make demo DEMO_ARGS="--duration 60"`.
 demo: $(STAMP)
 	$(BIN)/edgemon demo $(DEMO_ARGS)
+
+# The documentation site (mkdocs.yml) into site/. --strict: a broken link or anchor, a missing
+# page or a page outside the navigation fails the build. The configuration and CLI references
+# are generated from the code as it builds (docs_hooks.py).
+DOCS_STAMP = $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine.py
@@ -172,4 +183,4 @@ bench-loop: $(STAMP) .venv-vllm/.matplotlib
 	.venv-vllm/bin/python $(BENCH_LOOP) --spots $(BENCH_OUT)/loop-spots-*.jsonl
 
 clean:
-	rm -rf $(VENV) .venv-vllm .venv-omni .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info
+	rm -rf $(VENV) .venv-vllm .venv-omni site .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info

@@ -1,0 +1,227 @@
+"""MkDocs hook: the reference pages that must never drift from the code, written at build time.
+
+A page that holds a marker line `<!-- generated: NAME -->` gets it replaced by what the code
+says now: `configuration` from the pydantic settings models (edgemon/settings/) with each key's
+comment from deploy/edgemon.toml, `cli` from the argparse parsers (edgemon/cli/). The pages
+stay ordinary files in docs/ and in the navigation, so `mkdocs build --strict` checks their
+links like any other page's; nothing is written to the source tree.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import os
+import re
+import types
+from contextlib import contextmanager, redirect_stdout, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, SecretStr
+from pydantic_core import PydanticUndefined
+
+from edgemon.cli.main import build_parser
+from edgemon.settings import ENV_PREFIX, Settings
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Iterator
+
+    from pydantic.fields import FieldInfo
+
+ROOT = Path(__file__).resolve().parent
+EXAMPLE_CONFIG = ROOT / "deploy" / "edgemon.toml"
+MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.MULTILINE)
+#: The width argparse wraps its help to, whatever the terminal that builds the site.
+HELP_COLUMNS = "96"
+KEY_LINE = re.compile(r"^(#\s*)?([a-z_]+)\s*=")
+SECTION_LINE = re.compile(r"^\[([a-z_]+)[.\]]")
+CONSTRAINTS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "at least"}
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """MkDocs' hook: each marker replaced by its generated Markdown."""
+    return MARKER.sub(lambda match: GENERATORS[match.group(1)](), markdown)
+
+
+# --- the configuration reference -------------------------------------------------------------
+
+
+def configuration() -> str:
+    """One table per section of the config file, from the models, and the example file."""
+    comments = example_comments(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    out: list[str] = []
+    for name, field in Settings.model_fields.items():
+        model, heading = section_model(name, field)
+        out += [f"## `{heading}`", "", clean(inspect.getdoc(model) or ""), ""]
+        out += ["| key | type | default | environment | meaning |", "|---|---|---|---|---|"]
+        own = attribute_comments(model)
+        for key, sub in model.model_fields.items():
+            env = "" if name == "devices" else f"`{ENV_PREFIX}{name.upper()}__{key.upper()}`"
+            meaning = " ".join(x for x in (own.get(key), comments.get((name, key))) if x)
+            cells = (f"`{key}`", type_text(sub), default_text(sub), env, meaning)
+            out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        out.append("")
+    out += [
+        "## The example file",
+        "",
+        "`deploy/edgemon.toml`, as shipped (every key at its default):",
+        "",
+        "```toml",
+        EXAMPLE_CONFIG.read_text(encoding="utf-8").rstrip(),
+        "```",
+    ]
+    return "\n".join(out)
+
+
+def section_model(name: str, field: FieldInfo) -> tuple[type[BaseModel], str]:
+    """The model of section `name` and its TOML heading (`[devices.<id>]` for the table)."""
+    annotation = field.annotation
+    if get_origin(annotation) is dict:
+        model = get_args(annotation)[1]
+        heading = f"[{name}.<id>]"
+    else:
+        model = annotation
+        heading = f"[{name}]"
+    assert isinstance(model, type)
+    assert issubclass(model, BaseModel)
+    return model, heading
+
+
+def type_text(field: FieldInfo) -> str:
+    """A reader's name for the field's type, with its bounds."""
+    text = type_name(field.annotation)
+    if any(type(item).__name__ == "PathType" for item in field.metadata):
+        text = "file path"
+    if text == "string" and any(getattr(item, "min_length", 0) == 1 for item in field.metadata):
+        return "non-empty string"
+    bounds = [
+        f"{sign} {getattr(item, attr)}"
+        for item in field.metadata
+        for attr, sign in CONSTRAINTS.items()
+        if getattr(item, attr, None) is not None
+    ]
+    return ", ".join([text, *bounds])
+
+
+def type_name(annotation: Any) -> str:
+    """`float` → number, `Literal["a", "b"]` → "a" or "b", `X | None` → X, and so on."""
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin is Literal:
+        return " or ".join(f'`"{arg}"`' for arg in args)
+    if origin in {Union, types.UnionType}:
+        return " or ".join(type_name(arg) for arg in args if arg is not type(None))
+    if origin is tuple:
+        return f"list of {type_name(args[0])}"
+    if args and hasattr(annotation, "__metadata__"):  # Annotated[...], e.g. FilePath
+        if any(type(item).__name__ == "PathType" for item in annotation.__metadata__):
+            return "file path"
+        return type_name(args[0])
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "path"}
+    if annotation is SecretStr:
+        return "secret"
+    return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def default_text(field: FieldInfo) -> str:
+    """The default as TOML would write it; a computed one says so."""
+    if field.default_factory is not None:
+        return "computed"
+    value = field.default
+    special = {PydanticUndefined: "required", None: "unset", True: "`true`", False: "`false`"}
+    if value is PydanticUndefined or value is None or isinstance(value, bool):
+        return special[value]
+    if isinstance(value, str | Path):
+        return f'`"{value}"`'
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def attribute_comments(model: type[BaseModel]) -> dict[str, str]:
+    """The `#:` comments written above the model's fields, by field name."""
+    found: dict[str, str] = {}
+    pending: list[str] = []
+    for line in inspect.getsource(model).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            pending.append(stripped[2:].strip())
+            continue
+        match = re.match(r"([a-z_]+)\s*:", stripped)
+        if match and pending:
+            found[match.group(1)] = clean(" ".join(pending))
+        pending = []
+    return found
+
+
+def example_comments(text: str) -> dict[tuple[str, str], str]:
+    """The comment lines above each key of the example config, by (section, key)."""
+    found: dict[tuple[str, str], str] = {}
+    section = ""
+    pending: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if heading := SECTION_LINE.match(line):
+            section, pending = heading.group(1), []
+        elif key := KEY_LINE.match(line):
+            if pending and section:
+                found[(section, key.group(2))] = clean(" ".join(pending))
+            pending = []
+        elif line.startswith("#") and section:
+            pending.append(line.lstrip("#").strip())
+        else:
+            pending = []
+    return found
+
+
+def clean(text: str) -> str:
+    """One paragraph: the lines of a docstring or a comment block joined."""
+    return " ".join(text.split())
+
+
+# --- the command-line reference --------------------------------------------------------------
+
+
+def cli() -> str:
+    """Each command's help, exactly as `edgemon <command> --help` prints it."""
+    with help_width(HELP_COLUMNS):
+        parser = build_parser()
+        out = ["## `edgemon`", "", "```text", parser.format_help().rstrip(), "```", ""]
+        for name in command_names(parser):
+            text = printed_help(parser, name)
+            out += [f"## `edgemon {name}`", "", "```text", text.rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+def command_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The commands, in the order the usage line lists them (`{run,demo,...}`)."""
+    match = re.search(r"\{([a-z,-]+)\}", parser.format_usage())
+    assert match is not None, parser.format_usage()
+    return match.group(1).split(",")
+
+
+def printed_help(parser: argparse.ArgumentParser, command: str) -> str:
+    """What `edgemon <command> --help` prints (argparse's public path: it exits 0)."""
+    out = io.StringIO()
+    with redirect_stdout(out), suppress(SystemExit):
+        parser.parse_args([command, "--help"])
+    return out.getvalue()
+
+
+@contextmanager
+def help_width(columns: str) -> Iterator[None]:
+    """argparse wraps help to $COLUMNS: fix it while the help is formatted."""
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = columns
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
+
+
+GENERATORS: dict[str, Callable[[], str]] = {"configuration": configuration, "cli": cli}
