@@ -55,12 +55,14 @@ def configuration() -> str:
     for name, field in Settings.model_fields.items():
         model, heading = section_model(name, field)
         out += [f"## `{heading}`", "", clean(inspect.getdoc(model) or ""), ""]
-        out += ["| key | type | default | environment | meaning |", "|---|---|---|---|---|"]
+        out += ["| key | type and default | meaning |", "|---|---|---|"]
         own = attribute_comments(model)
         for key, sub in model.model_fields.items():
-            env = "" if name == "devices" else f"`{ENV_PREFIX}{name.upper()}__{key.upper()}`"
-            meaning = " ".join(x for x in (own.get(key), comments.get((name, key))) if x)
-            cells = (f"`{key}`", type_text(sub), default_text(sub), env, meaning)
+            meaning = comments.get((name, key)) or own.get(key, "")
+            if name != "devices":
+                meaning += f" Environment: `{ENV_PREFIX}{name.upper()}__{key.upper()}`."
+            kind = f"{type_text(sub)}; default {default_text(sub)}"
+            cells = (f"`{key}`", kind, meaning.strip())
             out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
         out.append("")
     out += [
@@ -119,9 +121,14 @@ def type_name(annotation: Any) -> str:
         if any(type(item).__name__ == "PathType" for item in annotation.__metadata__):
             return "file path"
         return type_name(args[0])
-    names = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "path"}
-    if annotation is SecretStr:
-        return "secret"
+    names: dict[Any, str] = {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        Path: "path",
+        SecretStr: "secret",
+    }
     return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
@@ -157,28 +164,35 @@ def attribute_comments(model: type[BaseModel]) -> dict[str, str]:
 
 
 def example_comments(text: str) -> dict[tuple[str, str], str]:
-    """The comment lines above each key of the example config, by (section, key)."""
+    """The comment block above each key of the example config, by (section, key). Keys on
+    consecutive lines share the block above the first (`cert_file` and `key_file`)."""
     found: dict[tuple[str, str], str] = {}
     section = ""
     pending: list[str] = []
+    shared = ""
     for raw in text.splitlines():
         line = raw.strip()
         if heading := SECTION_LINE.match(line):
-            section, pending = heading.group(1), []
+            section, pending, shared = heading.group(1), [], ""
         elif key := KEY_LINE.match(line):
-            if pending and section:
-                found[(section, key.group(2))] = clean(" ".join(pending))
+            shared = clean(" ".join(pending)) if pending else shared
+            if shared and section:
+                found[(section, key.group(2))] = shared
             pending = []
         elif line.startswith("#") and section:
             pending.append(line.lstrip("#").strip())
         else:
-            pending = []
+            pending, shared = [], ""
     return found
 
 
 def clean(text: str) -> str:
-    """One paragraph: the lines of a docstring or a comment block joined."""
-    return " ".join(text.split())
+    """One paragraph: the lines of a docstring or a comment block joined, with `<` and `>`
+    outside code spans escaped (`<topic_prefix>/<device>` is text, not HTML)."""
+    spans = " ".join(text.split()).split("`")
+    for i in range(0, len(spans), 2):  # the even pieces are outside backticks
+        spans[i] = spans[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(spans)
 
 
 # --- the command-line reference --------------------------------------------------------------
