@@ -121,7 +121,7 @@ COMBINED_FAIL_UNDER = 94
 coverage: $(STAMP)
 	$(BIN)/coverage report --omit=no-file-is-left-out --fail-under=$(COMBINED_FAIL_UNDER)
 
-# Does edgemon help? (README "Does it help?") 1. The virtual sweep in the project's venv (no
+# Does edgemon help? (docs/explanation/does-it-help.md) 1. The virtual sweep in the project's venv (no
 # vLLM): every baseline and policy, 4 scenarios, loads 0.8 and 0.9, 10 seeds (jetson: 180 s
 # runs, about 6 minutes on 2 busy cores; x86-gpu: 120 s, about 8 minutes). 2. Real-time spot checks: vLLM's real scheduler,
 # Mosquitto, `edgemon run`, Reporters and ThrottleGate (.venv-vllm, 14 runs of 120 s, about
@@ -147,7 +147,7 @@ SPOT_09 = --profile jetson --load 0.9 --duration 120 --json
 	.venv-vllm/bin/python -m pip install --quiet matplotlib
 	touch $@
 
-# Goodput (README "Does it help?"): the targets' points on the virtual clock, open, the static
+# Goodput (docs/explanation/does-it-help.md): the targets' points on the virtual clock, open, the static
 # caps N*-3..N*+1, `realtime` and `edgemon`, 3 scenarios x 4 loads x 10 seeds of 180 s per
 # profile; GOODPUT_SEEDS=301-310 (held out: the shipped policy was tuned on seeds 1-6, the
 # default) or any other. One process per profile and scenario, niced; about 4 minutes of one
