@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent
 EXAMPLE_CONFIG = ROOT / "deploy" / "edgemon.toml"
 MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.MULTILINE)
 #: The width argparse wraps its help to, whatever the terminal that builds the site.
-HELP_COLUMNS = "96"
+HELP_COLUMNS = "82"
 KEY_LINE = re.compile(r"^(#\s*)?([a-z_]+)\s*=")
 SECTION_LINE = re.compile(r"^\[([a-z_]+)[.\]]")
 CONSTRAINTS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "at least"}
