@@ -32,11 +32,15 @@ typecheck: $(STAMP)
 # engine server each), about 20 s.
 FLEET_TEST = tests/test_e2e_fleet.py tests/test_e2e_haproxy.py
 
+# With JUNIT_DIR set (.ci/run does), each pytest run of `unit`, `test-fleet` and `test-vllm`
+# writes its JUnit XML report there as RUN.xml; tests/skip_check.py reads the skips from them.
+JUNIT = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
+
 unit: $(STAMP)
-	$(BIN)/pytest --cov --cov-report=term $(addprefix --ignore=,$(FLEET_TEST))
+	$(BIN)/pytest --cov --cov-report=term $(call JUNIT,unit) $(addprefix --ignore=,$(FLEET_TEST))
 
 test-fleet: $(STAMP)
-	$(BIN)/pytest $(FLEET_TEST) -p no:cacheprovider
+	$(BIN)/pytest $(FLEET_TEST) -p no:cacheprovider $(call JUNIT,fleet)
 
 test: lint typecheck unit
 
