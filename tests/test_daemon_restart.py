@@ -415,7 +415,21 @@ async def test_a_broker_down_at_start_keeps_the_snapshot_and_the_streams_clocks(
         state=StateSettings(dir=state_dir, snapshot_interval_s=0.1),
     )
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)
+    assert daemon.state is not None
+    state = daemon.state
+    attempts: list[int | None] = []
+    take = state.snapshot
+
+    async def counted(now_ms: float) -> int | None:
+        size = await take(now_ms)
+        attempts.append(size)
+        return size
+
+    state.snapshot = counted  # type: ignore[method-assign]  # a spy on the periodic snapshots
     async with running(daemon, until="started"):
-        await asyncio.sleep(0.6)  # several snapshot intervals
+        async with asyncio.timeout(30):
+            while len(attempts) < 3:  # noqa: ASYNC110 - the daemon's own timer
+                await asyncio.sleep(0.02)
+        assert attempts[:3] == [None, None, None]  # none written
         assert daemon.monitor.messages == 0  # not restored: not subscribed yet
     assert json.loads((state_dir / "snapshot.json").read_text()) == snapshot
