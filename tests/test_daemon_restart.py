@@ -329,8 +329,8 @@ async def test_crash_loses_nothing_with_the_write_ahead_log(
     applied is replayed from the log), no `duplicate` (what it applied but had not
     acknowledged, or whose PUBACK was still on its way, is redelivered by the broker and
     recognised), every stream survives with the slack its chunks imply, no underrun, 3
-    streams started and completed. (Before the log: every chunk the killed process had
-    applied was lost, its streams started again and were counted twice.) On Mosquitto and on
+    streams started and completed (without the log every chunk the killed process had
+    applied would be lost, its streams started again and counted twice). On Mosquitto and on
     amqtt (`any_broker`)."""
     if request.node.callspec.params["any_broker"] == "amqtt":
         request.applymarker(AMQTT_NO_SESSION)

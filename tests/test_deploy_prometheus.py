@@ -29,7 +29,7 @@ RULES = PROMETHEUS_DIR / "edgemon.rules.yml"
 RULES_TEST = PROMETHEUS_DIR / "edgemon.rules.test.yml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 
-#: The alerts issue 4 asks for, by what they watch.
+#: The alerts the shipped rules must hold, by what they watch.
 REQUIRED_ALERTS = {
     "EdgemonUnderrunRiskSustained",
     "EdgemonUnderruns",

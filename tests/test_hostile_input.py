@@ -97,7 +97,7 @@ def engine(dev: str, *payloads: bytes) -> list[tuple[str, bytes]]:
 
 
 def cases() -> list[Case]:
-    """Every kind of hostile input of the issue, one device each (built at send time)."""
+    """Every kind of hostile input, one device each (built at send time)."""
     good = chunk("ok", 0, 100)
     oversized = b'{"type":"start","stream":"x","t_ms":1,"pad":"' + b"x" * 270_000 + b'"}'
     return [
