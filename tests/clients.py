@@ -1,6 +1,6 @@
 """What the in-process daemon tests talk to it with: its settings on a test broker, a device
 (an MQTT client that publishes events), a watcher of the throttle and status topics, and HTTP
-GETs. Shared by every daemon test (formerly in `test_daemon_app`, which still re-exports them).
+GETs. Shared by every daemon test.
 """
 
 from __future__ import annotations

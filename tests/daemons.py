@@ -3,16 +3,22 @@ task, waits until it is up and, when the block ends, stops it as SIGTERM does
 (`request_stop()`, the signal handler's own call) and expects exit code 0; `start` and `stop`
 are its two halves, for a test that stops and starts daemons in the middle of something
 else. `logged()` picks one event's lines out of what the `captured_logs` fixture captured,
-`rejections()` the `message_rejected` lines with when they were logged."""
+`rejections()` the `message_rejected` lines with when they were logged. `PausableClock` is a
+daemon clock the test can hold still: what must happen within one instant of edgemon's clock
+(a burst inside one rate-limit window, an outage noticed before a deadline) then happens
+within it however slowly this machine runs the test."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
+from edgemon.daemon.clock import MonotonicWallClock
+
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence
 
     from edgemon.daemon import Daemon
 
@@ -117,3 +123,35 @@ def rejections(
         and (device_id is None or line["device"] == device_id)
         and (reason is None or line["reason"] == reason)
     ]
+
+
+class PausableClock:
+    """Monotonic nanoseconds that stop while `paused()` holds and go on from there after (no
+    jump): pass `monotonic_ns` to `MonotonicWallClock`, or take `wall_clock()`."""
+
+    __slots__ = ("_frozen_ns", "_lost_ns")
+
+    def __init__(self) -> None:
+        self._lost_ns = 0
+        self._frozen_ns: int | None = None
+
+    def monotonic_ns(self) -> int:
+        """Monotonic time less the time spent paused."""
+        if self._frozen_ns is not None:
+            return self._frozen_ns
+        return time.monotonic_ns() - self._lost_ns
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the clock still for the block."""
+        assert self._frozen_ns is None, "already paused"
+        self._frozen_ns = self.monotonic_ns()
+        try:
+            yield
+        finally:
+            self._lost_ns = time.monotonic_ns() - self._frozen_ns
+            self._frozen_ns = None
+
+    def wall_clock(self) -> MonotonicWallClock:
+        """A daemon clock on this time."""
+        return MonotonicWallClock(monotonic_ns=self.monotonic_ns)

@@ -383,7 +383,7 @@ def _found_config(**slack: Any) -> EngineConfig:
 
 
 # ---------------------------------------------------------------------- found examples
-#: The trace Hypothesis found through the restart property (issue 19): a repeated seq 0 in
+#: The trace Hypothesis found through the restart property: a repeated seq 0 in
 #: one batch, a re-sent first chunk with `play_start_ms`, allowed lateness 0. Cut after the
 #: third message, the restored monitor's lines came in wall-time order and the uninterrupted
 #: run's did not: edge-1.a's timer, moved later by a message at the instant its engine queue
@@ -426,8 +426,7 @@ FOUND_RESTART_TRACE = Scenario(
     in_order=False,
 )
 
-#: A second trace the restart property found (while issue 18's parts were being built, on the
-#: code before issue 19's engine fixes): min-on 250 ms, allowed lateness 0, a re-sent first
+#: A second trace the restart property found: min-on 250 ms, allowed lateness 0, a re-sent first
 #: chunk. Cut after the seventh message, the restored monitor turned the throttle off at
 #: 1027 where the uninterrupted run did at 1057 (a throttle decision dated before the instant
 #: the device's clock had reached). An `@example` of the property in `test_snapshot.py`.
@@ -479,7 +478,7 @@ FOUND_RESTART_TRACE_MIN_ON = Scenario(
     in_order=False,
 )
 
-#: A trace the sampling property found (issue 18's last stop): a chunk whose `t_ms` (150) is
+#: A trace the sampling property found: a chunk whose `t_ms` (150) is
 #: earlier than the one before it (151). The engine expires the stream an idle timeout after
 #: its latest event time (851); the reference took the last event received (850), so at 850
 #: the engine sampled a stream the reference had removed. The reference was wrong: the

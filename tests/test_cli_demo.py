@@ -19,7 +19,7 @@ from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
 from edgemon.view import DeviceTotals, ViewError, render_view, status_line
 
-from load import CpuLag, skip_unless_kept_up
+from load import MachineLag
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -166,15 +166,16 @@ def test_bad_flags_are_one_line_and_exit_2(
 def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
     """Not on a terminal, a 7 s demo prints status lines and a summary, then exits 0: the
     overloaded device (RTF 1.1) underran and throttled, the healthy one neither underran nor
-    throttled (its players prebuffer past the margin; judged only when this machine kept up:
-    the demo runs in real time), nothing was rejected, and the last line is JSON with the
+    throttled (its players prebuffer past the margin; the demo runs in real time, so each time
+    this machine stalled a separate process may have cost each stream one underrun and the
+    device one engagement, and no more), nothing was rejected, and the last line is JSON with the
     streams, underruns and the /metrics URL. (7 s: the overloaded device's players prebuffer
     past the margin too, so its first underrun comes 4-5 s in.)"""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     command = [sys.executable, "-m", "edgemon", "demo", "--duration", "7", "--devices", "2"]
     command += ["--streams", "2", "--listen", "127.0.0.1:0", "--seed", SEED]
     began = time.monotonic()
-    with CpuLag() as lag:
+    with MachineLag() as lag:
         done = subprocess.run(
             command, capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S, check=False
         )
@@ -218,11 +219,10 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
         for line in lines[:-1]
     )
     assert any(line.startswith("  the loop, same requests") for line in lines)
-    # The healthy device (RTF 0.15, seconds of audio ahead) has no underrun in real time,
-    # unless this machine stalled the demo's process.
-    skip_unless_kept_up(lag.max_s, 0.25, "the healthy device's zero underruns and throttles")
-    assert summary["underruns"]["sim-0"] == 0
-    assert summary["throttle_engagements"]["sim-0"] == 0
+    # The healthy device (RTF 0.15, seconds of audio ahead) has no underrun in real time but
+    # where this machine stalled the demo's process (2 streams).
+    assert summary["underruns"]["sim-0"] <= 2 * lag.stalls, (summary, lag.oversleeps_s)
+    assert summary["throttle_engagements"]["sim-0"] <= lag.stalls, (summary, lag.oversleeps_s)
 
 
 @pytest.mark.parametrize(

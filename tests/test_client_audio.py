@@ -231,7 +231,7 @@ def test_state_conflicts_are_counted_and_logged_once_never_raised(
 def test_audio_format_given_once() -> None:
     """The audio format is given once, to `Reporter(...)` or to `start(...)`, and a chunk's
     `audio_format` overrides it for that chunk: 48 kHz stereo s16 (192,000 B/s) is counted as
-    such, not as the 24 kHz mono of the old silent default (4x the audio)."""
+    such, not as 24 kHz mono (4x the audio)."""
     streams = Streams(max_streams=4, audio_format=AudioFormat.PCM_S16LE_48K_STEREO)
     common: dict[str, Any] = {"audio_ms": None, "eta_ms": None, "final": False}
     events = [

@@ -95,7 +95,7 @@ async def test_each_instance_owns_the_devices_it_lists(
 ) -> None:
     """Two daemons on one broker, `[mqtt] devices` ["a"] and ["b"]; the first ran before
     under the same client id with no list, so its persistent session held the wildcard
-    subscriptions. Each instance sees only its own devices' messages (the old wildcard is
+    subscriptions. Each instance sees only its own devices' messages (the first run's wildcard is
     dropped on connect: nothing foreign arrives) and publishes only their throttles: device
     a's ON and OFF come once each, from the first; b's from the second. On Mosquitto and on
     amqtt (`any_broker`), where each instance is sent a retained message it never subscribed

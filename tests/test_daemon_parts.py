@@ -310,8 +310,8 @@ def test_a_flood_of_new_device_ids_is_logged_within_a_global_bound(
     """4,500 new device ids rejected within 3 s (each its own (device, reason) key, so the
     per-key limit lets every one through): at most 10 `message_rejected` lines per second in
     all, then one `message_rejections_suppressed` line per second counting the rest by reason;
-    lines plus suppressed counts add up to exactly the 4,500 rejections. (Before the global
-    bound: 4,500 lines.)"""
+    lines plus suppressed counts add up to exactly the 4,500 rejections (without the global
+    bound: 4,500 lines)."""
     import structlog  # noqa: PLC0415 - the logger must be made inside capture_logs
 
     now = [0.0]

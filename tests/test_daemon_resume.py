@@ -6,8 +6,8 @@ farewell releases the throttle; SIGKILL: the retained `true` stays) while the st
 healthy, into the broker's queue for edgemon's persistent session. Started again on the same
 state directory and client id, edgemon applies the log and that backlog before it publishes:
 one object for the device, `throttle: false`, stamped no earlier than the last chunk queued.
-Before, it published the restored state first (`true`, stamped where the device's clock
-resumed, seconds in the past) and only then the state the backlog brought.
+The restored state is not published first: its `true`, stamped where the device's clock
+resumed (seconds in the past), would hold the device's requests back for nothing.
 """
 
 from __future__ import annotations
@@ -167,8 +167,7 @@ def test_online_comes_only_after_the_fresh_throttle_objects(
     `offline`), started again with its stream still at risk: on the wire, as a subscriber
     sees it, the restarted process (its own `started_ms`) says `online` only after the
     device's fresh throttle object (a higher `seq`) has come. Until then its status says
-    `offline`, so no gate takes the stale `true` for the word of a live instance. (Before,
-    `online` came first and the stale object counted as live for up to 3 s.)"""
+    `offline`, so no gate takes the stale `true` for the word of a live instance."""
     host, port = mosquitto_broker
     url = f"mqtt://{host}:{port}"
     status = "edgemon/v1/_edgemon/edgemon-loop/status"

@@ -181,9 +181,9 @@ def test_dashboard_metadata(name: str) -> None:
 
 
 def test_required_panels_exist() -> None:
-    """The panels issue 4 asks for: fleet (headroom, slack, throttle timeline, underruns,
+    """The required panels: fleet (headroom, slack, throttle timeline, underruns,
     streams, rejections, broker, KV table) and device (slack heatmap, percentiles, worst
-    streams, clock offset); and those issue 12 asks for on the boxes dashboard (worst boxes by
+    streams, clock offset); and on the boxes dashboard (worst boxes by
     underrun and throttle, KV admission, down or stale), each query filtered by `$box` and
     kept per box."""
     fleet = {item["title"]: item["type"] for item in panels(load("edgemon-fleet.json"))}

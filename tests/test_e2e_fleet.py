@@ -333,10 +333,20 @@ def export(vm: str, match: str, start: float, end: float) -> dict[str, list[int]
     return series
 
 
-def losses(vm: str, box: str, start: float, end: float) -> list[str]:
-    """What box `box` lost in [start, end]: the `up` series must have one sample per scrape
-    (no gap over 2.5 intervals: a late scrape is not a lost one), and every other scraped series
-    present from the start must have a sample at each of those instants."""
+def scrape_gaps(vm: str, box: str, start: float, end: float) -> list[int]:
+    """The gaps (ms) between box `box`'s consecutive scrapes in [start, end], as its `up`
+    series holds them; the window's edges count as scrapes (a missing first or last one is a
+    gap too)."""
+    series = export(vm, f'{{box="{box}",job="edgemon",__name__="up"}}', start, end)
+    scrapes = [round(start * 1000), *(ts for stamps in series.values() for ts in stamps)]
+    scrapes.append(round(end * 1000))
+    return [b - a for a, b in itertools.pairwise(sorted(scrapes))]
+
+
+def losses(vm: str, box: str, start: float, end: float, longest_gap_ms: float) -> list[str]:
+    """What box `box` lost in [start, end]: the `up` series must have one sample per scrape,
+    no gap longer than `longest_gap_ms` (a late scrape is not a lost one), and every other
+    scraped series present from the start must have a sample at each of those instants."""
     match = f'{{box="{box}",job="edgemon",__name__!~"ALERTS.*|.*:.*"}}'
     series = export(vm, match, start, end)
     up = [ts for key, ts in series.items() if json.loads(key)["__name__"] == "up"]
@@ -344,13 +354,9 @@ def losses(vm: str, box: str, start: float, end: float) -> list[str]:
         return [f"no single up series for {box}: {len(up)}"]
     scrapes = up[0]
     problems = []
-    gaps = [b - a for a, b in itertools.pairwise(scrapes) if b - a > 2.5 * SCRAPE_MS]
-    if (
-        gaps
-        or scrapes[0] > start * 1000 + 2.5 * SCRAPE_MS
-        or scrapes[-1] < end * 1000 - 2.5 * SCRAPE_MS
-    ):
-        problems.append(f"up has gaps {gaps} ms over {len(scrapes)} samples")
+    gaps = [gap for gap in scrape_gaps(vm, box, start, end) if gap > longest_gap_ms]
+    if gaps:
+        problems.append(f"up has gaps {gaps} ms (> {longest_gap_ms:.0f}) over {len(scrapes)}")
     for key, stamps in series.items():
         name = json.loads(key)["__name__"]
         if name in COME_AND_GO or stamps[0] > scrapes[0]:
@@ -367,10 +373,8 @@ def test_fleet_in_three_phases(fleet: Fleet) -> None:
     test, not three that would depend on their order): the panels and the underrun alert on
     the healthy fleet; box-a's uplink cut and restored; box-c's edgemon killed."""
     phase_panels_have_every_box_and_underruns_alert_the_overloaded_box_only(fleet)
-    not_judged = phase_cut_uplink_goes_stale_and_loses_no_samples(fleet)
+    phase_cut_uplink_goes_stale_and_loses_no_samples(fleet)
     phase_killed_edgemon_raises_box_down(fleet)
-    if not_judged:
-        pytest.skip(not_judged)
 
 
 def phase_panels_have_every_box_and_underruns_alert_the_overloaded_box_only(fleet: Fleet) -> None:
@@ -414,11 +418,14 @@ def phase_panels_have_every_box_and_underruns_alert_the_overloaded_box_only(flee
     assert all(state == ("ok", "") for state in health.values()), health
 
 
-def phase_cut_uplink_goes_stale_and_loses_no_samples(fleet: Fleet) -> str:
+def phase_cut_uplink_goes_stale_and_loses_no_samples(fleet: Fleet) -> None:
     """Cutting box-a's uplink for CUT_S raises EdgemonUplinkStale for box-a; once the link is
     back the agent replays its WAL, the alert resolves, and every series of box-a has a sample
     at every scrape instant across the cut (compared sample by sample over the window).
-    Returns why the samples could not be judged (the machine fell behind), else ""."""
+
+    A scrape that was late is not lost, so box-a's scrapes may be as far apart as those of
+    box-c, whose uplink is never cut, over the same window (what this machine made of a 1 s
+    interval, measured outside box-a's path), and 2.5 intervals in any case."""
     start = time.time() - 5
     fleet.uplink.cut()
     cut_at = time.monotonic()
@@ -433,25 +440,26 @@ def phase_cut_uplink_goes_stale_and_loses_no_samples(fleet: Fleet) -> str:
     end = time.time() + 5
     assert stale.get(CUT) == "firing", stale
     problems: list[str] = ["not checked yet"]
+    reference: list[str] = []
+    longest_gap_ms = 2.5 * SCRAPE_MS
     deadline = time.monotonic() + PHASE_TIMEOUT_S
     while time.monotonic() < deadline:
         time.sleep(1)
         if time.time() < end + 2:
             continue
-        problems = losses(fleet.vm, CUT, start, end)
+        longest_gap_ms = max(2.5 * SCRAPE_MS, *scrape_gaps(fleet.vm, KILLED, start, end))
+        reference = losses(fleet.vm, KILLED, start, end, longest_gap_ms)
+        problems = losses(fleet.vm, CUT, start, end, longest_gap_ms)
         stale = vmalert_alerts(fleet.vmalert, "EdgemonUplinkStale")
         if not problems and CUT not in stale:
             break
-    reference = losses(fleet.vm, KILLED, start, end)
-    print(f"phase 2: uplink cut {cut_s:.1f} s; box-a problems {problems}; box-c {reference}")
-    # box-c, its uplink never cut, is the reference: scrapes late by more than 2.5 intervals
-    # there too mean this machine fell behind, and box-a's gaps say nothing about the cut.
+    print(
+        f"phase 2: uplink cut {cut_s:.1f} s; scrapes up to {longest_gap_ms:.0f} ms apart "
+        f"allowed; box-a problems {problems}; box-c {reference}"
+    )
     assert CUT not in stale, stale
-    if reference and all(problem.startswith("up has gaps") for problem in reference):
-        return f"the machine did not keep up: box-c's scrapes had gaps too ({reference})"
     assert not problems, problems
     assert not reference, reference
-    return ""
 
 
 def phase_killed_edgemon_raises_box_down(fleet: Fleet) -> None:

@@ -29,7 +29,6 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from load import CpuLag, skip_unless_kept_up
 from ports import Servers, free_port, get_json, reachable
 from tools import require_tool, tool_path
 
@@ -48,6 +47,9 @@ DEADLINE_S = 90.0
 #: Run the scenario at least this long, so the healthy device has had streams enough to show
 #: that it does not underrun (and its alert stays silent) rather than that it was not asked.
 MIN_SCENARIO_S = 30.0
+#: How long edgemon waits for a late chunk before its own clock confirms an underrun: longer
+#: than any stall of a loaded machine, shorter than a stream's idle timeout (30 s).
+LATENESS_MS = 20_000
 
 
 #: The overloaded device's capacity object (docs/protocol.md): full, refusing new requests.
@@ -130,8 +132,10 @@ def test_stack_dashboards_rules_and_underrun_alert(
 ) -> None:
     """With real Mosquitto, edgemon, simulator and Prometheus: every dashboard expression
     returns data, every rule has health `ok`, EdgemonUnderruns fires for the overloaded
-    device and not for the healthy one (which has had no underrun: judged only when this
-    machine kept up, the simulator and edgemon run in real time)."""
+    device and not for the healthy one, which has had no underrun. The underruns are counted
+    on the devices' own times (`t_ms`), whenever the messages arrive: `allowed_lateness_ms`
+    (`LATENESS_MS`) outlasts any stall of this machine, so a device's next message, not
+    edgemon's clock, confirms an underrun."""
     require_tool("prometheus")
     _, broker_port = mosquitto_broker
     edgemon_port, prometheus_port = free_port(), free_port()
@@ -139,7 +143,8 @@ def test_stack_dashboards_rules_and_underrun_alert(
     config.write_text(
         f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "edgemon-e2e"\n'
         f'[http]\nlisten = "127.0.0.1:{edgemon_port}"\n[limits]\nper_stream_series = 20\n'
-        f'[log]\nformat = "json"\n[state]\ndir = "{tmp_path}"\n',
+        f'[log]\nformat = "json"\n[state]\ndir = "{tmp_path}"\n'
+        f"[slack]\nallowed_lateness_ms = {LATENESS_MS}\n",
         encoding="utf-8",
     )
     rules = tmp_path / "edgemon.rules.yml"
@@ -154,7 +159,6 @@ def test_stack_dashboards_rules_and_underrun_alert(
     )
     api = f"http://127.0.0.1:{prometheus_port}/api/v1"
     started = time.monotonic()
-    lag = CpuLag().__enter__()
     try:
         servers.spawn("edgemon", sys.executable, "-m", "edgemon", "run", "--config", str(config))
         servers.wait_until("edgemon", lambda: reachable(f"http://127.0.0.1:{edgemon_port}/readyz"))
@@ -218,7 +222,6 @@ def test_stack_dashboards_rules_and_underrun_alert(
         )
         print(f"after {elapsed:.1f} s: underruns {underruns}; firing {firing}; first {first}")
     finally:
-        lag.__exit__(None, None, None)
         servers.stop_all()
     assert not without_data, "panels without data:\n" + "\n".join(
         f"{where}: {expr}" for where, expr, _ in queries if where in without_data
@@ -228,6 +231,5 @@ def test_stack_dashboards_rules_and_underrun_alert(
     assert all(state == "ok" for state in health.values()), health
     assert alerts.get(OVERLOADED) == "firing", (alerts, underruns)
     assert underruns[OVERLOADED] > 0
-    skip_unless_kept_up(lag.max_s, 0.25, "the healthy device's zero underruns")
     assert HEALTHY not in alerts, (alerts, underruns)
     assert underruns[HEALTHY] == 0

@@ -51,11 +51,10 @@ class Rig:
         return [o for o in self.out if isinstance(o, kind)]
 
 
-def test_the_issue_example_a_late_chunk_retracts_the_underrun() -> None:
-    """Issue 10: the buffer would run dry at 200; a chunk that reached the player at 150 is
+def test_a_late_chunk_retracts_the_underrun_announced_live() -> None:
+    """The buffer would run dry at 200; a chunk that reached the player at 150 is
     delivered at 260. The underrun announced live at 200 is retracted at 260 and never
-    counted; the summary has no underrun and min_slack 50, as the formulas on t_ms say.
-    (Before docs/semantics.md the underrun was counted.)"""
+    counted; the summary has no underrun and min_slack 50, as the formulas on t_ms say."""
     rig = Rig()
     rig.send(0, chunk(0, 0))
     rig.until(259)
@@ -73,7 +72,8 @@ def test_the_issue_example_a_late_chunk_retracts_the_underrun() -> None:
 
 
 def test_replay_writes_a_retraction_only_for_an_underrun_announced_live() -> None:
-    """Replay: the issue example gives an `underrun_retracted` line and no `underrun` line.
+    """Replay: the late chunk above (dry at 200, reached the player at 150, delivered at 260)
+    gives an `underrun_retracted` line and no `underrun` line.
     The same late chunk arriving before edgemon's clock reached 200 gives neither."""
     topic = "edgemon/v1/d/events"
 
@@ -238,8 +238,7 @@ def test_an_outage_longer_than_allowed_lateness_confirms_no_underrun() -> None:
 
 def test_a_short_outage_needs_no_notice() -> None:
     """An outage shorter than allowed_lateness_ms confirms nothing even if edgemon is not
-    told about it: the late chunks come within the lateness. (Before docs/semantics.md every stream
-    counted an underrun.)"""
+    told about it: the late chunks come within the lateness."""
     rig = Rig()
     for t in range(0, 3_000, 100):
         recv = 1_700.0 + t / 1000 if 1_000 <= t < 1_700 else float(t)

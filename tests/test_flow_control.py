@@ -1,4 +1,4 @@
-"""Flow control, not shedding (docs/reliability.md, issue 10 item 1): a QoS 1 flood through a real
+"""Flow control, not shedding (docs/reliability.md): a QoS 1 flood through a real
 Mosquitto whose queue for edgemon is unbounded (`max_queued_messages 0`), so the only thing
 between the publisher and the engine is edgemon itself. Nothing the broker delivered may be
 dropped: edgemon reads the socket only as fast as it applies (TCP backpressure)."""
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
-#: The issue's size: far more than the 4096 messages the old incoming queue held (main shed
-#: 8,400 of them here, and counted the next chunk of each affected stream as a gap).
+#: Far more than a bounded incoming queue of 4096 messages holds (one would shed thousands
+#: here, and count the next chunk of each affected stream as a gap).
 MESSAGES = 20_000
 STREAMS = 1_000
 DEVICES = 10
@@ -37,7 +37,7 @@ DEVICES = 10
 
 @pytest.fixture
 def unbounded_mosquitto(tmp_path: Path) -> Iterator[MosquittoServer]:
-    """A Mosquitto that queues without limit for each client (the issue's setup)."""
+    """A Mosquitto that queues without limit for each client."""
     server = MosquittoServer(tmp_path, options="max_queued_messages 0\n")
     server.start()
     try:
@@ -57,7 +57,7 @@ async def test_a_qos1_flood_is_applied_whole_nothing_shed(
     size now may have been pruned by a snapshot meanwhile)."""
     port = unbounded_mosquitto.port
     # Snapshots every 0.2 s: the log is pruned while the flood goes on and after it, so what
-    # it holds now says nothing about what was logged (the flake this test once was).
+    # it holds at the end says nothing about what was logged.
     state = StateSettings(dir=tmp_path / "state", snapshot_interval_s=0.2)
     settings = settings_for(port, "edgemon-flow", state=state)
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)
@@ -105,9 +105,9 @@ async def test_a_broker_restart_mid_backlog_counts_nothing_twice(tmp_path: Path)
     through that backlog the broker is stopped and started again. What edgemon had applied
     but not yet acknowledged is delivered again (DUP) to the next session and recognised;
     the rest comes from the broker's queue. Every message is applied exactly once:
-    `accepted` = 10,000, no `duplicate`, no `gap`. (Before: the messages waiting in the lost
-    session's queue were applied without an acknowledgement, so the broker delivered them
-    again and every reconnect added them to `duplicate`.)"""
+    `accepted` = 10,000, no `duplicate`, no `gap` (messages of the lost session's queue
+    applied without an acknowledgement would be delivered again, each reconnect adding them
+    to `duplicate`)."""
     broker = MosquittoServer(tmp_path, persistence=True, options="max_queued_messages 0\n")
     broker.start()
     messages, streams = 10_000, 500

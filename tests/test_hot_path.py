@@ -109,8 +109,7 @@ async def sleeping_a_minute(
 async def test_poke_costs_no_recomputation_when_the_deadline_stays() -> None:
     """1,000 messages that leave the next deadline where it is (a stream with 60 s of audio
     gets more): each poke compares the engine's heap head with the deadline the timer task
-    sleeps until, and the task recomputes nothing. (Before, every poke recomputed the next
-    deadline: 1,000 computations.)"""
+    sleeps until, and the task recomputes nothing (not 1,000 computations)."""
     clock = MonotonicWallClock()
     monitor = CountingMonitor(EngineConfig())
     out: list[Output] = []
@@ -167,8 +166,7 @@ def default_structlog() -> Iterator[None]:
 @pytest.mark.usefixtures("default_structlog")
 def test_daemon_loggers_resolve_their_configuration_once() -> None:
     """`configure_logging` caches each logger on first use: later calls skip the lazy
-    proxy's bind, so a configuration made afterwards no longer reaches a logger already used
-    (before: every call rebuilt the logger from the current configuration)."""
+    proxy's bind, so a configuration made afterwards does not reach a logger already used."""
     first, later = io.StringIO(), io.StringIO()
     configure_logging(LogSettings(format="json", level="info"), stream=first)
     log = structlog.get_logger("edgemon")

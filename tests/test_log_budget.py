@@ -1,4 +1,4 @@
-"""The daemon's log stays within its budget in every state (issue 21): `LogBudget` and the
+"""The daemon's log stays within its budget in every state: `LogBudget` and the
 per-device summaries (`DeviceDigest`) on an injected clock, then an underrun storm through a
 real Mosquitto into a real daemon."""
 
@@ -197,7 +197,7 @@ async def test_an_underrun_storm_writes_no_more_than_the_budget(
     has had its summary: the lines keep to the budget (10 a second, 20 at once) in every span
     of time, no per-stream line at info, each device's summaries (the last ones at the stop)
     counting its transitions, every confirmed underrun exactly once.
-    (Before issue 21: one line per transition, about 2,600 a second.)"""
+    (A line per transition would be about 2,600 a second.)"""
     _, port = mosquitto_broker
     daemon = Daemon(_settings(port), environ={})
     devices = [f"storm{d}" for d in range(4)]

@@ -354,10 +354,9 @@ async def test_refused_client_certificate_is_retried_with_backoff(
 ) -> None:
     """Without the required client certificate the attempt fails at once and is retried
     with backoff (as with a wrong CA): two failed attempts within 8 s (backoff needs at most
-    1.5 s; the old defect's connect timeout was 10 s), and a stop is clean (no
-    `shutdown_cancelled`). (Before: the TLS 1.3 alert that refuses the certificate, read with
-    the CONNACK, went unnoticed until a 10 s connect timeout, so one attempt in 8 s, and a stop
-    meanwhile waited out the shutdown timeout.)"""
+    1.5 s; an attempt that waited for the 10 s connect timeout would make one), and a stop is
+    clean (no `shutdown_cancelled`). The TLS 1.3 alert that refuses the certificate is read
+    with the CONNACK: it must end the attempt at once."""
     with mosquitto(tmp_path, client_certificate_listener(pki)) as ports:
         url = f"mqtts://127.0.0.1:{ports.edgemon}"
         refused = mqtt_settings(url, ca_file=pki.ca)
@@ -766,7 +765,7 @@ async def test_sighup_reloads_margins_and_keeps_streams(
         assert await daemon.stop() == 0
 
 
-# ---------------------------------------------------------------------- the clients (issue 20)
+# ---------------------------------------------------------------------- the clients
 @PAHO_TLS_SOCKET_LEAK
 def test_clients_over_tls_with_a_private_ca_and_a_client_certificate(
     pki: Pki, tmp_path: Path

@@ -14,7 +14,7 @@ from edgemon.simulate import Simulation
 from edgemon.simulate.publisher import PublishError, publish_simulation, wall_ms
 from edgemon.wire.decode import Problem, decode_engine, decode_events
 
-from load import LoopLag, skip_unless_kept_up
+from load import MachineLag
 from sockets import left_open
 
 if TYPE_CHECKING:
@@ -92,12 +92,13 @@ def _assert_model_then_cancels(events: list[dict[str, Any]], model: list[Message
 @pytest.mark.asyncio
 async def test_events_arrive_in_order_at_real_time(mosquitto_broker: tuple[str, int]) -> None:
     """Two seconds of one device with two streams: the engine object retained, then exactly the
-    model's events in order, each sent when the wall clock reaches its t_ms, and at the end
-    every open stream cancelled."""
+    model's events in order, each sent when the wall clock reaches its t_ms (within a second,
+    plus whatever time the machine held a separate process back), and at the end every open
+    stream cancelled."""
     host, port = mosquitto_broker
     start = wall_ms()
     run = publish_simulation(_sim(start), hostname=host, port=port, duration_s=2.0)
-    async with LoopLag() as lag:
+    with MachineLag() as lag:
         report, received = await _collect(host, port, run)
     events = _events(received)
     assert report.events == report.messages == len(events)
@@ -126,8 +127,8 @@ async def test_events_arrive_in_order_at_real_time(mosquitto_broker: tuple[str, 
             message = await anext(aiter(late.messages))
     assert message.retain
     assert message.payload == engine[0].payload
-    skip_unless_kept_up(lag.max_s, 0.25, "sending on time")
-    assert max(delays) <= 1000  # sent when its t_ms came, not later
+    allowed_ms = 1000 + 1000 * lag.total_s
+    assert max(delays) <= allowed_ms, (max(delays), lag.oversleeps_s)  # sent when t_ms came
 
 
 @pytest.mark.asyncio

@@ -102,7 +102,7 @@ def test_a_restart_without_downtime_changes_nothing(split: int) -> None:
 @pytest.mark.slow  # a property: many generated examples
 @settings(max_examples=150, deadline=None)
 @given(sc=scenarios(), cut=st.integers(min_value=0))
-@example(sc=FOUND_RESTART_TRACE, cut=2)  # issue 19: cut after the third message
+@example(sc=FOUND_RESTART_TRACE, cut=2)  # cut after the third message
 @example(sc=FOUND_RESTART_TRACE_MIN_ON, cut=6)  # cut after the seventh message
 def test_random_traces_continue_identically_after_a_restart(sc: Scenario, cut: int) -> None:
     """Any trace — duplicates, gaps, no eta (EWMA fallbacks), finals, both players — split at

@@ -1,4 +1,5 @@
-"""`require_tool`: a missing program skips a test locally and fails it in CI."""
+"""`require_tool` and `import_or_skip`: a missing program or package skips a test locally and
+fails it in CI."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import REQUIRE_TOOLS_ENV, require_tool
+from tools import REQUIRE_MODULES_ENV, REQUIRE_TOOLS_ENV, require_tool, required_import_failed
 
 MISSING = "edgemon-no-such-program"
 
@@ -40,3 +41,36 @@ def test_an_installed_program_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
     name = Path(sys.executable).name
     assert require_tool(name) == sys.executable
+
+
+SKIPPED = "could not import 'vllm_omni.core.sched.omni_ar_scheduler': No module named 'vllm_omni'"
+
+
+def test_an_import_skip_of_a_required_package_is_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A module skipped because a package `EDGEMON_REQUIRE_MODULES` names does not import
+    (`make test-vllm`'s vLLM-Omni run) is a failure naming the module and the package."""
+    monkeypatch.setenv(REQUIRE_MODULES_ENV, "vllm, vllm_omni")
+    why = required_import_failed(SKIPPED)
+    assert why is not None
+    assert "vllm_omni.core.sched.omni_ar_scheduler" in why
+    assert why.endswith(f"({REQUIRE_MODULES_ENV} requires vllm_omni)")
+
+
+@pytest.mark.parametrize(
+    ("required", "reason"),
+    [
+        ("", SKIPPED),
+        ("vllm", SKIPPED),  # vllm_omni is another package
+        ("vllm_omni", "vLLM 0.30 has no kv_holding_waiting"),  # not an import skip
+    ],
+    ids=["nothing-required", "another-package", "not-an-import"],
+)
+def test_other_skips_stay_skips(
+    monkeypatch: pytest.MonkeyPatch, required: str, reason: str
+) -> None:
+    """Without the variable, for a package it does not name, or for a skip that is not an
+    import's, nothing changes."""
+    monkeypatch.setenv(REQUIRE_MODULES_ENV, required)
+    assert required_import_failed(reason) is None

@@ -28,7 +28,7 @@ K = 3
 
 
 def brute(view: DeviceView, now: float) -> tuple[int, float | None, float | None, list[Any]]:
-    """At-risk count, minima and the K lowest, from every live stream (the old way)."""
+    """At-risk count, minima and the K lowest, from every live stream (the naive way)."""
     live = [s for s in view.streams() if s.phase is Phase.LIVE]
     ranked = sorted((s.headroom_at(now), s.id, s.slack_at(now)) for s in live)
     return (

@@ -38,7 +38,6 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-import vllm
 import vllm_omni
 from vllm_omni.config.stage_config import PipelineConfig
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
@@ -99,8 +98,7 @@ class EdgemonOmniARScheduler(DeadlineScheduling, GatedScheduler, OmniARScheduler
         self._edgemon_held: set[str] = set()
         self._edgemon_given_driver = edgemon_deadlines
         super().__init__(*args, **kwargs)
-        check_version("vLLM", vllm.__version__)
-        check_version("vLLM-Omni", vllm_omni.__version__)
+        _check_versions()
         self._attach_gate(edgemon_gate)
         self._attach_deadlines(None)
         self._attach_report(EngineReport(CapacityPublisher.from_environ(os.environ)))
@@ -141,6 +139,14 @@ class EdgemonOmniARScheduler(DeadlineScheduling, GatedScheduler, OmniARScheduler
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM-Omni
             control.failed("accounting for a step")
         return self._edgemon_timed(output)
+
+
+def _check_versions() -> None:
+    """Warn once if this vLLM or vLLM-Omni is not a tested version (`_versions`)."""
+    from vllm import __version__ as vllm_version  # noqa: PLC0415 - vLLM-Omni imported it
+
+    check_version("vLLM", vllm_version)
+    check_version("vLLM-Omni", vllm_omni.__version__)
 
 
 class EdgemonOmniARAsyncScheduler(EdgemonOmniARScheduler, OmniARAsyncScheduler):  # type: ignore[misc]

@@ -1,4 +1,6 @@
-"""Fixtures for the vLLM tier (`make test-vllm`). Nothing here imports vLLM."""
+"""Fixtures for the vLLM tier (`make test-vllm`), and the rule that a test module skipped
+because a package `EDGEMON_REQUIRE_MODULES` names does not import fails instead (the tier's
+venvs must import vLLM, and vLLM-Omni where it is installed). Nothing here imports vLLM."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tools import required_import_failed
+
 if TYPE_CHECKING:
+    from collections.abc import Generator
     from pathlib import Path
 
 #: A tiny Llama: enough for vLLM's ModelConfig (and, with dummy weights, for its CPU engine).
@@ -36,3 +41,17 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("tiny-model")
     (directory / "config.json").write_text(json.dumps(TINY_CONFIG))
     return directory
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """A module's `pytest.importorskip` of a required package is a collection error."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple):
+        why = required_import_failed(report.longrepr[2])
+        if why is not None:
+            report.outcome = "failed"
+            report.longrepr = f"{collector.nodeid}: {why}"
+    return report

@@ -104,7 +104,8 @@ def test_preempted_requests_keep_vllms_order(tiny_model: Path) -> None:
 
 def test_pipeline_puts_edgemon_on_the_talker_only(tmp_path: Path) -> None:
     """`qwen3_tts_edgemon` resolves, through vLLM-Omni's own deploy merge, to edgemon's talker
-    scheduler on stage 0 with async scheduling as before, and leaves code2wav untouched."""
+    scheduler on stage 0 with async scheduling as vLLM-Omni's own, and leaves code2wav
+    untouched."""
     shipped = vllm_omni.__path__[0] + "/deploy/qwen3_tts.yaml"
     overlay = tmp_path / "deploy.yaml"
     overlay.write_text(f"base_config: {shipped}\npipeline: qwen3_tts_edgemon\n")
