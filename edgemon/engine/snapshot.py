@@ -22,7 +22,7 @@ from edgemon.engine.device import Device
 from edgemon.engine.events import CheckedChunk, ChunkEvent
 from edgemon.engine.headroom import INF
 from edgemon.engine.kv import KVVerdict
-from edgemon.engine.reorder import Held
+from edgemon.engine.reorder_buffer import Held
 from edgemon.engine.stream import Phase, Stream
 from edgemon.engine.timers import MIN_ON
 from edgemon.engine.tombstones import Tombstones
