@@ -46,6 +46,7 @@ import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self
 
+from edgemon.broker_url import parse_broker_url
 from edgemon.client import _mqtt
 from edgemon.client._gate_book import ThrottleBook
 from edgemon.client._gate_env import ENV as _ENV
@@ -58,6 +59,7 @@ from edgemon.client._gate_views import (
     read_status,
     read_throttle,
 )
+from edgemon.protocol import check_topic_prefix
 
 if TYPE_CHECKING:
     import os
@@ -130,8 +132,8 @@ class ThrottleGate:
         self.following = _mqtt.check_devices(device)
         #: The same as one string (`"+"`, `"a"`, `"a,b"`).
         self.device = ",".join(self.following)
-        self._prefix = _mqtt.check_topic_prefix(topic_prefix)
-        self._broker = _mqtt.parse_broker_url(
+        self._prefix = check_topic_prefix(topic_prefix)
+        self._broker = parse_broker_url(
             broker_url,
             username=username,
             password=password,
@@ -210,8 +212,8 @@ class ThrottleGate:
         kwargs |= _connection_from_environ(environ, broker)
         for name, check in (
             ("DEVICE", lambda: _mqtt.check_devices(device)),
-            ("BROKER", lambda: _mqtt.parse_broker_url(broker)),
-            ("TOPIC_PREFIX", lambda: _mqtt.check_topic_prefix(prefix or "edgemon/v1")),
+            ("BROKER", lambda: parse_broker_url(broker)),
+            ("TOPIC_PREFIX", lambda: check_topic_prefix(prefix or "edgemon/v1")),
         ):
             try:
                 check()
@@ -606,7 +608,7 @@ def _connection_from_environ(environ: Mapping[str, str], broker: str) -> dict[st
         if not value:
             continue
         try:
-            _mqtt.parse_broker_url(broker, **(kwargs | {key: value}))
+            parse_broker_url(broker, **(kwargs | {key: value}))
         except ValueError as exc:
             raise ValueError(f"{_ENV}{name}: {exc}") from None
         kwargs[key] = value

@@ -45,9 +45,15 @@ from typing import TYPE_CHECKING, Any, Self
 
 import paho.mqtt.client as mqtt
 
+from edgemon.broker_url import parse_broker_url
 from edgemon.client import _mqtt
 from edgemon.client._events import Conflict, Event, Streams, check_format, check_t_ms
-from edgemon.protocol import MAX_BATCH_EVENTS, MAX_PAYLOAD_BYTES, MAX_STREAMS_PER_DEVICE
+from edgemon.protocol import (
+    MAX_BATCH_EVENTS,
+    MAX_PAYLOAD_BYTES,
+    MAX_STREAMS_PER_DEVICE,
+    check_topic_prefix,
+)
 
 if TYPE_CHECKING:
     import os
@@ -160,8 +166,8 @@ class Reporter:
         exit_flush_s: float = 2.0,
     ) -> None:
         self.device = _mqtt.check_device(device)
-        self._topic = f"{_mqtt.check_topic_prefix(topic_prefix)}/{device}/events"
-        self._broker = _mqtt.parse_broker_url(
+        self._topic = f"{check_topic_prefix(topic_prefix)}/{device}/events"
+        self._broker = parse_broker_url(
             broker_url,
             username=username,
             password=password,
