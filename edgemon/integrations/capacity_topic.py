@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgemon.broker_url import Broker, parse_broker_url
 from edgemon.client import _mqtt
-from edgemon.client.gate import _connection_from_environ
+from edgemon.client._gate_env import connection_from_environ
 from edgemon.integrations._retained import RetainedLink
 from edgemon.protocol import check_topic_prefix
 
@@ -82,7 +82,7 @@ class TopicConfig:
                 "the capacity topic and HTTP shedding are off (list the devices instead)"
             )
             return None
-        broker = parse_broker_url(broker_url, **_connection_from_environ(environ, broker_url))
+        broker = parse_broker_url(broker_url, **connection_from_environ(environ, broker_url))
         return cls(broker, devices, prefix)
 
     def capacity_topics(self) -> tuple[str, ...]:
