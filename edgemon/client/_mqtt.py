@@ -131,8 +131,8 @@ def _no_delay(_client: mqtt.Client, _userdata: Any, sock: Any) -> None:
     """Each new TCP connection sends at once (`TCP_NODELAY`), as edgemon and the shipped broker
     configuration do. With Nagle's algorithm a message waits while anything sent before it is
     unacknowledged: a report published right after the client's PUBACK of a throttle object
-    waited for the broker's delayed ACK (tens of ms on Linux), one published while the last
-    is in flight for a network round trip."""
+    would wait for the broker's delayed ACK (tens of ms on Linux), one published while the
+    last is in flight for a network round trip."""
     if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 

@@ -64,7 +64,7 @@ _STAT_FIELDS = (
     "underruns",
 )
 _HISTOGRAMS = ("chunk_gap", "slack_at_arrival", "time_to_first_audio")
-#: Histograms added later; an older snapshot without them restores them empty.
+#: Histograms a snapshot may lack (one written by an earlier version): restored empty.
 _HISTOGRAMS_ADDED = ("start_silence", "longest_gap")
 #: Fields added with late delivery (docs/semantics.md), and their values in an older snapshot.
 _STREAM_LATE_FIELDS = {"underrun_provisional": False, "underrun_published": False}
