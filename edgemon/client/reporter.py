@@ -148,22 +148,15 @@ class Reporter:
             cert_file=cert_file,
             key_file=key_file,
         )
-        for name, value in (
-            ("max_buffered_events", max_buffered_events),
-            ("max_batch_events", max_batch_events),
-            ("max_in_flight", max_in_flight),
-            ("max_streams", max_streams),
-        ):
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be an integer ≥ 1, not {value!r}")
-        if type(max_payload_bytes) is not int or max_payload_bytes < 1024:
-            raise ValueError(
-                f"max_payload_bytes must be an integer ≥ 1024, not {max_payload_bytes!r}"
-            )
-        if isinstance(flush_ms, bool) or not 0 <= flush_ms <= 60_000:
-            raise ValueError(f"flush_ms must be 0 ≤ x ≤ 60000, not {flush_ms!r}")
-        if isinstance(exit_flush_s, bool) or not 0 <= exit_flush_s <= 60:
-            raise ValueError(f"exit_flush_s must be 0 ≤ x ≤ 60, not {exit_flush_s!r}")
+        _check_bounds(
+            max_buffered_events=max_buffered_events,
+            max_batch_events=max_batch_events,
+            max_in_flight=max_in_flight,
+            max_streams=max_streams,
+            max_payload_bytes=max_payload_bytes,
+            flush_ms=flush_ms,
+            exit_flush_s=exit_flush_s,
+        )
         self._exit_flush_s = float(exit_flush_s)
         self._clock = clock or _epoch_ms
         self._streams = Streams(max_streams=max_streams, audio_format=check_format(audio_format))
@@ -416,6 +409,22 @@ class Reporter:
     def _oldest_unsettled_now(self) -> int:
         with self._cond:
             return self._oldest_unsettled()
+
+
+def _check_bounds(
+    *, max_payload_bytes: int, flush_ms: float, exit_flush_s: float, **counts: int
+) -> None:
+    """ValueError naming the first keyword out of its range: each of `counts` an integer ≥ 1,
+    `max_payload_bytes` ≥ 1024, `flush_ms` 0 to 60000, `exit_flush_s` 0 to 60."""
+    for name, value in counts.items():
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{name} must be an integer ≥ 1, not {value!r}")
+    if type(max_payload_bytes) is not int or max_payload_bytes < 1024:
+        raise ValueError(f"max_payload_bytes must be an integer ≥ 1024, not {max_payload_bytes!r}")
+    if isinstance(flush_ms, bool) or not 0 <= flush_ms <= 60_000:
+        raise ValueError(f"flush_ms must be 0 ≤ x ≤ 60000, not {flush_ms!r}")
+    if isinstance(exit_flush_s, bool) or not 0 <= exit_flush_s <= 60:
+        raise ValueError(f"exit_flush_s must be 0 ≤ x ≤ 60, not {exit_flush_s!r}")
 
 
 def _epoch_ms() -> float:
