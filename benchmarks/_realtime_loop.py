@@ -44,8 +44,8 @@ os.environ["EDGEMON_REALTIME_FRAME_MS"] = "0"  # real-time admission only where 
 
 from _vllm_engine import VllmEngine  # noqa: E402
 
+from edgemon.broker_url import Broker, parse_broker_url  # noqa: E402
 from edgemon.client import Reporter, ThrottleGate  # noqa: E402
-from edgemon.client._mqtt import Broker, parse_broker_url  # noqa: E402
 from edgemon.integrations._vllm_deadlines import DeadlineDriver  # noqa: E402
 from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig  # noqa: E402
 from edgemon.integrations.deadlines import START_SLO_MS, Deadlines  # noqa: E402

@@ -57,11 +57,12 @@ def _holding(device: str, devices: int) -> ThrottleGate:
     which the first is throttled (set as the network thread would)."""
     gate = ThrottleGate("mqtt://127.0.0.1:1", device, max_hold_ms=3_600_000)
     ids = [device] if devices == 1 else [f"dev-{i}" for i in range(devices)]
-    with gate._cond:  # noqa: SLF001 - a held state without a broker
-        gate._connected = gate._book.online = True  # noqa: SLF001
+    heard = gate._heard  # noqa: SLF001 - a held state without a broker
+    with heard.cond:
+        heard.connected = heard.book.online = True
         for i, name in enumerate(ids):
-            gate._book.put(name, DeviceThrottle(throttle=i == 0, seq=1))  # noqa: SLF001
-        gate._refresh()  # noqa: SLF001
+            heard.book.put(name, DeviceThrottle(throttle=i == 0, seq=1))
+        heard.refresh()
     return gate
 
 

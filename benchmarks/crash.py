@@ -1,4 +1,4 @@
-"""Chunks lost to a SIGKILL (issue 10, item 2).
+"""Chunks lost to a SIGKILL, with and without the write-ahead log.
 
 Run: `.venv/bin/python benchmarks/crash.py [--streams 20] [--seconds 19] [--wal true|false]`.
 A real Mosquitto on a free loopback port and `python -m edgemon run` as a subprocess (fixed

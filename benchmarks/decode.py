@@ -1,11 +1,10 @@
-"""Event decoding: msgspec (what edgemon runs) against pydantic-core (what it ran), same payloads.
+"""Event decoding: msgspec (what edgemon runs) against pydantic-core, same payloads.
 
-Run: `.venv/bin/python benchmarks/decode.py`. No broker. Issue 11 asked to measure msgspec's
-tagged `Struct`s against pydantic-core for one verdict per event and to keep the faster. Both
-decoders here give one verdict per event, and on these payloads the same verdicts (checked
-before timing):
+Run: `.venv/bin/python benchmarks/decode.py`. No broker. It measures msgspec's tagged
+`Struct`s against pydantic-core, so that edgemon runs the faster. Both decoders here give one
+verdict per event, and on these payloads the same verdicts (checked before timing):
   - edgemon's `decode_events` (msgspec: tagged structs, constraints in `msgspec.Meta`);
-  - the pydantic decoder it replaced (`tests/pydantic_events.py`: discriminated union,
+  - a pydantic decoder of the same events (`tests/pydantic_events.py`: discriminated union,
     strict JSON, Python predicates for stream ids and finite times);
 on three loads: one chunk event per message, batches of 100 chunk events, and batches of 100
 of which every tenth event is invalid (a negative `seq`). Prints events per CPU-second of each

@@ -1,4 +1,5 @@
-"""A QoS 1 flood against an unbounded broker queue (issue 10, item 1).
+"""A QoS 1 flood against an unbounded broker queue: is every message the broker
+accepted one chunk edgemon applied?
 
 Run: `.venv/bin/python benchmarks/flood.py [--messages 20000] [--streams 1000] [--devices 10]`.
 A real Mosquitto with `max_queued_messages 0` (no queue limit) on a free loopback port,

@@ -2,8 +2,8 @@
 
 Run: `.venv/bin/python benchmarks/ingest.py [--quick]`. In one run, through one real Mosquitto
 started here on a free loopback port, with the load generator (paho-mqtt) in its own process
-and `python -m edgemon run` as a subprocess, it measures and prints every ingest row of the
-table of issue 11 (targets there), and a few more:
+and `python -m edgemon run` as a subprocess, it measures and prints every ingest target (the
+SUMMARY table) and a few more figures:
   1. edgemon's messages per CPU-second of its own process vs a bare aiomqtt subscriber
      process that only `json.loads` each message (same messages, QoS 1, same rate), and the
      ratio. Target ≥ 1.0. (1w) The same messages to a second edgemon with `[state] wal =
@@ -892,7 +892,7 @@ def main() -> None:
             code = edgemon.close()
     load_after = os.getloadavg()
 
-    table = [  # the ingest rows of issue 11's table, in its order
+    table = [  # the ingest targets
         ("4a. 64 streams × 12.5 chunks/s, one per message, CPU", edge.figure, "≤ 8 %",
          edge.share <= 8.0),
         ("5. the same through the Reporter, CPU", reported.figure, "≤ 1 %",
@@ -910,7 +910,7 @@ def main() -> None:
         ("4a. RSS at the end", f"{edge.rss / 2**20:.1f} MiB", "≤ 80 MB", edge.rss <= 80e6),
         ("4b. CPU, 800 chunks/s, batches of 64", batched.figure, "≤ 2 %", batched.share <= 2.0),
     ]  # fmt: skip
-    print("\nSUMMARY (issue 11's table; ratios against the bare subscriber of this run)")
+    print("\nSUMMARY (ingest targets; ratios against the bare subscriber of this run)")
     for name, value, target, ok in table:
         print(f"  {name:<52} {value:<24} target {target:<7} {verdict(ok)}")
     print("more")

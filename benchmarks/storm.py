@@ -17,7 +17,7 @@ For each scenario, over the same window: edgemon's CPU (utime + stime from /proc
 of one core, against a bare aiomqtt subscriber (`ingest.py`'s, which only `json.loads`) that
 receives the same messages in the same run, and the ratio; the lines edgemon wrote to its
 log per second, by event; and the shortest time between two `device_summary` lines of the
-device. Targets (issue 21): ratio ≤ 2, ≤ 10 lines/s, a device summary at most every 5 s.
+device. Targets: ratio ≤ 2, ≤ 10 lines/s, a device summary at most every 5 s.
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def main() -> None:
             bare.close()
             code = edgemon.close()
     load = os.getloadavg()
-    print("\nSUMMARY (issue 21; ratios against the bare subscriber of the same window)")
+    print("\nSUMMARY (ratios against the bare subscriber of the same window)")
     for result in results:
         gap = result.summary_gap_s
         ok = (

@@ -62,3 +62,24 @@ def valid_device_id(device: object) -> bool:
 def valid_stream_id(stream: object) -> bool:
     """Whether `stream` can name a stream."""
     return isinstance(stream, str) and STREAM_ID.fullmatch(stream) is not None
+
+
+def topic_prefix_problem(prefix: object) -> str | None:
+    """What keeps `prefix` from being the topic prefix `P`, or None: it is topic levels
+    separated by '/', none empty, with no wildcard, and does not start with '$' (reserved by
+    brokers)."""
+    if not isinstance(prefix, str) or not prefix or "" in prefix.split("/"):
+        return "must be MQTT topic levels separated by '/', none of them empty"
+    if "+" in prefix or "#" in prefix or "\x00" in prefix:
+        return "must not contain the wildcards '+' or '#'"
+    if prefix.startswith("$"):
+        return "must not start with '$' (reserved by brokers)"
+    return None
+
+
+def check_topic_prefix(prefix: str) -> str:
+    """`prefix` if it can be the topic prefix `P` (`topic_prefix_problem`), else ValueError."""
+    problem = topic_prefix_problem(prefix)
+    if problem is not None:
+        raise ValueError(f"topic prefix {prefix!r} {problem}")
+    return prefix

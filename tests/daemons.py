@@ -15,7 +15,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
-from edgemon.daemon.clock import MonotonicWallClock
+from edgemon.daemon.wall_clock import MonotonicWallClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from edgemon.engine.applier import Applier
-from edgemon.engine.clock import DeviceClock
 from edgemon.engine.config import EngineConfig
+from edgemon.engine.device_clock import DeviceClock
 from edgemon.engine.lateness import LatenessState
 from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.live_index import LiveIndex
 from edgemon.engine.margins import Margins
-from edgemon.engine.reordering import Reordering
+from edgemon.engine.reorder_release import Reordering
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
 from edgemon.engine.stream import Stream

@@ -76,6 +76,11 @@ def publish_packet(topic: str, payload: bytes, mid: int, *, qos: int = 1) -> byt
     return bytes((PUBLISH | qos << 1,)) + _remaining(len(body)) + body
 
 
+def puback_packet(mid: int) -> bytes:
+    """The PUBACK of packet id `mid` (success)."""
+    return bytes((PUBACK, 2)) + mid.to_bytes(2, "big")
+
+
 def packet(first: int, body: bytes) -> bytes:
     """Any packet: its first byte, the remaining length, `body`."""
     return bytes((first,)) + _remaining(len(body)) + body
@@ -202,7 +207,7 @@ class FakeBroker:
             self.subscribed.set()
         elif packet.kind == PUBLISH and packet.first & 0x06:
             name_end = 2 + int.from_bytes(packet.body[:2], "big")
-            self._send(b"\x40\x02" + packet.body[name_end : name_end + 2])
+            self._send(puback_packet(int.from_bytes(packet.body[name_end : name_end + 2], "big")))
         elif packet.kind == PINGREQ:
             self._send(b"\xd0\x00")
         elif packet.kind == PUBREC:  # a QoS 2 message received: release it

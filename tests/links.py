@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from edgemon.adapters.state import ConnectionState
+from edgemon.adapters.connection_state import ConnectionState
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
 from edgemon.daemon.mqtt_codec import MAX_REMAINING_LENGTH
 from edgemon.settings import MqttSettings

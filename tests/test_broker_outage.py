@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, MutableMapping
     from pathlib import Path
 
-    from edgemon.adapters.state import ConnectionState
+    from edgemon.adapters.connection_state import ConnectionState
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

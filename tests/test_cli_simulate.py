@@ -81,9 +81,10 @@ def test_unreachable_broker_is_one_line_exit_1(capsys: pytest.CaptureFixture[str
     [
         ([], "--broker"),
         (["--broker=http://127.0.0.1:1883"], "mqtt://"),
-        (["--broker=mqtt://"], "no host"),
+        (["--broker=mqtt://"], "must be mqtt://host[:port]"),
+        (["--broker=mqtts://h"], "no TLS"),
         (["--broker=mqtt://host:99999"], "--broker"),
-        (["--broker=mqtt://user:pw@host"], "only mqtt://host[:port]"),
+        (["--broker=mqtt://user:pw@host"], "must not hold credentials"),
         (["--broker=mqtt://h", "--devices=0"], "--devices"),
         (["--broker=mqtt://h", "--devices=x"], "--devices"),
         (["--broker=mqtt://h", "--streams=1000"], "--streams"),

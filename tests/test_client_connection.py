@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from edgemon.broker_url import Broker
 from edgemon.client import ThrottleGate
-from edgemon.client._mqtt import Broker, new_client, start, stop
+from edgemon.client._mqtt import new_client, start, stop
 
 from ports import MosquittoServer
 

@@ -246,7 +246,7 @@ def test_a_failed_publish_is_retried_in_order(mosquitto_broker: tuple[str, int])
         with Reporter(
             f"mqtt://{host}:{port}", "dev1", client_id="r7", merge_chunks=False, max_batch_events=4
         ) as reporter:
-            client = reporter._client
+            client = reporter._sender.client
             assert client is not None
             real = client.publish
             faults: list[str] = ["raise", "refuse"]

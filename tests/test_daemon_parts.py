@@ -17,13 +17,13 @@ import structlog
 from pydantic import ValidationError
 from structlog.testing import capture_logs
 
-from edgemon.daemon.clock import MonotonicWallClock
+from edgemon.daemon.deadline_timer import DeadlineTimer
 from edgemon.daemon.logs import RejectionLog
 from edgemon.daemon.mqtt import Backoff, subscriptions
 from edgemon.daemon.publisher import SeqSource, throttle_payload
 from edgemon.daemon.recorder import TraceRecorder
-from edgemon.daemon.scheduler import Scheduler
 from edgemon.daemon.systemd import Notifier
+from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import Rejected, ThrottleChanged, UnderrunBegan
 from edgemon.monitor import Monitor
@@ -204,7 +204,7 @@ def _chunk(stream: str, t: float, seq: int, audio: float, eta: float) -> bytes:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("fine_ms", [1.5, 0.0, 8.0])
-async def test_scheduler_fires_transitions_on_time_without_messages(fine_ms: float) -> None:
+async def test_deadline_timer_fires_transitions_on_time_without_messages(fine_ms: float) -> None:
     """With no message after the first chunk, the timer alone turns the throttle on when the
     stream's headroom reaches the margin and reports the underrun when its audio runs out,
     each at or after its exact instant (how late is measured and printed, not asserted), and
@@ -221,14 +221,14 @@ async def test_scheduler_fires_transitions_on_time_without_messages(fine_ms: flo
         if sum(isinstance(o, UnderrunBegan) for _, o in seen) == streams:
             all_underran.set()
 
-    scheduler = Scheduler(monitor, clock=clock, handle=handle, fine_ms=fine_ms)
-    task = asyncio.create_task(scheduler.run())
+    timer = DeadlineTimer(monitor, clock=clock, handle=handle, fine_ms=fine_ms)
+    task = asyncio.create_task(timer.run())
     for n in range(streams):  # staggered deadlines, 10 ms apart
         now = clock.now_ms()
         out: list[Output] = []
         monitor.handle(f"edgemon/v1/d{n}/events", _chunk("s", now, 0, 150 + 10 * n, 0), now, out)
         handle(out)
-        scheduler.poke()
+        timer.poke()
     async with asyncio.timeout(3):
         await all_underran.wait()
     task.cancel()
@@ -240,19 +240,19 @@ async def test_scheduler_fires_transitions_on_time_without_messages(fine_ms: flo
     # Device clock = wall clock here (each device's offset is 0): handled at ≈ t_ms.
     late = [at - o.t_ms for at, o in ons + underruns]
     assert min(late) >= -0.5
-    lateness = sorted(scheduler.lateness_ms)
+    lateness = sorted(timer.lateness_ms)
     p50 = statistics.median(lateness)
     p99 = lateness[math.ceil(0.99 * len(lateness)) - 1]
-    print(f"scheduler lateness ms: n={len(lateness)} p50={p50:.3f} p99={p99:.3f}")
+    print(f"timer lateness ms: n={len(lateness)} p50={p50:.3f} p99={p99:.3f}")
     # How late is measured by benchmarks/scrape.py; here only that the timer fired them (not
     # the 3 s timeout), with a bound no stalled CI machine reaches.
     assert max(late) < 1000.0
 
 
 @pytest.mark.asyncio
-async def test_a_failure_to_fire_ends_the_scheduler_task_with_it() -> None:
+async def test_a_failure_to_fire_ends_the_deadline_timer_task_with_it() -> None:
     """The deadline wait is a loop timer's callback, not the task's own code: an exception
-    from acting on a transition still ends the `scheduler` task with that exception (the
+    from acting on a transition still ends the `deadline-timer` task with that exception (the
     daemon's task group sees it), and the timer fires nothing more after it."""
     clock = MonotonicWallClock()
     monitor = Monitor(EngineConfig())
@@ -262,35 +262,35 @@ async def test_a_failure_to_fire_ends_the_scheduler_task_with_it() -> None:
         calls.append(len(outputs))
         raise RuntimeError("handling failed")
 
-    scheduler = Scheduler(monitor, clock=clock, handle=handle)
-    task = asyncio.create_task(scheduler.run())
+    timer = DeadlineTimer(monitor, clock=clock, handle=handle)
+    task = asyncio.create_task(timer.run())
     for n in range(3):  # three devices, underruns 50, 60 and 70 ms from now
         now = clock.now_ms()
         monitor.handle(f"edgemon/v1/d{n}/events", _chunk("s", now, 0, 50 + 10 * n, 0), now, [])
-    scheduler.poke()
+    timer.poke()
     async with asyncio.timeout(10):
         with pytest.raises(RuntimeError, match="handling failed"):
             await task
     assert len(calls) == 1
-    fired = scheduler.fired
+    fired = timer.fired
     last = clock.now_ms() + 70.0  # the last underrun is due by then
     await asyncio.sleep((last + 50.0 - clock.now_ms()) / 1000.0)  # they are past by then
-    assert scheduler.fired == fired
+    assert timer.fired == fired
 
 
 @pytest.mark.asyncio
-async def test_nothing_fires_once_the_scheduler_task_is_cancelled() -> None:
-    """The daemon cancels the `scheduler` task before it computes the releases: the timer
+async def test_nothing_fires_once_the_deadline_timer_task_is_cancelled() -> None:
+    """The daemon cancels the `deadline-timer` task before it computes the releases: the timer
     armed for the next deadline is disarmed with it, so that deadline, once passed, is not
     fired."""
     clock = MonotonicWallClock()
     monitor = Monitor(EngineConfig())
     seen: list[Output] = []
-    scheduler = Scheduler(monitor, clock=clock, handle=seen.extend)
-    task = asyncio.create_task(scheduler.run())
+    timer = DeadlineTimer(monitor, clock=clock, handle=seen.extend)
+    task = asyncio.create_task(timer.run())
     now = clock.now_ms()
     monitor.handle("edgemon/v1/d/events", _chunk("s", now, 0, 60, 0), now, [])
-    scheduler.poke()
+    timer.poke()
     deadline = monitor.next_deadline()
     assert deadline is not None
     await asyncio.sleep(0)  # the task arms its timer
@@ -300,7 +300,7 @@ async def test_nothing_fires_once_the_scheduler_task_is_cancelled() -> None:
     await asyncio.sleep((deadline + 50.0 - clock.now_ms()) / 1000.0)  # it is past by then
     assert clock.now_ms() > deadline
     assert seen == []
-    assert scheduler.fired == 0
+    assert timer.fired == 0
     assert monitor.next_deadline() == deadline  # still pending in the engine: never fired
 
 

@@ -17,7 +17,7 @@ from edgemon.engine.outputs import (
     UnderrunConfirmed,
     UnderrunRetracted,
 )
-from edgemon.engine.reorder import MAX_HELD
+from edgemon.engine.reorder_buffer import MAX_HELD
 from edgemon.monitor import Monitor
 from edgemon.replay import replay
 from edgemon.trace import TraceRecord

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from prometheus_client import generate_latest
 
+from edgemon.adapters.connection_state import ConnectionState
 from edgemon.adapters.metrics import KNOWN_RESULTS, build_registry
-from edgemon.adapters.state import ConnectionState
 from edgemon.engine.config import EngineConfig, Limits
 from edgemon.engine.histogram import (
     CHUNK_GAP_MS,

@@ -14,11 +14,11 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, given, settings
 
-from edgemon.adapters.state import ConnectionState
-from edgemon.daemon.clock import MonotonicWallClock
+from edgemon.adapters.connection_state import ConnectionState
+from edgemon.daemon.deadline_timer import DeadlineTimer
 from edgemon.daemon.logs import configure_logging
 from edgemon.daemon.mqtt import LinkHooks, MqttLink
-from edgemon.daemon.scheduler import Scheduler
+from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import UnderrunBegan
 from edgemon.monitor import Monitor
@@ -50,7 +50,7 @@ def _floor_holds(monitor: Monitor) -> None:
 @given(scenarios())
 def test_deadline_floor_never_passes_the_next_deadline(sc: Scenario) -> None:
     """Whatever messages arrive and whatever timers fire, the O(1) `deadline_floor()` the
-    scheduler's poke reads is never later than `next_deadline()`: a message that brings the
+    deadline timer's poke reads is never later than `next_deadline()`: a message that brings the
     next deadline forward always wakes the timer task."""
     monitor = Monitor(sc.config)
     out: list[Output] = []
@@ -86,19 +86,19 @@ class CountingMonitor(Monitor):
 @contextlib.asynccontextmanager
 async def sleeping_a_minute(
     monitor: Monitor, clock: MonotonicWallClock, handle: Callable[[list[Output]], None]
-) -> AsyncIterator[Scheduler]:
-    """A running scheduler whose timer task sleeps until a deadline a minute away (device
+) -> AsyncIterator[DeadlineTimer]:
+    """A running deadline timer whose task sleeps until a deadline a minute away (device
     `far`, stream `s`: 60 s of audio); cancelled on the way out."""
-    scheduler = Scheduler(monitor, clock=clock, handle=handle)
+    timer = DeadlineTimer(monitor, clock=clock, handle=handle)
     out: list[Output] = []
     now = clock.now_ms()
     monitor.receive("edgemon/v1/far/events", _chunk("s", now, 0, 60_000), now, out)
     monitor.advance(now, out)
-    task = asyncio.create_task(scheduler.run())
+    task = asyncio.create_task(timer.run())
     try:
         for _ in range(20):  # the task computes its deadline and sleeps until it
             await asyncio.sleep(0)
-        yield scheduler
+        yield timer
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -113,7 +113,7 @@ async def test_poke_costs_no_recomputation_when_the_deadline_stays() -> None:
     clock = MonotonicWallClock()
     monitor = CountingMonitor(EngineConfig())
     out: list[Output] = []
-    async with sleeping_a_minute(monitor, clock, lambda _outputs: None) as scheduler:
+    async with sleeping_a_minute(monitor, clock, lambda _outputs: None) as timer:
         computed = monitor.computed
         assert computed >= 1
         for seq in range(1, 1_001):
@@ -122,12 +122,12 @@ async def test_poke_costs_no_recomputation_when_the_deadline_stays() -> None:
             monitor.advance(now, out)
             out.clear()
             if seq == 1:  # the new device's first deadline is earlier: one wake-up
-                scheduler.poke()
+                timer.poke()
                 for _ in range(20):
                     await asyncio.sleep(0)
                 computed = monitor.computed
                 continue
-            scheduler.poke()
+            timer.poke()
             await asyncio.sleep(0)
         assert monitor.computed == computed
 
@@ -146,12 +146,12 @@ async def test_a_message_that_brings_the_deadline_forward_wakes_the_timer() -> N
             underran.set()
 
     out: list[Output] = []
-    async with sleeping_a_minute(monitor, clock, handle) as scheduler:
+    async with sleeping_a_minute(monitor, clock, handle) as timer:
         now = clock.now_ms()
         monitor.receive("edgemon/v1/near/events", _chunk("s", now, 0, 100), now, out)
         monitor.advance(now, out)
         handle(out)
-        scheduler.poke()
+        timer.poke()
         async with asyncio.timeout(20):  # generous; the far deadline is 60 s away
             await underran.wait()
 

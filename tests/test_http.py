@@ -20,6 +20,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgemon.adapters.connection_state import ConnectionState
 from edgemon.adapters.exposition import PART_BYTES
 from edgemon.adapters.http import (
     basic_auth_from_settings,
@@ -29,7 +30,6 @@ from edgemon.adapters.http import (
     streams_view,
 )
 from edgemon.adapters.metrics import build_registry
-from edgemon.adapters.state import ConnectionState
 from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
 from edgemon.settings import HttpSettings

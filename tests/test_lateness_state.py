@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgemon.engine.clock import DeviceClock
+from edgemon.engine.device_clock import DeviceClock
 from edgemon.engine.lateness import LatenessState
 from edgemon.engine.outputs import (
     Output,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from edgemon.engine.config import DeviceOverride, EngineConfig, Limits
 from edgemon.engine.events import ChunkEvent, StartEvent
 from edgemon.engine.outputs import StreamEnded, UnderrunConfirmed, UnderrunEnded
-from edgemon.engine.reorder import Held
+from edgemon.engine.reorder_buffer import Held
 from edgemon.engine.stream import Phase
 from edgemon.engine.timers import ConfirmDeadline
 

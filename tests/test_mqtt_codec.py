@@ -34,7 +34,8 @@ def test_connect_3_1_1_with_will_and_credentials() -> None:
 
 def test_subscribe_publish_puback_bytes() -> None:
     """SUBSCRIBE carries flags 0b0010 and each filter's QoS; PUBLISH QoS 1 retained carries
-    its packet id; v5 adds an empty property length; PUBACK is 0x40 0x02 and the id."""
+    its packet id; v5 adds an empty property length; PUBACK is 0x40 0x02 and the id (PUBREC,
+    for QoS 2, 0x50 0x02)."""
     assert (
         codec.subscribe(7, [("a/+", 1)], version=codec.V311) == b"\x82\x08\x00\x07\x00\x03a/+\x01"
     )
@@ -47,7 +48,8 @@ def test_subscribe_publish_puback_bytes() -> None:
         codec.publish("t", b"", qos=0, retain=False, mid=0, version=codec.V5)
         == b"\x30\x04\x00\x01t\x00"
     )
-    assert codec.puback(0x1234) == b"\x40\x02\x12\x34"
+    assert codec.acknowledgement(1, 0x1234) == b"\x40\x02\x12\x34"
+    assert codec.acknowledgement(2, 0x1234) == b"\x50\x02\x12\x34"
 
 
 def test_split_waits_for_the_whole_packet() -> None:

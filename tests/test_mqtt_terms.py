@@ -17,7 +17,7 @@ from edgemon.settings import HttpSettings, MqttSettings, Settings
 
 from clients import scrape
 from daemons import logged, running
-from fake_broker import PUBCOMP, PUBLISH, PUBREC, FakeBroker, publish_packet
+from fake_broker import PUBCOMP, PUBLISH, PUBREC, FakeBroker, puback_packet, publish_packet
 from links import running_link, until
 from ports import MosquittoServer
 from scrapes import samples
@@ -231,7 +231,7 @@ async def test_the_brokers_receive_maximum_holds_publishes_until_acknowledged() 
         )
         assert sent(broker, "t/2") == []
         (held,) = sent(broker, "t/1")
-        broker.send(b"\x40\x02" + held.to_bytes(2, "big"))  # PUBACK of the first
+        broker.send(puback_packet(held))  # PUBACK of the first
         await until(lambda: len(sent(broker, "t/2")) == 1, "second sent")
         assert sent(broker, "t/2") != [held]
         second.cancel()

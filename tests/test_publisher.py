@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from edgemon.adapters.exposition import Slicer
-from edgemon.daemon.clock import MonotonicWallClock
 from edgemon.daemon.publisher import SeqSource, ThrottlePublisher
+from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine.outputs import ThrottleChanged
 
 CHANGE = ThrottleChanged(

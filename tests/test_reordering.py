@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from edgemon.engine.events import ChunkEvent
 from edgemon.engine.outputs import GapDeclared
-from edgemon.engine.reorder import MAX_HELD
+from edgemon.engine.reorder_buffer import MAX_HELD
 from edgemon.engine.timers import HoldEnd
 
 from engine_parts import Parts, a_stream

@@ -10,7 +10,7 @@ from edgemon.engine.config import EngineConfig
 from edgemon.engine.engine import Engine
 from edgemon.engine.events import ChunkEvent
 from edgemon.engine.outputs import Output, ThrottleChanged
-from edgemon.engine.reorder import Held
+from edgemon.engine.reorder_buffer import Held
 from edgemon.engine.snapshot import restore_devices, take
 from edgemon.engine.stream import Phase, Stream
 from edgemon.engine.timers import MIN_ON, ConfirmDeadline, HoldEnd

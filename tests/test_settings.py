@@ -18,8 +18,8 @@ from edgemon.settings import (
     environment_warnings,
     load_settings,
     masked_dump,
-    parse_broker_url,
     parse_listen,
+    parse_mqtt_url,
     permission_warnings,
 )
 from edgemon.settings._models import default_client_id
@@ -393,7 +393,7 @@ def test_device_section_keys_are_checked(tmp_path: Path) -> None:
 )
 def test_broker_urls(url: str, broker: Broker) -> None:
     """The accepted broker url forms and their default ports."""
-    assert parse_broker_url(url) == broker
+    assert parse_mqtt_url(url) == broker
 
 
 @pytest.mark.parametrize(
@@ -403,7 +403,7 @@ def test_broker_urls(url: str, broker: Broker) -> None:
 def test_bad_broker_urls(url: str) -> None:
     """Anything but mqtt://host[:port], mqtts://host[:port] or embedded is refused."""
     with pytest.raises(ValueError, match=r"must|port"):
-        parse_broker_url(url)
+        parse_mqtt_url(url)
 
 
 @pytest.mark.parametrize("prefix", ["", "/a", "a/", "a//b", "a/+", "#", "$SYS/x"])

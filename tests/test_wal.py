@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from edgemon.daemon.persistence import WAL_GENERATION
-from edgemon.daemon.state import SNAPSHOT_NAME, StateStore, resolve_state_dir
+from edgemon.daemon.snapshot_file import SNAPSHOT_NAME, StateStore, resolve_state_dir
 from edgemon.daemon.wal import WriteAheadLog, generations
 from edgemon.settings import DEFAULT_STATE_DIR
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from edgemon.daemon.persistence import WAL_GENERATION
-from edgemon.daemon.state import SNAPSHOT_NAME, StateStore
+from edgemon.daemon.snapshot_file import SNAPSHOT_NAME, StateStore
 from edgemon.daemon.wal import generations, wal_path
 
 from daemons import logged

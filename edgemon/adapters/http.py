@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from aiohttp.typedefs import Handler, Middleware
     from prometheus_client import CollectorRegistry
 
-    from edgemon.adapters.state import ConnectionState
+    from edgemon.adapters.connection_state import ConnectionState
     from edgemon.engine.views import DeviceView, StreamState
     from edgemon.monitor import Monitor
     from edgemon.settings import HttpSettings

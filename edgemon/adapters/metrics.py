@@ -25,8 +25,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from edgemon.adapters.connection_state import ConnectionState
 from edgemon.adapters.metrics_text import DeviceText, add_histogram, capacity_values
-from edgemon.adapters.state import ConnectionState
 from edgemon.engine.service_level import OUTCOMES
 from edgemon.engine.stats import FINISH_REASONS
 from edgemon.engine.views import device_view, device_views
@@ -431,7 +431,7 @@ class EdgemonCollector:
 class DeadlineLatenessCollector:
     """`edgemon_deadline_lateness_seconds`: how late the deadline task fired (docs/runbook.md).
 
-    `histogram` is the scheduler's (milliseconds), read at each scrape.
+    `histogram` is the deadline timer's (milliseconds), read at each scrape.
     """
 
     __slots__ = ("_histogram",)

@@ -13,11 +13,12 @@ import math
 import random
 import sys
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from edgemon.broker import EmbeddedBrokerError, embedded_broker
+from edgemon.broker_url import EMBEDDED, BrokerUrlError, parse_broker_url
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from edgemon.cli.signals import on_stop_signals
+from edgemon.protocol import topic_prefix_problem
 from edgemon.simulate.model import Simulation
 from edgemon.simulate.publisher import PublishError, publish_simulation, wall_ms
 from edgemon.wire.topics import valid_device_id
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
     from edgemon.simulate.publisher import PublishReport
 
-EMBEDDED = "embedded"
 EMBEDDED_ADDRESS = ("127.0.0.1", 1883)
 MAX_DEVICES = 1_000
 MAX_STREAMS = 256
@@ -80,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--duration must be a number of seconds > 0")
     if not valid_device_id(f"{args.device_prefix}-{args.devices - 1}"):
         raise UsageError("--device-prefix must be letters, digits, '.', '_' or '-'")
-    prefix = args.topic_prefix
-    if not prefix or any(c in prefix for c in "+#\0") or prefix.startswith("/"):
-        raise UsageError("--topic-prefix must be a topic without wildcards or a leading '/'")
+    problem = topic_prefix_problem(args.topic_prefix)
+    if problem is not None:
+        raise UsageError(f"--topic-prefix {args.topic_prefix!r} {problem}")
     seed = random.SystemRandom().randrange(2**32) if args.seed is None else args.seed
     try:
         report = asyncio.run(_main(args, address, rtf, seed))
@@ -107,21 +107,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def parse_broker(url: str) -> tuple[str, int] | None:
-    """`(host, port)` of an `mqtt://host[:port]` URL; None for `embedded`."""
-    if url == EMBEDDED:
-        return None
+    """`(host, port)` of an `mqtt://host[:port]` URL; None for `embedded`. The URL rules
+    are the daemon's (`edgemon.broker_url`); the simulator speaks no TLS."""
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise UsageError(f"--broker {url!r}: {exc}") from None
-    if parts.scheme != "mqtt":
-        raise UsageError(f"--broker {url!r}: expected mqtt://host[:port] or {EMBEDDED}")
-    if not parts.hostname:
-        raise UsageError(f"--broker {url!r}: no host")
-    if parts.username is not None or parts.path not in ("", "/") or parts.query:
-        raise UsageError(f"--broker {url!r}: only mqtt://host[:port] is supported")
-    return parts.hostname, 1883 if port is None else port
+        broker = parse_broker_url(url, url_credentials=False, embedded=True)
+    except BrokerUrlError as exc:
+        raise UsageError(f"--broker {url!r}: {exc.reason}") from None
+    if broker.tls:
+        raise UsageError(f"--broker {url!r}: only mqtt://host[:port] or {EMBEDDED} (no TLS)")
+    return None if broker.embedded else (broker.host, broker.port)
 
 
 def _rtf(text: str, devices: int) -> float | list[float]:

@@ -1,5 +1,5 @@
-"""What the Reporter and the ThrottleGate share: broker URLs, credentials and TLS files,
-names, the paho client, and how a connection that cannot be made is said.
+"""What the Reporter and the ThrottleGate share: device ids, client ids, the paho client for
+a `Broker` (`edgemon.broker_url`), and how a connection that cannot be made is said.
 
 Both run paho-mqtt 2.x on its own network thread (`loop_start`), never asyncio: a player's
 audio thread and a vLLM EngineCore import them, and neither should own an event loop for it.
@@ -13,18 +13,17 @@ import re
 import socket
 import threading
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from edgemon.protocol import DEVICE_ID_PATTERN, RESERVED_DEVICE, valid_device_id
 
+if TYPE_CHECKING:
+    from edgemon.broker_url import Broker
+
 _CLIENT_ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_URL_FORM = "mqtt://[user[:password]@]host[:port] or mqtts://..."
 
 #: Reconnect backoff (seconds): paho doubles the delay from the first to the second.
 RECONNECT_MIN_S = 1
@@ -34,120 +33,6 @@ CONNECT_TIMEOUT_S = 3.0
 KEEPALIVE_S = 30
 
 log = logging.getLogger("edgemon.client")
-
-
-@dataclass(frozen=True, slots=True)
-class Broker:
-    """Where to connect, and as whom."""
-
-    host: str
-    port: int
-    tls: bool = False
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    #: TLS: a private CA bundle (else the system's CAs), a client certificate and its key.
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-
-def parse_broker_url(
-    url: str,
-    *,
-    username: str | None = None,
-    password: str | None = None,
-    password_file: str | os.PathLike[str] | None = None,
-    ca_file: str | os.PathLike[str] | None = None,
-    cert_file: str | os.PathLike[str] | None = None,
-    key_file: str | os.PathLike[str] | None = None,
-) -> Broker:
-    """`mqtt://[user[:password]@]host[:port]` (1883) or `mqtts://...` (8883, TLS).
-
-    Credentials come from the URL (percent-encoded) or from the keyword arguments, not both;
-    `password_file` is read now (one trailing newline stripped). The TLS files need `mqtts://`
-    and must be readable now; `cert_file` and `key_file` go together (a key inside the
-    certificate's file: give that file as both).
-    """
-    if password_file is not None:
-        password = _read_secret(password_file, password)
-    if not isinstance(url, str):
-        raise ValueError(f"broker URL must be {_URL_FORM}")  # noqa: TRY004 - as every bad value
-    parts = urlsplit(url)
-    if parts.scheme not in {"mqtt", "mqtts"} or not parts.hostname:
-        raise ValueError(f"broker URL {_redact(url)!r} must be {_URL_FORM}")
-    if parts.path not in {"", "/"} or parts.query or parts.fragment:
-        raise ValueError(f"broker URL {_redact(url)!r} must be {_URL_FORM}")
-    try:
-        port = parts.port
-    except ValueError:
-        port = 0
-    if port == 0:
-        raise ValueError(f"broker URL {_redact(url)!r} has an invalid port")
-    url_user = unquote(parts.username) if parts.username is not None else None
-    url_password = unquote(parts.password) if parts.password is not None else None
-    if url_user is not None and username is not None:
-        raise ValueError("give the username in the broker URL or as username=, not both")
-    if url_password is not None and password is not None:
-        raise ValueError("give the password in the broker URL or as password=, not both")
-    user = url_user if url_user is not None else username
-    secret = url_password if url_password is not None else password
-    if secret is not None and user is None:
-        raise ValueError("a broker password needs a username")
-    tls = parts.scheme == "mqtts"
-    given = _tls_files(tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file)
-    return Broker(
-        parts.hostname,
-        port or (8883 if tls else 1883),
-        tls,
-        user,
-        secret,
-        given.get("ca_file"),
-        given.get("cert_file"),
-        given.get("key_file"),
-    )
-
-
-def _tls_files(
-    tls: bool,
-    **files: str | os.PathLike[str] | None,
-) -> dict[str, str]:
-    """The TLS files given, each checked readable; only with TLS, a certificate with its key."""
-    given = {name: _readable(name, value) for name, value in files.items() if value is not None}
-    if given and not tls:
-        raise ValueError(f"{', '.join(given)} need an mqtts:// broker URL")
-    if ("cert_file" in given) != ("key_file" in given):
-        raise ValueError("give cert_file= and key_file= together (a client certificate)")
-    return given
-
-
-def _readable(name: str, path: str | os.PathLike[str]) -> str:
-    """`path` as a string, if it names a readable file."""
-    text = os.fspath(path)
-    if not os.access(text, os.R_OK) or not Path(text).is_file():
-        raise ValueError(f"{name} {text!r} is not a readable file")
-    return text
-
-
-def _read_secret(path: str | os.PathLike[str], password: str | None) -> str:
-    """A password from a file: its text, one trailing newline stripped; never empty."""
-    if password is not None:
-        raise ValueError("give password= or password_file=, not both")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"password_file {os.fspath(path)!r} cannot be read: {exc}") from None
-    text = text.removesuffix("\n").removesuffix("\r")
-    if not text:
-        raise ValueError(f"password_file {os.fspath(path)!r} is empty")
-    return text
-
-
-def _redact(url: str) -> str:
-    """The URL with any password masked (for error messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
 
 
 def check_device(device: str) -> str:
@@ -172,15 +57,6 @@ def check_devices(devices: str) -> tuple[str, ...]:
             raise ValueError(f"device {devices!r}: '+' stands alone, not in a list")
         check_device(part)
     return tuple(sorted(set(ids)))
-
-
-def check_topic_prefix(prefix: str) -> str:
-    """Topic levels separated by '/', none empty, no wildcard, not starting with '$'."""
-    if not isinstance(prefix, str) or not prefix or "" in prefix.split("/"):
-        raise ValueError(f"topic prefix {prefix!r} must be non-empty levels separated by '/'")
-    if "+" in prefix or "#" in prefix or "\x00" in prefix or prefix.startswith("$"):
-        raise ValueError(f"topic prefix {prefix!r} must not hold '+', '#' or start with '$'")
-    return prefix
 
 
 def default_client_id(role: str, device: str) -> str:
@@ -255,8 +131,8 @@ def _no_delay(_client: mqtt.Client, _userdata: Any, sock: Any) -> None:
     """Each new TCP connection sends at once (`TCP_NODELAY`), as edgemon and the shipped broker
     configuration do. With Nagle's algorithm a message waits while anything sent before it is
     unacknowledged: a report published right after the client's PUBACK of a throttle object
-    waited for the broker's delayed ACK (tens of ms on Linux), one published while the last
-    is in flight for a network round trip."""
+    would wait for the broker's delayed ACK (tens of ms on Linux), one published while the
+    last is in flight for a network round trip."""
     if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 

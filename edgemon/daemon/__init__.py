@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from edgemon.daemon.app import SHUTDOWN_TIMEOUT_S, Daemon
-from edgemon.daemon.clock import Clock, MonotonicWallClock
+from edgemon.daemon.wall_clock import Clock, MonotonicWallClock
 
 __all__ = ["SHUTDOWN_TIMEOUT_S", "Clock", "Daemon", "MonotonicWallClock"]

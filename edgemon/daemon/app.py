@@ -1,7 +1,7 @@
 """The daemon's lifecycle: build everything once from Settings, run named tasks, stop cleanly.
 
 Like uvicorn's server: signal handlers only set flags; one `asyncio.TaskGroup` owns the named
-tasks `http`, `mqtt-ingest`, `publisher`, `scheduler`, `watchdog`, `log-summaries`,
+tasks `http`, `mqtt-ingest`, `publisher`, `deadline-timer`, `watchdog`, `log-summaries`,
 `reloader`, `snapshots`, `catch-up` and, with `[http] agent_listen`, `agent`. Every message
 is logged (write-ahead log), applied on the loop as it is read, and acknowledged once the log
 has it on disk (`persistence`, `intake`). At the first CONNACK the last snapshot and the log
@@ -30,6 +30,7 @@ from edgemon import __version__
 from edgemon.adapters.agent import serve_agent
 from edgemon.adapters.capacity import agent_answer
 from edgemon.adapters.clearance import clear_of_deadlines
+from edgemon.adapters.connection_state import ConnectionState
 from edgemon.adapters.http import (
     basic_auth_from_settings,
     create_app,
@@ -37,9 +38,8 @@ from edgemon.adapters.http import (
     ssl_context_from_files,
 )
 from edgemon.adapters.metrics import CallbackCounter, DeadlineLatenessCollector, build_registry
-from edgemon.adapters.state import ConnectionState
 from edgemon.daemon.catchup import CatchUp
-from edgemon.daemon.clock import MonotonicWallClock
+from edgemon.daemon.deadline_timer import DeadlineTimer, StallGuard
 from edgemon.daemon.digest import DeviceDigest
 from edgemon.daemon.dispatch import Dispatcher
 from edgemon.daemon.gcpacer import GcPacer
@@ -48,9 +48,9 @@ from edgemon.daemon.mqtt import LinkHooks, MqttLink, max_packet_size
 from edgemon.daemon.persistence import open_persistence
 from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
 from edgemon.daemon.recorder import TraceRecorder
-from edgemon.daemon.scheduler import Scheduler, StallGuard
 from edgemon.daemon.status import status_line, status_payload
 from edgemon.daemon.systemd import Notifier
+from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine.outputs import Rejected, ThrottleChanged
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
@@ -161,10 +161,10 @@ class Daemon:
         )  # fmt: skip
         #: Notices that the process stood still (SIGSTOP, a VM pause): `_on_stall`.
         self.stalls = StallGuard(self.clock, self._on_stall)
-        self.scheduler = Scheduler(
+        self.deadline_timer = DeadlineTimer(
             self.monitor, clock=self.clock, handle=self._dispatch, stalls=self.stalls
         )
-        self.registry.register(DeadlineLatenessCollector(self.scheduler.lateness))
+        self.registry.register(DeadlineLatenessCollector(self.deadline_timer.lateness))
         self.gc = GcPacer(self._until_deadline, busy=lambda: self.publisher.busy)
         self._out: list[Output] = []
         self._restored = False
@@ -219,7 +219,7 @@ class Daemon:
                 ingest = group.create_task(
                     self.link.run(self._stop, self._farewell), name="mqtt-ingest"
                 )
-                scheduler = group.create_task(self.scheduler.run(), name="scheduler")
+                deadline_timer = group.create_task(self.deadline_timer.run(), name="deadline-timer")
                 rest = [
                     http,
                     group.create_task(self.publisher.run(), name="publisher"),
@@ -237,7 +237,7 @@ class Daemon:
                 await self._first(self._stop.wait(), ingest)
                 self.log.info("shutdown_started")
                 self.notifier.stopping()
-                scheduler.cancel()  # no more transitions after the releases are computed
+                deadline_timer.cancel()  # no more transitions after the releases are computed
                 heartbeat.cancel()  # no `online` after the farewell's `offline`
                 await self._finish(ingest)
                 for task in rest:
@@ -391,7 +391,7 @@ class Daemon:
         states = self.monitor.engine.throttle_states(now)
         for state in states:
             self.publisher.submit(state)
-        self.scheduler.poke()
+        self.deadline_timer.poke()
         self.log.info(
             "throttle_resumed",
             devices=len(states),
@@ -491,7 +491,7 @@ class Daemon:
         self.monitor.engine.reconfigure(new.engine_config(), self.clock.now_ms(), self._out)
         self._dispatch(self._out)
         self._out.clear()
-        self.scheduler.poke()
+        self.deadline_timer.poke()
         self.settings = new
         self.log.info("config_reloaded", needs_restart=restart)
         return True
@@ -511,7 +511,7 @@ class Daemon:
         if out:
             self._dispatch(out)
             out.clear()
-        self.scheduler.poke()
+        self.deadline_timer.poke()
 
     def _on_too_large(self, topic: str, size: int) -> None:
         """A message too large to read, dropped unread by the link: `oversized`, as one the
@@ -548,7 +548,7 @@ class Daemon:
         # Late chunks can flow again: each provisional underrun waits its whole
         # allowed_lateness_ms from now, for what the broker queued meanwhile (docs/semantics.md).
         self.monitor.engine.input_restored(self.clock.now_ms())
-        self.scheduler.poke()
+        self.deadline_timer.poke()
 
     def _on_disconnected(self) -> None:
         """No late chunk can arrive while the broker is away: nothing is confirmed for want of
@@ -568,7 +568,7 @@ class Daemon:
             engine.input_restored(now_ms)
         else:
             engine.input_lost()
-        self.scheduler.poke()
+        self.deadline_timer.poke()
         self.log.warning("daemon_stalled", stalled_s=round((now_ms - since_ms) / 1000.0, 3))
 
     def _on_subscribed(self) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from edgemon.daemon.clock import Clock
+    from edgemon.daemon.wall_clock import Clock
 
 #: No message read for this long once subscribed: the backlog is in (ms).
 QUIET_MS = 250.0

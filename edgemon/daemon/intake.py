@@ -30,7 +30,7 @@ import asyncio
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Protocol
 
-from edgemon.daemon.mqtt_codec import PUBACK, PUBREC
+from edgemon.daemon.mqtt_codec import acknowledgement
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -45,9 +45,6 @@ REDELIVERY_WINDOW_S = 60.0
 
 #: (its PUBACK or PUBREC, topic, payload) of one received message awaiting acknowledgement.
 Pending = tuple[bytes, str, bytes]
-
-#: The acknowledgement's first two bytes (type, remaining length 2) by QoS: 1 PUBACK, 2 PUBREC.
-_ACK_HEAD = (b"", bytes((PUBACK, 2)), bytes((PUBREC, 2)))
 
 
 class Wire(Protocol):
@@ -156,14 +153,14 @@ class Intake:
             if self._redelivery[key] > 0:
                 self._redelivery[key] -= 1
                 self.redelivered += 1
-                self._queue_ack(_ACK_HEAD[qos] + mid.to_bytes(2, "big"), topic, payload)
+                self._queue_ack(acknowledgement(qos, mid), topic, payload)
                 return
         if self._topics is not None and topic not in self._topics:
             self.foreign += 1  # a subscription an earlier configuration left on the broker
         else:
             self._apply(topic, payload)
         if qos:
-            self._queue_ack(_ACK_HEAD[qos] + mid.to_bytes(2, "big"), topic, payload)
+            self._queue_ack(acknowledgement(qos, mid), topic, payload)
 
     def on_too_large(self, topic: str, size: int, qos: int, mid: int) -> None:
         """A PUBLISH too large to read (MQTT 3.1.1: dropped as it arrives): not applied,
@@ -172,7 +169,7 @@ class Intake:
             return
         self._too_large(topic, size)
         if qos:
-            self._queue_ack(_ACK_HEAD[qos] + mid.to_bytes(2, "big"), topic, b"")
+            self._queue_ack(acknowledgement(qos, mid), topic, b"")
 
     def end_batch(self) -> None:
         """What was read together has been applied: it is one batch for the log."""

@@ -45,7 +45,7 @@ KINDS = ("events", "engine", "capacity")
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from edgemon.adapters.state import ConnectionState
+    from edgemon.adapters.connection_state import ConnectionState
     from edgemon.settings import MqttSettings
     from edgemon.wire.topics import Topics
 

@@ -247,9 +247,15 @@ def publish(topic: str, payload: bytes, *, qos: int, retain: bool, mid: int, ver
     return _packet(PUBLISH | qos << 1 | (1 if retain else 0), head + payload)
 
 
-def puback(mid: int) -> bytes:
-    """PUBACK, success (3.1.1 and 5: a reason code of 0 may be left out)."""
-    return bytes((PUBACK, 2)) + mid.to_bytes(2, "big")
+#: The first two bytes (type, remaining length 2) of what acknowledges a PUBLISH received, by
+#: its QoS: 1 PUBACK, 2 PUBREC.
+_ACK_HEAD = (b"", bytes((PUBACK, 2)), bytes((PUBREC, 2)))
+
+
+def acknowledgement(qos: int, mid: int) -> bytes:
+    """What acknowledges a PUBLISH received at QoS 1 (PUBACK) or 2 (PUBREC), success (3.1.1
+    and 5: a reason code of 0 may be left out)."""
+    return _ACK_HEAD[qos] + mid.to_bytes(2, "big")
 
 
 def pubcomp(mid: int) -> bytes:

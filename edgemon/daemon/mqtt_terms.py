@@ -23,7 +23,7 @@ from edgemon.daemon.mqtt_connection import ConnectionLostError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from edgemon.adapters.state import ConnectionState
+    from edgemon.adapters.connection_state import ConnectionState
 
 #: MQTT 5 CONNACK reason codes for a will the broker cannot keep: "Retain not supported",
 #: "QoS not supported" (edgemon's will is the retained `offline` status at QoS 1).

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Gauge, Histogram
 
 from edgemon.adapters.metrics import CallbackCounter
-from edgemon.daemon.state import StateStore, encode, resolve_state_dir
+from edgemon.daemon.snapshot_file import StateStore, encode, resolve_state_dir
 from edgemon.daemon.wal import WriteAheadLog, generations, recover, wal_path
 
 if TYPE_CHECKING:

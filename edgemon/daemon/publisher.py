@@ -19,7 +19,7 @@ import json
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from edgemon.daemon.clock import Clock
+    from edgemon.daemon.wall_clock import Clock
     from edgemon.engine.outputs import ThrottleChanged
 
 

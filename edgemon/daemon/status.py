@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from edgemon import __version__
 
 if TYPE_CHECKING:
-    from edgemon.adapters.state import ConnectionState
+    from edgemon.adapters.connection_state import ConnectionState
     from edgemon.monitor import Monitor
 
 

@@ -2,7 +2,7 @@
 
 A `start` creates its stream; an `end` applies what its stream still holds and removes it; a
 chunk is applied in `seq` order: one ahead of a missing `seq` waits in its stream's reorder
-buffer (`edgemon.engine.reordering`), and each chunk applied may let held ones follow. The
+buffer (`edgemon.engine.reorder_release`), and each chunk applied may let held ones follow. The
 device decides the instant (`Device.receive`) and fires the timers; a timer of a held chunk
 or of a provisional underrun comes back here (`Applier.timer`).
 """
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from edgemon.engine.lateness import LatenessState
     from edgemon.engine.lifecycle import Lifecycle
     from edgemon.engine.outputs import Output
-    from edgemon.engine.reordering import Reordering
+    from edgemon.engine.reorder_release import Reordering
     from edgemon.engine.sampling import Sampler
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream

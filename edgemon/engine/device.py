@@ -22,12 +22,12 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from edgemon.engine.applier import Applier
-from edgemon.engine.clock import DeviceClock
+from edgemon.engine.device_clock import DeviceClock
 from edgemon.engine.lateness import LatenessState
 from edgemon.engine.lifecycle import Lifecycle
 from edgemon.engine.live_index import LiveIndex
 from edgemon.engine.margins import Margins
-from edgemon.engine.reordering import Reordering
+from edgemon.engine.reorder_release import Reordering
 from edgemon.engine.sampling import Sampler
 from edgemon.engine.stats import DeviceStats
 from edgemon.engine.stream import LIVE, Stream

@@ -31,9 +31,9 @@ from edgemon.engine.timers import ConfirmDeadline, HoldEnd
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from edgemon.engine.clock import DeviceClock
+    from edgemon.engine.device_clock import DeviceClock
     from edgemon.engine.outputs import Output
-    from edgemon.engine.reorder import Held
+    from edgemon.engine.reorder_buffer import Held
     from edgemon.engine.stats import DeviceStats
     from edgemon.engine.stream import Stream
     from edgemon.engine.timers import TimerHeap
@@ -44,7 +44,7 @@ class LatenessState:
     provisional and open underruns, its horizon and its waits for late chunks. It shares the
     device's clock, stats and timer heap; the device gives it `allowed_ms` (the configured
     `allowed_lateness_ms`). The reorder buffers' chunks are applied by the device's `Applier`
-    (`edgemon.engine.reordering` says when)."""
+    (`edgemon.engine.reorder_release` says when)."""
 
     __slots__ = (
         "_clock",

@@ -22,7 +22,7 @@ from edgemon.engine.device import Device
 from edgemon.engine.events import CheckedChunk, ChunkEvent
 from edgemon.engine.headroom import INF
 from edgemon.engine.kv import KVVerdict
-from edgemon.engine.reorder import Held
+from edgemon.engine.reorder_buffer import Held
 from edgemon.engine.stream import Phase, Stream
 from edgemon.engine.timers import MIN_ON
 from edgemon.engine.tombstones import Tombstones
@@ -64,7 +64,7 @@ _STAT_FIELDS = (
     "underruns",
 )
 _HISTOGRAMS = ("chunk_gap", "slack_at_arrival", "time_to_first_audio")
-#: Histograms added later; an older snapshot without them restores them empty.
+#: Histograms a snapshot may lack (one written by an earlier version): restored empty.
 _HISTOGRAMS_ADDED = ("start_silence", "longest_gap")
 #: Fields added with late delivery (docs/semantics.md), and their values in an older snapshot.
 _STREAM_LATE_FIELDS = {"underrun_provisional": False, "underrun_published": False}

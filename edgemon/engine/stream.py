@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Final
 from edgemon.engine.headroom import INF, below, headroom, slack
 
 if TYPE_CHECKING:
-    from edgemon.engine.reorder import Held
+    from edgemon.engine.reorder_buffer import Held
 
 EWMA_ALPHA = 0.3
 #: Chunks of a stream closer than this are pieces of one delivery (a transport that split one

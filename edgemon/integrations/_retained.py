@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
     import paho.mqtt.client as mqtt
 
+    from edgemon.broker_url import Broker
+
 
 class RetainedLink:
     """See the module doc."""
@@ -56,7 +58,7 @@ class RetainedLink:
 
     def __init__(
         self,
-        broker: _mqtt.Broker,
+        broker: Broker,
         *,
         who: str,
         client_id: str,

@@ -31,9 +31,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgemon.broker_url import Broker, parse_broker_url
 from edgemon.client import _mqtt
-from edgemon.client.gate import _connection_from_environ
+from edgemon.client._gate_env import connection_from_environ
 from edgemon.integrations._retained import RetainedLink
+from edgemon.protocol import check_topic_prefix
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -48,7 +50,7 @@ _SHED_LEVELS = "capacity/shed"
 class TopicConfig:
     """Where the capacity topics are, and how to connect."""
 
-    broker: _mqtt.Broker
+    broker: Broker
     devices: tuple[str, ...]
     prefix: str = "edgemon/v1"
 
@@ -64,8 +66,8 @@ class TopicConfig:
         prefix = environ.get(f"{_ENV}TOPIC_PREFIX", "").strip() or "edgemon/v1"
         checks: tuple[tuple[str, Callable[[], Any]], ...] = (
             ("DEVICE", lambda: _mqtt.check_devices(device)),
-            ("BROKER", lambda: _mqtt.parse_broker_url(broker_url)),
-            ("TOPIC_PREFIX", lambda: _mqtt.check_topic_prefix(prefix)),
+            ("BROKER", lambda: parse_broker_url(broker_url)),
+            ("TOPIC_PREFIX", lambda: check_topic_prefix(prefix)),
         )
         values = []
         for name, check in checks:
@@ -80,7 +82,7 @@ class TopicConfig:
                 "the capacity topic and HTTP shedding are off (list the devices instead)"
             )
             return None
-        broker = _mqtt.parse_broker_url(broker_url, **_connection_from_environ(environ, broker_url))
+        broker = parse_broker_url(broker_url, **connection_from_environ(environ, broker_url))
         return cls(broker, devices, prefix)
 
     def capacity_topics(self) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ the config or from the environment, never from the config file itself, and are n
 
 from __future__ import annotations
 
+from edgemon.broker_url import Broker
 from edgemon.settings._display import masked_dump, permission_warnings
 from edgemon.settings._errors import ConfigError
 from edgemon.settings._loading import (
@@ -21,7 +22,6 @@ from edgemon.settings._models import (
     DEFAULT_STATE_DIR,
     DEVICE_ID_PATTERN,
     ENV_PREFIX,
-    Broker,
     DeviceSettings,
     HttpSettings,
     LimitsSettings,
@@ -31,8 +31,8 @@ from edgemon.settings._models import (
     SlackSettings,
     SloSettings,
     StateSettings,
-    parse_broker_url,
     parse_listen,
+    parse_mqtt_url,
 )
 
 __all__ = [
@@ -54,8 +54,8 @@ __all__ = [
     "environment_warnings",
     "load_settings",
     "masked_dump",
-    "parse_broker_url",
     "parse_listen",
+    "parse_mqtt_url",
     "permission_warnings",
     "resolve_config_path",
 ]

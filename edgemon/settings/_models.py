@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import re
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Literal, Self
-from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -21,6 +19,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from edgemon.broker_url import Broker, BrokerUrlError, parse_broker_url
 from edgemon.engine.config import (
     ClockMode,
     DeviceOverride,
@@ -30,6 +29,7 @@ from edgemon.engine.config import (
     SlackPolicy,
     SloPolicy,
 )
+from edgemon.protocol import topic_prefix_problem
 from edgemon.settings._errors import ConfigError, CrossFieldError
 
 ENV_PREFIX = "EDGEMON_"
@@ -43,36 +43,14 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 DeviceId = Annotated[str, Field(pattern=DEVICE_ID_PATTERN)]
 
 
-@dataclass(frozen=True, slots=True)
-class Broker:
-    """Where the MQTT broker is: parsed from `mqtt.url`."""
-
-    host: str
-    port: int
-    tls: bool = False
-    embedded: bool = False
-
-
-def parse_broker_url(url: str) -> Broker:
-    """`mqtt://host[:port]`, `mqtts://host[:port]` or `embedded` (an in-process broker)."""
-    if url == "embedded":
-        return Broker("127.0.0.1", 1883, embedded=True)
-    expected = "must be mqtt://host[:port], mqtts://host[:port] or embedded"
-    parts = urlsplit(url)
-    if parts.scheme not in {"mqtt", "mqtts"} or not parts.hostname:
-        raise ValueError(expected)
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("must not hold credentials; use mqtt.username and mqtt.password_file")
-    if parts.path not in {"", "/"} or parts.query or parts.fragment:
-        raise ValueError(expected)
+def parse_mqtt_url(url: str) -> Broker:
+    """`url` as the daemon takes it: `mqtt://host[:port]`, `mqtts://host[:port]` or
+    `embedded`, no credentials in it (they are `mqtt.username` and `mqtt.password_file`).
+    ValueError with the reason alone: the settings name the key and the value."""
     try:
-        port = parts.port
-    except ValueError:  # not a number, or out of range
-        port = 0
-    if port == 0:
-        raise ValueError("has an invalid port")
-    tls = parts.scheme == "mqtts"
-    return Broker(parts.hostname, port or (8883 if tls else 1883), tls=tls)
+        return parse_broker_url(url, url_credentials=False, embedded=True)
+    except BrokerUrlError as exc:
+        raise ValueError(exc.reason) from None
 
 
 def default_client_id(hostname: str) -> str:
@@ -148,18 +126,15 @@ class MqttSettings(_Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        parse_broker_url(value)
+        parse_mqtt_url(value)
         return value
 
     @field_validator("topic_prefix")
     @classmethod
     def _check_topic_prefix(cls, value: str) -> str:
-        if not value or "" in value.split("/"):
-            raise ValueError("must be MQTT topic levels separated by '/', none of them empty")
-        if "+" in value or "#" in value or "\x00" in value:
-            raise ValueError("must not contain the wildcards '+' or '#'")
-        if value.startswith("$"):
-            raise ValueError("must not start with '$' (reserved by brokers)")
+        problem = topic_prefix_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("qos")
@@ -189,7 +164,7 @@ class MqttSettings(_Section):
     @property
     def broker(self) -> Broker:
         """The parsed `url`."""
-        return parse_broker_url(self.url)
+        return parse_mqtt_url(self.url)
 
     def resolve_password(self) -> SecretStr | None:
         """`password` if given, else the content of `password_file`; read at call time."""

@@ -1,4 +1,4 @@
-"""Budget-aware admission (issue 16 §5): admit a waiting request only if its cost fits the
+"""Budget-aware admission: admit a waiting request only if its cost fits the
 device's spendable headroom.
 
 edgemon's throttle object says, besides `throttle`, how much the device's streams can still

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from edgemon.daemon.state import SNAPSHOT_NAME, StateStore, encode
+from edgemon.daemon.snapshot_file import SNAPSHOT_NAME, StateStore, encode
 from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
 

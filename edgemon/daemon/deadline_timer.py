@@ -4,7 +4,7 @@ The engine knows every future transition instant (docs/semantics.md), so nothing
 timer is armed for `monitor.next_deadline()` and its callback calls `advance(now)`. After each
 message the daemon calls `poke()`, which re-arms the timer only when the engine's timer heaps
 now begin before the deadline it is armed for (a message that leaves the deadline where it is
-costs a comparison, no re-arming and no recomputation). The `scheduler` task only owns the
+costs a comparison, no re-arming and no recomputation). The `deadline-timer` task only owns the
 timer: cancelling it disarms the timer, and nothing fires after that.
 
 The sleep is an `asyncio` timer, but the event loop's timers wait in whole milliseconds
@@ -36,7 +36,7 @@ from edgemon.engine.histogram import Histogram
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from edgemon.daemon.clock import Clock
+    from edgemon.daemon.wall_clock import Clock
     from edgemon.engine.outputs import Output
     from edgemon.monitor import Monitor
 
@@ -87,7 +87,7 @@ class StallGuard:
             self.check(self._clock.now_ms())
 
 
-class Scheduler:
+class DeadlineTimer:
     """Drives `monitor.advance` at each deadline; `handle` takes what it produced.
 
     The wait is one event-loop timer handle, re-armed in place: a wake-up is a plain callback
@@ -153,7 +153,7 @@ class Scheduler:
             self._arm()
 
     async def run(self) -> None:
-        """Fire deadlines until cancelled (the `scheduler` task); a failure to fire one ends
+        """Fire deadlines until cancelled (the `deadline-timer` task); a failure to fire one ends
         it with that exception. Once the task is cancelled nothing more fires."""
         loop = asyncio.get_running_loop()
         self._loop = loop
@@ -245,6 +245,6 @@ class Scheduler:
 
 
 def _fine_sleep(delay_ms: float) -> None:
-    """Hold the thread for `delay_ms` (at most the scheduler's `fine_ms`)."""
+    """Hold the thread for `delay_ms` (at most the timer's `fine_ms`)."""
     if delay_ms > 0:
         time.sleep(delay_ms / 1000.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgemon.engine.clock import MAX_JUMP_MS, DeviceClock
+from edgemon.engine.device_clock import MAX_JUMP_MS, DeviceClock
 
 #: Message histories: (wall time step, device times of its events): near the wall time, or
 #: far ahead of it.

@@ -1,7 +1,7 @@
 """A device's reorder buffers at work (docs/semantics.md): when held chunks are applied.
 
 A chunk that arrives ahead of a missing `seq` waits in its stream's buffer
-(`edgemon.engine.reorder.Held`) until the missing one arrives, until it has waited
+(`edgemon.engine.reorder_buffer.Held`) until the missing one arrives, until it has waited
 `allowed_lateness_ms` (the hole before it is then a declared gap), or until the buffer
 overflows or the stream ends (every hole is a gap). `Reordering` says which held chunks
 are due, in order, and declares the gaps; the device applies each chunk it yields
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from edgemon.engine.outputs import GapDeclared
-from edgemon.engine.reorder import MAX_HELD, Held
+from edgemon.engine.reorder_buffer import MAX_HELD, Held
 from edgemon.engine.stream import DRAINING
 from edgemon.engine.timers import HoldEnd
 

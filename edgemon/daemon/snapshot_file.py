@@ -78,11 +78,11 @@ _ENCODE: Final = msgspec.json.Encoder().encode
 def encode(data: dict[str, Any]) -> bytes:
     """`data` as compact JSON, in one msgspec call.
 
-    A snapshot of 10,000 streams (4.4 MB) takes about 5 ms; the standard library's encoder
-    took about 80 ms, on the state worker, holding the GIL that the event loop had to win
-    back (a switch interval, or one device's `json.dumps`, at a time) while deadlines came
-    due. Now the daemon encodes on the event loop right after the capture, within the
-    capture's clearance, and the worker only writes (`StateStore.write`). Text for text it
+    A snapshot of 10,000 streams (4.4 MB) takes about 5 ms, short enough for the daemon to
+    encode on the event loop right after the capture, within the capture's clearance; the
+    worker only writes (`StateStore.write`). Encoding on the worker instead would hold the
+    GIL that the event loop must win back (a switch interval at a time) while deadlines come
+    due, and the standard library's encoder takes about 80 ms. Text for text it
     is the JSON `json.dumps` writes, but for the spelling of exponents (`1e-05`, `1.5e-7`:
     the same numbers); a snapshot holds no NaN or infinity (`edgemon.engine.snapshot`
     writes None for an infinite time).
