@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+
 from skip_check import Allowed, Skip, check, main, read_allowed, read_skips
 
 if TYPE_CHECKING:
