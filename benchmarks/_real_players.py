@@ -58,6 +58,23 @@ def prompt_ids(request: Request, seed: int, vocab_size: int) -> list[int]:
 
 
 @dataclass(slots=True)
+class StepEstimate:
+    """The box's recent step duration, from the token intervals of every stream: an EWMA in
+    which the `streams` intervals of one step weigh as one step (`STEP_EWMA_ALPHA`)."""
+
+    ms: float | None = None
+    streams: int = 0
+    """Streams receiving tokens now."""
+
+    def interval(self, gap_ms: float) -> None:
+        """One stream's token interval ended now."""
+        if self.ms is None:
+            self.ms = gap_ms
+            return
+        self.ms += STEP_EWMA_ALPHA / max(1, self.streams) * (gap_ms - self.ms)
+
+
+@dataclass(slots=True)
 class TokenLog:
     """Every token's arrival, for the step-time figures: (stream, arrival ms)."""
 
@@ -80,6 +97,7 @@ class Streams:
     margin_ms: float | None = None
     players: dict[str, Player] = field(default_factory=dict)
     log: TokenLog = field(default_factory=TokenLog)
+    step: StepEstimate = field(default_factory=StepEstimate)
     requests: int = 0
     origin_ms: float = 0.0
     end_ms: float = 0.0
@@ -140,7 +158,18 @@ class Streams:
 
     async def _listen(self, answer: aiohttp.ClientResponse, player: Player, frames: Frames) -> None:
         """Each streamed token is one frame; a completed chunk reaches the player now."""
-        estimate: float | None = None
+        try:
+            await self._tokens(answer, player, frames)
+        finally:
+            if frames.emitted:
+                self.step.streams -= 1
+        if frames.emitted == 0:
+            self._refused(player)
+        elif not frames.done:
+            self.log.cut += 1
+
+    async def _tokens(self, answer: aiohttp.ClientResponse, player: Player, frames: Frames) -> None:
+        """Read the stream until its last frame or its end."""
         last: float | None = None
         async for line in answer.content:
             if not line.startswith(b"data: "):
@@ -152,12 +181,12 @@ class Streams:
                 continue
             now = wall_ms()
             self.log.arrivals.append((player.stream, now))
-            if last is not None:
-                gap = now - last
-                estimate = (
-                    gap if estimate is None else estimate + STEP_EWMA_ALPHA * (gap - estimate)
-                )
+            if last is None:
+                self.step.streams += 1
+            else:
+                self.step.interval(now - last)
             last = now
+            estimate = self.step.ms
             chunk = frames.add(now, self.profile.frame_ms if estimate is None else estimate)
             if chunk is None:
                 continue
@@ -173,10 +202,6 @@ class Streams:
                 )
             if chunk.final:
                 return
-        if frames.emitted == 0:
-            self._refused(player)
-        else:
-            self.log.cut += 1
 
     def _refused(self, player: Player) -> None:
         player.refused(wall_ms())

@@ -24,7 +24,8 @@ silence, SLO outcomes, goodput; `mode` `real`), plus `model_size`, `frame_ms`, `
 estimated capacity (`--profile`, default `cpu-vllm`, fitted on this engine).
 
 `--shape` measures the engine's step shape instead (token gaps at 1-16 streams, the stall a
-prefill causes) and prints the fitted `StepModel`: how `cpu-vllm` was derived.
+prefill causes, the slowdown a co-tenant taking 0.25, 0.5 and 0.75 of the core causes) and
+prints the fitted `StepModel`: how `cpu-vllm` was derived.
 
     .venv-vllm/bin/python benchmarks/real_engine.py --policy open --policy edgemon \\
         --scenario steady --load 0.9 --seeds 1-3 --duration 180
@@ -88,6 +89,8 @@ SHAPE_COUNTS = [1, 2, 4, 8, 10, 12, 16]
 STALL_STREAMS = 8
 STALL_PROMPT = 300
 CALIBRATION_STREAMS = 8
+SHAPE_SHARES = (0.25, 0.5, 0.75)
+"""The co-tenant's shares `--shape` measures the slowdown of (the profile's `contention`)."""
 CORE = 1
 """The engine's core; the other one is left to Mosquitto, edgemon and the players."""
 
@@ -188,7 +191,7 @@ def run_policy(
     try:
         measured = None
         if any(scene.name == "contention" for scene in args.scenes):
-            measured = _calibrate(args, server, stack.vocab_size)
+            measured = _calibrate(args.share, server, stack.vocab_size)
             _say(args, say, f"# contention {args.contention}: {measured}")
         for scene, load, seed in points(args):
             server.wait_idle()
@@ -214,12 +217,12 @@ def run_policy(
     return rows
 
 
-def _calibrate(args: argparse.Namespace, server: VllmServer, vocab: int) -> dict[str, float]:
-    """The decode step of 8 streams without and with the co-tenant taking its share."""
+def _calibrate(share: float, server: VllmServer, vocab: int) -> dict[str, float]:
+    """The decode step of 8 streams without and with a co-tenant taking `share`."""
 
     def contend() -> Any:
         always = Windows(1.0, 1.0)  # on all the time while measuring
-        tenant = CoTenant(CORE, args.share, always, time.time()).start()
+        tenant = CoTenant(CORE, share, always, time.time()).start()
         return tenant.close
 
     alone, shared, ratio = slowdown(server.url, CALIBRATION_STREAMS, contend, vocab=vocab)
@@ -352,6 +355,11 @@ def shape(args: argparse.Namespace, stack: Stack, say: TextIO) -> dict[str, Any]
         shapes = decode_shape(server.url, SHAPE_COUNTS, vocab=stack.vocab_size)
         _say(args, say, f"# decode steps (ms: median, p90, gaps): {shape_json(shapes)}")
         stall = prefill_stall(server.url, STALL_STREAMS, STALL_PROMPT, vocab=stack.vocab_size)
+        contention = {}
+        for share in SHAPE_SHARES:
+            measured = _calibrate(share, server, stack.vocab_size)
+            _say(args, say, f"# a co-tenant taking {share:g} of the core: {measured}")
+            contention[share] = measured["ratio"]
     finally:
         server.close()
     model = fit(shapes, stall, stall_streams=STALL_STREAMS, prompt_tokens=STALL_PROMPT)
@@ -359,6 +367,7 @@ def shape(args: argparse.Namespace, stack: Stack, say: TextIO) -> dict[str, Any]
         "model_size": args.model_size,
         "decode_ms": {s.streams: [s.median_ms, s.p90_ms] for s in shapes},
         "stall_ms": {"streams": STALL_STREAMS, "prompt": STALL_PROMPT, "ms": stall},
+        "contention": contention,
         "fit": {
             "base_ms": model.base_ms,
             "per_decode_seq_ms": model.per_decode_seq_ms,
