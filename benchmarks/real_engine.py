@@ -379,13 +379,20 @@ def shape(args: argparse.Namespace, stack: Stack, say: TextIO) -> dict[str, Any]
 def header(args: argparse.Namespace) -> str:
     """What is about to run, in one comment line."""
     profile: Profile = args.profile_used
+    what = (
+        "step shape"
+        if args.shape
+        else (
+            f"profile {profile.name} (capacity ≈ {profile.capacity_rps():.3f} req/s), frame "
+            f"{profile.frame_ms:g} ms; scenarios {', '.join(s.name for s in args.scenes)}; "
+            f"load {args.load}; seeds {args.seeds}; {args.duration:g} s per run; policies "
+            f"{', '.join(args.policies)}"
+        )
+    )
     return (
-        f"# closed loop on a real engine (vLLM CPU, {args.model_size}, one core), profile "
-        f"{profile.name} (capacity ≈ {profile.capacity_rps():.3f} req/s), frame "
-        f"{profile.frame_ms:g} ms; scenarios {', '.join(s.name for s in args.scenes)}; load "
-        f"{args.load}; seeds {args.seeds}; {args.duration:g} s per run; policies "
-        f"{', '.join(args.policies)}; {platform.node()}, {os.cpu_count()} cores, load average "
-        f"{os.getloadavg()[0]:.1f}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+        f"# closed loop on a real engine (vLLM CPU, {args.model_size}, one core): {what}; "
+        f"{platform.node()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     )
 
 

@@ -133,7 +133,8 @@ def test_a_static_cap_and_real_time_admission_bound_the_running_set() -> None:
 def test_contention_slows_steps_by_the_measured_factor_inside_its_windows() -> None:
     """contention 20:60:0.5 on a profile that measured ×1.6 at half the core and ×3 at 0.8:
     steps ×1.6 from 40 to 60 s of every minute, steady otherwise; shares in between are
-    interpolated, and a profile with nothing measured takes a fair share's 1 / (1 − share)."""
+    interpolated, extended along the last segment beyond them, and a profile with nothing
+    measured takes a fair share's 1 / (1 − share)."""
     measured = dataclasses.replace(JETSON, contention=((0.5, 1.6), (0.8, 3.0)))
     factor = measured.contention_factor(0.5)
     scene = scenario("contention", contention="20:60:0.5", factor=factor)
@@ -143,7 +144,7 @@ def test_contention_slows_steps_by_the_measured_factor_inside_its_windows() -> N
     ]  # fmt: skip
     assert measured.contention_factor(0.25) == pytest.approx(1.3)
     assert measured.contention_factor(0.65) == pytest.approx(2.3)
-    assert measured.contention_factor(0.9) == pytest.approx(10.0)
+    assert measured.contention_factor(0.9) == pytest.approx(3.0 + 0.1 * 1.4 / 0.3)
     assert JETSON.contention_factor(0.5) == pytest.approx(2.0)
 
 
