@@ -93,8 +93,8 @@ VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 
 # The real OpenAI server (tests/vllm/test_vllm_server.py, `python -m vllm.entrypoints.openai.api_server`)
 # runs on vLLM 0.32 only: on 0.30 its ended-request check did not see the request ended. The
-# real engine's smoke test (tests/vllm/test_real_engine.py: two server starts and two 20 s runs
-# of benchmarks/real_engine.py on the tiny generated model, about 2 minutes) also runs there only.
+# real engine's smoke test (tests/vllm/test_real_engine.py: two server starts and two 15 s runs
+# of benchmarks/real_engine.py on the tiny generated model, 2-3 minutes) also runs there only.
 # The tier's coverage is appended to the data of `make test` (.coverage, same source tree), so
 # that `make coverage` afterwards reports the two combined: the vLLM modules are measured
 # only here.

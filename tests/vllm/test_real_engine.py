@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "real_engine.py"
-TIMEOUT_S = 900.0  # two server starts on a loaded 2-core machine, and two 20 s runs
+TIMEOUT_S = 900.0  # two server starts on a loaded 2-core machine, and two 15 s runs
 CONTRACT = {
     "mode", "profile", "policy", "scenario", "load", "seed", "duration_s", "requests",
     "completed", "start_silence_s", "start_silence_p50_ms", "start_silence_p99_ms",
@@ -37,16 +37,16 @@ OUTCOMES = ("good", "late", "gappy", "shed", "unfinished")
 
 
 def test_one_short_point_on_the_real_engine_open_and_edgemon(tmp_path: Path) -> None:
-    """Open and edgemon, 20 s each at twice the profile's estimated load (the tiny model is
-    far faster than the profile's): one row each with every field of the virtual loop's
-    contract, requests made and completed, outcomes adding up to the requests, and one dump
-    line per request."""
+    """Open and edgemon, 15 s each at three times the profile's estimated load (the tiny
+    model is far faster than the profile's): one row each with every field of the virtual
+    loop's contract, requests made and completed, outcomes adding up to the requests, and one
+    dump line per request."""
     dump = tmp_path / "dump.jsonl"
     done = subprocess.run(
         [
             sys.executable, str(SCRIPT), "--json", "--model-size", "tiny",
             "--policy", "open", "--policy", "edgemon", "--scenario", "steady",
-            "--load", "2", "--seeds", "1", "--duration", "20", "--dump", str(dump),
+            "--load", "3", "--seeds", "1", "--duration", "15", "--dump", str(dump),
         ],
         capture_output=True,
         text=True,
