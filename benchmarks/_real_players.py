@@ -4,12 +4,20 @@ A player makes its request when the workload says (`RequestSource`, the virtual 
 generator: same seed, same requests), reports `start` then, and streams `/v1/completions`
 with `stream=true`, `ignore_eos` and `max_tokens` = the request's frames; its prompt is the
 request's length in token ids (seeded per request, so prompts share no prefix). Each token
-is one codec frame; frames are cut into the profile's chunks (`Frames`, the simulated
-engine's own cutter: a 5-frame chunk, then 25-frame chunks), and each chunk is handed to
-the `Player` (its score, on its own clock, with the prebuffer the README recommends: the
-announced wait for the next chunk plus a cushion) and to the `Reporter` the moment its last
-token arrives. The `eta_ms` hint is the player's own estimate: the next chunk's frames times
-its streams's recent token interval (an EWMA), what a server would announce.
+is one codec frame. Frames are counted from the usage every chunk carries
+(`continuous_usage_stats`), not from chunks: a chunk carries one token per step while the
+API server keeps up, and every token made since the last one when it falls behind. Frames
+are cut into the profile's chunks (`Frames`, the simulated engine's own cutter: a 5-frame
+chunk, then 25-frame chunks), and each chunk is handed to the `Player` (its score, on its
+own clock, with the prebuffer the README recommends: the announced wait for the next chunk
+plus a cushion) and to the `Reporter` the moment its last token arrives.
+
+The `eta_ms` hint is what the simulated engine announces, estimated from outside: the next
+chunk's frames times the box's recent step (`StepEstimate`: an EWMA of every stream's token
+intervals, the intervals of one step weighing as one step, as the engine's own estimate of
+its steps would). A stream's own few intervals would not do: one prefill's stall among the
+first chunk's four intervals announced a 20 s wait for the second chunk, and the player
+prebuffered that long.
 
 A refusal is what the server says it is: HTTP 503 (the shedding middleware) or a stream
 that ends before its first token without a `finish_reason` (the scheduler ended it,
@@ -145,6 +153,7 @@ class Streams:
             "max_tokens": request.frames,
             "ignore_eos": True,
             "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
             "temperature": 0.0,
         }
         async with session.post(f"{self.url}/v1/completions", json=body) as answer:
@@ -177,31 +186,44 @@ class Streams:
             payload = line[6:].strip()
             if payload == b"[DONE]":
                 break
-            if not json.loads(payload).get("choices"):
+            event = json.loads(payload)
+            if not event.get("choices"):
                 continue
             now = wall_ms()
-            self.log.arrivals.append((player.stream, now))
+            # A chunk carries every token made since the last one the server sent: one per
+            # step while the API server keeps up, several when it falls behind.
+            count = int(event["usage"]["completion_tokens"]) - frames.emitted
+            if count <= 0:
+                continue
+            self.log.arrivals.extend((player.stream, now) for _ in range(count))
             if last is None:
                 self.step.streams += 1
             else:
-                self.step.interval(now - last)
+                for _ in range(count):
+                    self.step.interval((now - last) / count)
             last = now
-            estimate = self.step.ms
-            chunk = frames.add(now, self.profile.frame_ms if estimate is None else estimate)
-            if chunk is None:
-                continue
-            first = player.chunks == 0
-            player.receive(chunk, now)
-            if self.reporter is not None:
-                self.reporter.chunk(
-                    player.stream,
-                    audio_ms=chunk.audio_ms,
-                    eta_ms=None if chunk.final else chunk.eta_ms,
-                    final=chunk.final,
-                    play_start_ms=player.start_ms if first else None,
-                )
-            if chunk.final:
-                return
+            for _ in range(count):
+                if self._frame(player, frames, now):
+                    return
+
+    def _frame(self, player: Player, frames: Frames, now: float) -> bool:
+        """One frame arrived at `now`: the chunk it completes reaches the player and the
+        reporter; whether it was the last."""
+        estimate = self.step.ms
+        chunk = frames.add(now, self.profile.frame_ms if estimate is None else estimate)
+        if chunk is None:
+            return False
+        first = player.chunks == 0
+        player.receive(chunk, now)
+        if self.reporter is not None:
+            self.reporter.chunk(
+                player.stream,
+                audio_ms=chunk.audio_ms,
+                eta_ms=None if chunk.final else chunk.eta_ms,
+                final=chunk.final,
+                play_start_ms=player.start_ms if first else None,
+            )
+        return chunk.final
 
     def _refused(self, player: Player) -> None:
         player.refused(wall_ms())

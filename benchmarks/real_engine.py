@@ -71,6 +71,7 @@ from edgemon.simulate.profiles import PROFILES  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
     DEFAULT_BURST,
     DEFAULT_CONTENTION,
+    RequestSource,
     Windows,
     parse_contention,
     scenario,
@@ -241,8 +242,6 @@ def _run(
 ) -> tuple[dict[str, Any], list[Any], float, float]:
     """One run: its row (without the policy), players, origin and end (wall ms)."""
     profile: Profile = args.profile_used
-    from edgemon.simulate.scenarios import RequestSource  # noqa: PLC0415
-
     reporter = Reporter(stack.broker_url, device).open()
     origin = wall_ms() + 200.0
     tenant = None
