@@ -2,12 +2,13 @@
 
 `decode_shape` streams n requests at once (short prompts, long outputs) for each n and
 takes every stream's token inter-arrival once all n run: with one token per step per
-stream, a gap is a step. `prefill_stall` starts one request with a long prompt while n
-streams decode and takes the longest gap it causes: one step that carried the prompt's
-tokens besides the n decodes. `fit` turns them into the simulated engine's `StepModel`:
-least squares `a + b·n` over the decode medians, and the prefill's cost per token from the
-stall less the decode step at that n. `slowdown` compares the decode step with and without
-a co-tenant on the engine's core.
+stream, a gap is a step (a chunk that carries k tokens, the API server having fallen
+behind, counts as k gaps sharing its interval). `prefill_stall` starts one request with a
+long prompt while n streams decode and takes the longest gap it causes: one step that
+carried the prompt's tokens besides the n decodes. `fit` turns them into the simulated
+engine's `StepModel`: least squares `a + b·n` over the decode medians, and the prefill's
+cost per token from the stall less the decode step at that n. `slowdown` compares the
+decode step with and without a co-tenant on the engine's core.
 """
 
 from __future__ import annotations
@@ -64,13 +65,22 @@ async def _stream(
         "max_tokens": max_tokens,
         "ignore_eos": True,
         "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         "temperature": 0.0,
     }
+    made = 0
     async with session.post(f"{url}/v1/completions", json=body) as answer:
         answer.raise_for_status()
         async for line in answer.content:  # each arrival kept at once: streams are cancelled
-            if line.startswith(b"data: ") and b'"choices":[{' in line:
-                arrivals.append(time.monotonic() * 1000.0)  # noqa: PERF401
+            if not line.startswith(b"data: ") or b'"choices":[{' not in line:
+                continue
+            # Several tokens in one chunk (the API server fell behind): the interval since
+            # the last chunk is shared out evenly between them.
+            total = int(json.loads(line[6:])["usage"]["completion_tokens"])
+            now = time.monotonic() * 1000.0
+            count, made = total - made, max(made, total)
+            before = arrivals[-1] if arrivals else now
+            arrivals.extend(before + (now - before) * (i + 1) / count for i in range(count))
 
 
 async def _gaps(url: str, n: int, seconds: float, vocab: int, seed: int) -> list[float]:
