@@ -1,8 +1,8 @@
 """The closed loop on a real engine: vLLM's CPU engine serving a generated model, on a wall clock.
 
 Per policy, one `python -m vllm.entrypoints.openai.api_server` (kept up across that policy's
-runs; a start costs 20-35 s) serves a model generated here (`_real_model.py`, `--model-size`,
-random weights, nothing downloaded) on one core, with the policy's scheduler
+runs; a start took 33-47 s on the busy VM) serves a model generated here (`_real_model.py`,
+`--model-size`, random weights, nothing downloaded) on one core, with the policy's scheduler
 (`_real_server.py`: `open`, `cap:N`, `realtime`, `edgemon` = `EdgemonRealtimeScheduler` with
 `EDGEMON_DEADLINES=shed`, the gate and the shedding middleware on the run's device); one real
 Mosquitto and one `edgemon run` serve every run. Players (`_real_players.py`) make the
