@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: docs test test-fast test-fleet test-vllm coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput clean
+.PHONY: docs test test-fast test-fleet test-vllm coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput bench-real clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -110,7 +110,9 @@ VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 	touch $@
 
 # The real OpenAI server (tests/vllm/test_vllm_server.py, `python -m vllm.entrypoints.openai.api_server`)
-# runs on vLLM 0.32 only: on 0.30 its ended-request check did not see the request ended.
+# runs on vLLM 0.32 only: on 0.30 its ended-request check did not see the request ended. The
+# real engine's smoke test (tests/vllm/test_real_engine.py: two server starts and two 15 s runs
+# of benchmarks/real_engine.py on the tiny generated model, 2-3 minutes) also runs there only.
 # The tier's coverage is appended to the data of `make test` (.coverage, same source tree), so
 # that `make coverage` afterwards reports the two combined: the vLLM modules are measured
 # only here.
@@ -124,7 +126,7 @@ test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	  --ignore=tests/vllm/test_vllm_omni.py --ignore=tests/vllm/test_vllm_omni_realtime.py
 	$(VLLM_TEST_ENV) EDGEMON_REQUIRE_MODULES=vllm,vllm_omni \
 	  .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_COV) $(call JUNIT,omni) tests/vllm \
-	  --ignore=tests/vllm/test_vllm_server.py
+	  --ignore=tests/vllm/test_vllm_server.py --ignore=tests/vllm/test_real_engine.py
 
 # `make test` then `make test-vllm`, combined: every module of edgemon, the vLLM integrations
 # included (the unit run's own report leaves those out: it cannot import vLLM).
@@ -192,6 +194,29 @@ bench-loop: $(STAMP) .venv-vllm/.matplotlib
 	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(BENCH_LOOP) $(SPOTS_C) $(SPOT_09) --seeds 1 >> $(BENCH_OUT)/loop-spots-realtime.jsonl
 	.venv-vllm/bin/python $(BENCH_LOOP) --report $(BENCH_OUT)/loop-virtual-*.jsonl --plot $(BENCH_OUT)
 	.venv-vllm/bin/python $(BENCH_LOOP) --spots $(BENCH_OUT)/loop-spots-*.jsonl
+
+# Does the model predict the engine? (README "Does it help?") The closed loop on vLLM's real
+# CPU engine (.venv-vllm): a generated 117 M Llama in fp32 on one core, vLLM's OpenAI server
+# with each policy's scheduler, Mosquitto, `edgemon run`, players streaming over HTTP
+# (benchmarks/real_engine.py). 1. The step shape and its fit (the `cpu-vllm` profile's
+# constants), about 3 minutes. 2. The standard points: 5 policies x (steady, contention
+# 20:60:0.5) x loads 0.8 and 0.9 x 3 seeds of 180 s: 60 runs, one server start per policy,
+# about 3 h 15 min of wall clock; run it on a quiet machine (the engine takes one core, the
+# players, edgemon and the API server the other). 3. The virtual loop at the same points on
+# the `cpu-vllm` profile (10 seeds, seconds), and each real figure against the virtual seeds'
+# spread.
+REAL_ENGINE = benchmarks/real_engine.py
+REAL_POLICIES = --policy open --policy cap:10 --policy cap:12 --policy realtime --policy edgemon
+REAL_POINTS = --scenario steady --scenario contention --contention 20:60:0.5 --load 0.8,0.9 \
+  --duration 180 --json
+bench-real: $(STAMP) .venv-vllm/.installed
+	mkdir -p $(BENCH_OUT)
+	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(REAL_ENGINE) --shape --json > $(BENCH_OUT)/real-shape.json
+	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(REAL_ENGINE) $(REAL_POLICIES) $(REAL_POINTS) \
+	  --seeds 1-3 --dump $(BENCH_OUT)/loop-real-dump.jsonl --out $(BENCH_OUT)/loop-real.jsonl
+	$(BIN)/python $(BENCH_LOOP) --virtual --profile cpu-vllm $(REAL_POLICIES) $(REAL_POINTS) \
+	  --seeds 1-10 --out $(BENCH_OUT)/loop-real-virtual.jsonl > /dev/null
+	$(BIN)/python $(BENCH_LOOP) --spots $(BENCH_OUT)/loop-real.jsonl $(BENCH_OUT)/loop-real-virtual.jsonl
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-omni site .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info

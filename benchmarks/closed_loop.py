@@ -63,10 +63,12 @@ from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS, policy  # noqa:
 from edgemon.simulate.profiles import PROFILES, Profile  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
     DEFAULT_BURST,
+    DEFAULT_CONTENTION,
     DEFAULT_NETWORK,
     DEFAULT_SLOWDOWN,
     SCENARIOS,
     Scenario,
+    parse_contention,
     scenario,
 )
 
@@ -219,6 +221,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_NETWORK,
         help=f"D:S:P, deliveries +D ms for the last S s of every P s ({DEFAULT_NETWORK})",
     )
+    parser.add_argument(
+        "--contention",
+        default=DEFAULT_CONTENTION,
+        help=f"W:P:SHARE, another job takes SHARE of the engine's compute for the last W s of "
+        f"every P s: steps × the profile's measured factor for SHARE ({DEFAULT_CONTENTION}; "
+        "benchmarks/real_engine.py runs the same flag on the real engine)",
+    )
     parser.add_argument("--seeds", default="1-10", help="a list or a range: 1-10, 3,7,9")
     parser.add_argument("--load", default="0.8", help="share(s) of estimated capacity: 0.8,0.9")
     parser.add_argument("--duration", type=float, default=180.0, help="seconds per run")
@@ -241,11 +250,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.profile_used = replace(
             PROFILES[args.profile], chunk_schedule=chunk_schedule(args.chunks)
         )
+        profile = args.profile_used
+        share = parse_contention(args.contention)[1]
         args.scenarios = [
-            scenario(name, slowdown=args.slowdown, burst=args.burst, network=args.network)
+            scenario(
+                name,
+                slowdown=args.slowdown,
+                burst=args.burst,
+                network=args.network,
+                contention=args.contention,
+                factor=profile.contention_factor(share),
+            )
             for name in (args.scenario or ["steady"])
         ]
-        profile = args.profile_used
         texts = sweep_policies(profile) if args.sweep else []
         texts += target_policies(profile) if args.targets else []
         texts += args.policy or ([] if args.sweep or args.targets else ["edgemon"])

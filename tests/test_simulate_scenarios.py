@@ -128,3 +128,38 @@ def test_a_static_cap_and_real_time_admission_bound_the_running_set() -> None:
     assert peaks["cap"] == 9
     assert peaks["open"] > 12
     assert peaks["realtime"] <= 12
+
+
+def test_contention_slows_steps_by_the_measured_factor_inside_its_windows() -> None:
+    """contention 20:60:0.5 on a profile that measured ×1.6 at half the core and ×3 at 0.8:
+    steps ×1.6 from 40 to 60 s of every minute, steady otherwise; shares in between are
+    interpolated, extended along the last segment beyond them, and a profile with nothing
+    measured takes a fair share's 1 / (1 − share)."""
+    measured = dataclasses.replace(JETSON, contention=((0.5, 1.6), (0.8, 3.0)))
+    factor = measured.contention_factor(0.5)
+    scene = scenario("contention", contention="20:60:0.5", factor=factor)
+    assert scene.describe() == "contention 1.6:20:60"
+    assert [scene.step_factor(t * 1000.0) for t in (0, 39.999, 40, 59.999, 60, 100)] == [
+        1.0, 1.0, 1.6, 1.6, 1.0, 1.6,
+    ]  # fmt: skip
+    assert measured.contention_factor(0.25) == pytest.approx(1.3)
+    assert measured.contention_factor(0.65) == pytest.approx(2.3)
+    assert measured.contention_factor(0.9) == pytest.approx(3.0 + 0.1 * 1.4 / 0.3)
+    assert JETSON.contention_factor(0.5) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "factor", "words"),
+    [
+        ("20:60", 1.5, "--contention W:P:SHARE"),
+        ("20:60:1", 1.5, "below 1"),
+        ("70:60:0.5", 1.5, "--contention"),
+        ("20:60:0.5", None, "measured step slowdown"),
+        ("20:60:0.5", 0.5, "measured step slowdown"),
+    ],
+)
+def test_contention_flags_say_what_is_wrong(text: str, factor: float | None, words: str) -> None:
+    """A share of 1 or more, a window beyond its period, a missing number or no measured
+    factor (≥ 1) is refused, naming it."""
+    with pytest.raises(ValueError, match=words):
+        scenario("contention", contention=text, factor=factor)

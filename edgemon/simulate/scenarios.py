@@ -12,7 +12,11 @@ Pure and seeded. A `Scenario` is steady plus at most one of:
   load, drawn from the same workload (a group of people asking at once, a notification);
 - **network** `D:S:P`: every chunk's delivery to its player takes D ms longer during the last
   S seconds of every P seconds (a Wi-Fi link that degrades now and then; every player of the
-  box shares it). A stream's chunks are never reordered.
+  box shares it). A stream's chunks are never reordered;
+- **contention** `W:P:SHARE`: another job takes SHARE of the engine's compute for the last W
+  seconds of every P seconds. On the real engine (`benchmarks/real_engine.py`) a co-tenant
+  process does it; here it is the step slowdown that co-tenant was measured to cause on the
+  profile's box (`Profile.contention_factor`), applied as a slowdown in those windows.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from edgemon.simulate.workload import Arrivals, Request
 if TYPE_CHECKING:
     from edgemon.simulate.profiles import Workload
 
-SCENARIOS = ("steady", "slowdown", "burst", "network")
+SCENARIOS = ("steady", "slowdown", "burst", "network", "contention")
 DEFAULT_SLOWDOWN = "1.3:20:60"
 DEFAULT_BURST = "6:30"
 DEFAULT_NETWORK = "300:5:30"
+DEFAULT_CONTENTION = "20:60:0.5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +111,7 @@ class Scenario:
         """The parameters, as the flags that give them."""
         if self.slowdown is not None:
             s = self.slowdown
-            return f"slowdown {s.factor:g}:{s.windows.window_s:g}:{s.windows.period_s:g}"
+            return f"{self.name} {s.factor:g}:{s.windows.window_s:g}:{s.windows.period_s:g}"
         if self.burst is not None:
             return f"burst {self.burst.size}:{self.burst.every_s:g}"
         if self.network is not None:
@@ -130,16 +135,34 @@ def _numbers(text: str, count: int, flag: str) -> list[float]:
     return values
 
 
+def parse_contention(text: str) -> tuple[Windows, float]:
+    """`W:P:SHARE` (`--contention`): the windows and the share of the core taken in them."""
+    window, period, share = _numbers(text, 3, "--contention W:P:SHARE")
+    if share >= 1:
+        raise ValueError(f"--contention: SHARE is a share of the core below 1, not {share:g}")
+    return _windows(window, period, "--contention"), share
+
+
 def scenario(
     name: str,
     *,
     slowdown: str = DEFAULT_SLOWDOWN,
     burst: str = DEFAULT_BURST,
     network: str = DEFAULT_NETWORK,
+    contention: str = DEFAULT_CONTENTION,
+    factor: float | None = None,
 ) -> Scenario:
-    """The scenario `name` with its flag's parameters (ValueError naming what is wrong)."""
+    """The scenario `name` with its flag's parameters (ValueError naming what is wrong).
+
+    `contention` needs `factor`: the step slowdown its share causes (the profile's measured
+    `contention_factor`)."""
     if name == "steady":
         return STEADY
+    if name == "contention":
+        windows, _ = parse_contention(contention)
+        if factor is None or not (math.isfinite(factor) and factor >= 1):
+            raise ValueError("contention: the measured step slowdown (a factor ≥ 1) is needed")
+        return Scenario(name, slowdown=Slowdown(factor, windows))
     if name == "slowdown":
         factor, window, period = _numbers(slowdown, 3, "--slowdown F:W:P")
         if factor < 1:
