@@ -49,8 +49,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_DEADLINES",
     "ENV_GUARD_MS",
+    "ENV_PREBUFFER_MS",
+    "ENV_SECOND_CHUNK_FRAMES",
     "GUARD_MS",
     "MODES",
+    "PREBUFFER_MS",
+    "SECOND_CHUNK_FRAMES",
     "DeadlineDriver",
     "Mode",
     "composition",
@@ -59,6 +63,15 @@ __all__ = [
 
 ENV_DEADLINES = "EDGEMON_DEADLINES"
 ENV_GUARD_MS = "EDGEMON_DEADLINE_GUARD_MS"
+ENV_PREBUFFER_MS = "EDGEMON_DEADLINE_PREBUFFER_MS"
+ENV_SECOND_CHUNK_FRAMES = "EDGEMON_DEADLINE_SECOND_CHUNK_FRAMES"
+#: What a listener's first audio still needs, fixed part, once the engine made it: the
+#: cushion of a player that prebuffers as docs/client.md recommends (200 ms) and the delivery
+#: on the box's own network (a few milliseconds). The simulated players use the same.
+PREBUFFER_MS = 200.0
+#: The frames of the second chunk, which such a player waits for before it starts (it starts
+#: with the second chunk announced): vLLM-Omni's ``codec_chunk_frames`` for Qwen3-TTS, 25.
+SECOND_CHUNK_FRAMES = 25
 Mode = Literal["off", "hold", "shed"]
 MODES: tuple[Mode, ...] = ("off", "hold", "shed")
 
@@ -94,15 +107,23 @@ def mode_from_environ(environ: Mapping[str, str]) -> Mode:
 def guard_from_environ(environ: Mapping[str, str]) -> float:
     """``EDGEMON_DEADLINE_GUARD_MS`` (default `GUARD_MS`): milliseconds ≥ 0, else ValueError
     naming the variable."""
-    text = environ.get(ENV_GUARD_MS, "").strip()
+    return _number(environ, ENV_GUARD_MS, GUARD_MS, "a number of milliseconds ≥ 0")
+
+
+def _number(
+    environ: Mapping[str, str], name: str, default: float, what: str, *, whole: bool = False
+) -> float:
+    """Variable `name` as a finite number ≥ 0 (`whole`: an integer), `default` when unset;
+    else ValueError saying it is not `what`."""
+    text = environ.get(name, "").strip()
     if not text:
-        return GUARD_MS
+        return default
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{ENV_GUARD_MS}: {text!r} is not a number of milliseconds ≥ 0")
+    if not (math.isfinite(value) and value >= 0 and (value.is_integer() or not whole)):
+        raise ValueError(f"{name}: {text!r} is not {what}")
     return value
 
 
@@ -110,8 +131,10 @@ def settings_from_environ(
     environ: Mapping[str, str], mode: Mode, *, token_budget: int | None = None
 ) -> DeadlineSettings:
     """The policy's settings: the start SLO (``EDGEMON_SLO_START_MS``), the guard
-    (``EDGEMON_DEADLINE_GUARD_MS``), the frame (``EDGEMON_REALTIME_FRAME_MS`` when set and
-    > 0), shedding as `mode` says, and the scheduler's prompt-token budget per step."""
+    (``EDGEMON_DEADLINE_GUARD_MS``), what the players' prebuffer adds to a start
+    (``EDGEMON_DEADLINE_PREBUFFER_MS``, ``EDGEMON_DEADLINE_SECOND_CHUNK_FRAMES``), the frame
+    (``EDGEMON_REALTIME_FRAME_MS`` when set and > 0), shedding as `mode` says, and the
+    scheduler's prompt-token budget per step. A bad value raises ValueError naming it."""
     frame = environ.get("EDGEMON_REALTIME_FRAME_MS", "").strip()
     try:
         frame_ms = float(frame) if frame else FRAME_MS
@@ -122,6 +145,18 @@ def settings_from_environ(
     return DeadlineSettings(
         start_slo_ms=start_slo_from_environ(environ),
         guard_ms=guard_from_environ(environ),
+        prebuffer_ms=_number(
+            environ, ENV_PREBUFFER_MS, PREBUFFER_MS, "a number of milliseconds ≥ 0"
+        ),
+        second_chunk_frames=int(
+            _number(
+                environ,
+                ENV_SECOND_CHUNK_FRAMES,
+                SECOND_CHUNK_FRAMES,
+                "a whole number of frames ≥ 0",
+                whole=True,
+            )
+        ),
         frame_ms=frame_ms,
         shed=mode == "shed",
         token_budget=token_budget,
