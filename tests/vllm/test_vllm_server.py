@@ -74,6 +74,10 @@ def _serve(
         "EDGEMON_GATE_DEVICE": DEVICE,
         "EDGEMON_GATE_BROKER": f"mqtt://{host}:{broker_port}",
         "EDGEMON_DEADLINES": "shed",
+        # This test's clients are plain HTTP clients, not players: nothing is prebuffered, so
+        # a start is the first token (the defaults are a player's 200 ms and second chunk).
+        "EDGEMON_DEADLINE_PREBUFFER_MS": "0",
+        "EDGEMON_DEADLINE_SECOND_CHUNK_FRAMES": "0",
         "VLLM_CACHE_ROOT": str(tmp),
         "TORCHINDUCTOR_CACHE_DIR": str(tmp),
     }
