@@ -22,11 +22,13 @@ The silence comparisons of before, also per seed:
 from __future__ import annotations
 
 import itertools
+import json
 import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
 Row = dict[str, Any]
@@ -422,3 +424,11 @@ def _kind(label: str) -> str:
     if label.startswith("gate:"):
         return "gate"
     return "mine"
+
+
+def write_rows(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write `rows` to `path` as JSON lines (its folder created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as file:
+        for line in rows:
+            file.write(json.dumps(line) + "\n")

@@ -30,7 +30,7 @@ from edgemon.simulate.players import percentile
 from edgemon.simulate.profiles import StepModel
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
 
 SHORT_PROMPT = 16
 LONG_OUTPUT = 3000
@@ -83,9 +83,12 @@ async def _stream(
             arrivals.extend(before + (now - before) * (i + 1) / count for i in range(count))
 
 
-async def _gaps(url: str, n: int, seconds: float, vocab: int, seed: int) -> list[float]:
-    """n streams for `seconds`: every gap after all of them started."""
-    rng = random.Random(f"shape/{seed}/{n}")
+@contextlib.asynccontextmanager
+async def _decoding(
+    url: str, n: int, rng: random.Random, vocab: int
+) -> AsyncIterator[tuple[aiohttp.ClientSession, list[list[float]]]]:
+    """`n` long streams decoding in the background, each logging its token arrivals; the
+    session and the logs. The streams are cancelled on the way out."""
     logs: list[list[float]] = [[] for _ in range(n)]
     async with aiohttp.ClientSession() as session:
         tasks = [
@@ -94,12 +97,20 @@ async def _gaps(url: str, n: int, seconds: float, vocab: int, seed: int) -> list
             )
             for log in logs
         ]
+        try:
+            yield session, logs
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+async def _gaps(url: str, n: int, seconds: float, vocab: int, seed: int) -> list[float]:
+    """n streams for `seconds`: every gap after all of them started."""
+    async with _decoding(url, n, random.Random(f"shape/{seed}/{n}"), vocab) as (_session, logs):
         await asyncio.sleep(seconds + SETTLE_S)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
     started = max((log[0] for log in logs if log), default=0.0) + 500.0
     return [b - a for log in logs for a, b in itertools.pairwise(log) if a >= started]
 
@@ -118,23 +129,11 @@ def decode_shape(
 
 async def _stall(url: str, n: int, prompt_tokens: int, vocab: int, seed: int) -> float:
     rng = random.Random(f"stall/{seed}/{n}/{prompt_tokens}")
-    logs: list[list[float]] = [[] for _ in range(n)]
-    async with aiohttp.ClientSession() as session:
-        tasks = [
-            asyncio.create_task(
-                _stream(session, url, _prompt(rng, SHORT_PROMPT, vocab), LONG_OUTPUT, log)
-            )
-            for log in logs
-        ]
+    async with _decoding(url, n, rng, vocab) as (session, logs):
         await asyncio.sleep(SETTLE_S + 1.0)
         asked = time.monotonic() * 1000.0
         await _stream(session, url, _prompt(rng, prompt_tokens, vocab), 1, [])
         await asyncio.sleep(0.5)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
     gaps = [b - a for log in logs for a, b in itertools.pairwise(log) if b >= asked]
     return max(gaps, default=0.0)
 

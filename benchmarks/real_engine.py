@@ -410,10 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.shape:
         print(json.dumps(rows[0]), flush=True)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with args.out.open("w", encoding="utf-8") as file:
-            for line in rows:
-                file.write(json.dumps(line) + "\n")
+        from _loop_report import write_rows  # noqa: PLC0415
+
+        write_rows(args.out, rows)
     return 0
 
 
