@@ -126,7 +126,8 @@ test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	  --ignore=tests/vllm/test_vllm_omni.py --ignore=tests/vllm/test_vllm_omni_realtime.py
 	$(VLLM_TEST_ENV) EDGEMON_REQUIRE_MODULES=vllm,vllm_omni \
 	  .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_COV) $(call JUNIT,omni) tests/vllm \
-	  --ignore=tests/vllm/test_vllm_server.py --ignore=tests/vllm/test_real_engine.py
+	  --ignore=tests/vllm/test_vllm_server.py --ignore=tests/vllm/test_real_engine.py \
+	  --ignore=tests/vllm/test_served_gate.py
 
 # `make test` then `make test-vllm`, combined: every module of edgemon, the vLLM integrations
 # included (the unit run's own report leaves those out: it cannot import vLLM).
@@ -206,7 +207,7 @@ bench-loop: $(STAMP) .venv-vllm/.matplotlib
 # the `cpu-vllm` profile (10 seeds, seconds), and each real figure against the virtual seeds'
 # spread.
 REAL_ENGINE = benchmarks/real_engine.py
-REAL_POLICIES = --policy open --policy cap:10 --policy cap:12 --policy realtime --policy edgemon
+REAL_POLICIES = --policy open --policy cap:8 --policy cap:10 --policy realtime --policy edgemon
 REAL_POINTS = --scenario steady --scenario contention --contention 20:60:0.5 --load 0.8,0.9 \
   --duration 180 --json
 bench-real: $(STAMP) .venv-vllm/.installed

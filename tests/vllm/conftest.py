@@ -36,6 +36,31 @@ TINY_CONFIG = {
 
 
 @pytest.fixture(scope="session")
+def served_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama's config and a word-level tokenizer (w0 … w251) with a chat template:
+    what vLLM's OpenAI server needs to serve it with dummy weights; nothing downloaded."""
+    import tokenizers  # noqa: PLC0415 (the tier's venvs have it; the unit venv never calls this)
+    import transformers  # noqa: PLC0415
+
+    directory = tmp_path_factory.mktemp("served-model")
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3} | {f"w{i}": i + 4 for i in range(252)}
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=words,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+    )
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    fast.save_pretrained(directory)
+    config = TINY_CONFIG | {"max_position_embeddings": 4096}
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding only a tiny Llama `config.json`; nothing is ever downloaded."""
     directory = tmp_path_factory.mktemp("tiny-model")

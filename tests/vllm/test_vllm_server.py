@@ -8,13 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,93 +18,46 @@ pytest.importorskip("vllm.entrypoints.openai.api_server", exc_type=ImportError)
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 
-import tokenizers
-import transformers
-
-from brokers import end_process, free_port
-from conftest import TINY_CONFIG
+from brokers import end_process
+from served import ROOT, documented_command, post, start_server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
-    from typing import IO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-START_S = 240.0  # a loaded 2-core machine: the server is ready in 20-60 s
 T = 60.0
 DEVICE = "server-box"
 REASON = "edgemon:start_deadline"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Llama's config and a word-level tokenizer (w0 … w251) with a chat template."""
-    directory = tmp_path_factory.mktemp("served-model")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3} | {f"w{i}": i + 4 for i in range(252)}
-    words = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=words,
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-    )
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    fast.save_pretrained(directory)
-    config = TINY_CONFIG | {"max_position_embeddings": 4096}
-    (directory / "config.json").write_text(json.dumps(config))
-    return directory
-
-
-def _serve(
-    model: Path, broker: tuple[str, int], tmp: Path, log: IO[bytes], *, middleware: bool
-) -> Any:
-    """`python -m vllm.entrypoints.openai.api_server` as a user runs it, logging to `log`;
-    (process, port)."""
-    port = free_port()
-    host, broker_port = broker
-    env = os.environ | {
-        "EDGEMON_GATE_DEVICE": DEVICE,
-        "EDGEMON_GATE_BROKER": f"mqtt://{host}:{broker_port}",
-        "EDGEMON_DEADLINES": "shed",
-        # This test's clients are plain HTTP clients, not players: nothing is prebuffered, so
-        # a start is the first token (the defaults are a player's 200 ms and second chunk).
-        "EDGEMON_DEADLINE_PREBUFFER_MS": "0",
-        "EDGEMON_DEADLINE_SECOND_CHUNK_FRAMES": "0",
-        "VLLM_CACHE_ROOT": str(tmp),
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp),
-    }
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", "m",
-        "--load-format", "dummy", "--enforce-eager", "--dtype", "float32",
-        "--max-model-len", "4096", "--max-num-seqs", "1", "--port", str(port),
-        "--scheduler-cls", "edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler",
-    ]  # fmt: skip
-    if middleware:
-        command += ["--middleware", "edgemon.integrations.shed.EdgemonShedMiddleware"]
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + START_S
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return process, port
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                end_process(process)
-                pytest.fail(f"the server did not start: see {log.name}")
-            time.sleep(0.5)
+SCHEDULER = "edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler"
+MIDDLEWARE = "--middleware"
 
 
 @pytest.fixture
 def served(
-    model_dir: Path, mosquitto_broker: tuple[str, int], tmp_path: Path, request: Any
+    served_model: Path, mosquitto_broker: tuple[str, int], tmp_path: Path, request: Any
 ) -> Iterator[int]:
-    """The server (with the middleware when the test is parametrized so); its port."""
+    """The server as docs/client.md runs it (the command under "Refused at arrival"), one
+    seat (`--max-num-seqs 1`), without the middleware unless the test is parametrized so;
+    its port."""
+    command = documented_command(ROOT / "docs" / "client.md", SCHEDULER)
+    assert MIDDLEWARE in command.argv
+    if not request.param:
+        command = command.without(MIDDLEWARE)
+    host, broker_port = mosquitto_broker
+    env = {
+        "EDGEMON_GATE_DEVICE": DEVICE,
+        "EDGEMON_GATE_BROKER": f"mqtt://{host}:{broker_port}",
+        # This test's clients are plain HTTP clients, not players: nothing is prebuffered, so
+        # a start is the first token (the defaults are a player's 200 ms and second chunk).
+        "EDGEMON_DEADLINE_PREBUFFER_MS": "0",
+        "EDGEMON_DEADLINE_SECOND_CHUNK_FRAMES": "0",
+    }
+    assert set(command.env) >= {"EDGEMON_GATE_DEVICE", "EDGEMON_DEADLINES"}
+    command = command.plus("--max-num-seqs", "1")
     with (tmp_path / "server.log").open("wb") as log:
-        process, port = _serve(model_dir, mosquitto_broker, tmp_path, log, middleware=request.param)
+        process, port = start_server(command, served_model, tmp_path, log, env)
         try:
             yield port
         finally:
@@ -118,15 +66,7 @@ def served(
 
 def _post(port: int, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], str]:
     """POST JSON; (status, headers, body text), error statuses included."""
-    data = json.dumps(body).encode()
-    ask = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data, {"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(ask, timeout=T) as answer:
-            return answer.status, dict(answer.headers), answer.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers), error.read().decode()
+    return post(port, path, body, T)
 
 
 def _fill(port: int) -> None:

@@ -1,0 +1,124 @@
+"""vLLM's OpenAI server started from the command line the documentation prints, for the tests
+that serve it: `documented_command` reads that line from a page's `sh` block, `start_server`
+runs it on a test model (dummy weights) and a free port and waits until it answers, `post`
+and `server_metrics` speak to it. Nothing here imports vLLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from brokers import end_process, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY_POINT = "vllm.entrypoints.openai.api_server"
+START_S = 240.0
+"""How long a start may take on a loaded 2-core machine (20-60 s on a quiet one)."""
+TEST_OPTIONS = (
+    "--served-model-name", "m", "--load-format", "dummy", "--enforce-eager",
+    "--dtype", "float32", "--max-model-len", "4096",
+)  # fmt: skip
+"""What the tests add to a documented command line: the test model's name in requests, its
+dummy weights, eager mode, fp32 and a context that fits it."""
+_SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_ASSIGNMENT = re.compile(r"^[A-Z][A-Z0-9_]*=")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A documented command line: its `NAME=value` prefix and its words."""
+
+    env: dict[str, str]
+    argv: tuple[str, ...]
+
+    def without(self, option: str) -> Command:
+        """The command without `option` and its value."""
+        at = self.argv.index(option)
+        return Command(self.env, self.argv[:at] + self.argv[at + 2 :])
+
+    def plus(self, *words: str) -> Command:
+        """The command with `words` added."""
+        return Command(self.env, (*self.argv, *words))
+
+
+def documented_command(page: Path, scheduler: str) -> Command:
+    """The command line in one of `page`'s `sh` blocks that runs vLLM's OpenAI server with
+    `--scheduler-cls scheduler`; `python` in it is this interpreter."""
+    for block in _SH_BLOCK.findall(page.read_text(encoding="utf-8")):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if ENTRY_POINT not in words or scheduler not in words:
+                continue
+            prefix = 0
+            while prefix < len(words) and _ASSIGNMENT.match(words[prefix]):
+                prefix += 1
+            env = dict(word.split("=", 1) for word in words[:prefix])
+            argv = tuple(sys.executable if w == "python" else w for w in words[prefix:])
+            return Command(env, argv)
+    raise AssertionError(f"{page.name} shows no command serving with {scheduler}")
+
+
+def start_server(
+    command: Command, model: Path, tmp: Path, log: IO[bytes], env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Run `command` on `model` (its `<model>`) with `TEST_OPTIONS`, a free port, its caches
+    in `tmp` and `env` over its own variables; (process, port) once `/health` answers."""
+    port = free_port()
+    argv = [str(model) if word == "<model>" else word for word in command.argv]
+    caches = {"VLLM_CACHE_ROOT": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(tmp)}
+    process = subprocess.Popen(
+        [*argv, *TEST_OPTIONS, "--port", str(port)],
+        env=os.environ | caches | command.env | env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + START_S
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return process, port
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                end_process(process)
+                pytest.fail(f"the server did not start: see {log.name}")
+            time.sleep(0.5)
+
+
+def post(
+    port: int, path: str, body: dict[str, Any], timeout: float
+) -> tuple[int, dict[str, str], str]:
+    """POST JSON; (status, headers, body text), error statuses included."""
+    data = json.dumps(body).encode()
+    ask = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data, {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(ask, timeout=timeout) as answer:
+            return answer.status, dict(answer.headers), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read().decode()
+
+
+def server_metrics(port: int) -> dict[str, float]:
+    """The server's `/metrics`, each family's samples summed over their labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return sums
