@@ -296,27 +296,36 @@ WALL_CLOCK_MODES = ("realtime", "real")
 real engine (`real_engine.py`)."""
 
 
+AGREE = 0.25
+"""A wall-clock figure agrees with its prediction within ±25 % of the virtual run."""
+
+
 def spot_checks(rows: list[Row]) -> str:
-    """Each wall-clock row (real time, or the real engine) against the virtual rows of its
-    point (profile, scenario, load, policy; runs of the same length): is each figure within
-    the virtual seeds' [min, max]?"""
+    """Each wall-clock row (real time, or the real engine) beside its prediction: the virtual
+    run of the same point (profile, scenario, load, policy; runs of the same length) and seed,
+    and the virtual seeds' [min, max]. A figure agrees when it is within ±25 % of the same
+    seed's virtual figure, or within the seeds' spread. Then each point's seeds together: the
+    wall-clock mean against the virtual mean of the same seeds."""
     virtual: dict[tuple[str, str, float, str], list[Row]] = defaultdict(list)
     for row in rows:
         if row.get("mode") == "virtual":
-            point = (row["profile"], row["scenario"], float(row["load"]), row["policy"])
-            virtual[point].append(row)
+            virtual[_point(row)].append(row)
     lines = [
         "| profile | scenario | load | policy | seed | "
-        + " | ".join(f"{name} wall clock (virtual seeds min–max)" for name in SPOT_FIELDS)
+        + " | ".join(
+            f"{name}: wall clock / same seed virtual [seeds min–max]" for name in SPOT_FIELDS
+        )
         + " |",
         "|---|---|---|---|---|" + "---|" * len(SPOT_FIELDS),
     ]
     inside = outside = 0
+    means: dict[tuple[str, str, float, str], list[tuple[Row, Row | None]]] = defaultdict(list)
     for row in rows:
         if row.get("mode") not in WALL_CLOCK_MODES:
             continue
-        point = (row["profile"], row["scenario"], float(row["load"]), row["policy"])
-        peers = virtual.get(point, [])
+        peers = virtual.get(_point(row), [])
+        twin = next((p for p in peers if p["seed"] == row["seed"]), None)
+        means[_point(row)].append((row, twin))
         cells = []
         for name in SPOT_FIELDS:
             values = [float(p[name] or 0) for p in peers]
@@ -324,19 +333,54 @@ def spot_checks(rows: list[Row]) -> str:
             if not values:
                 cells.append(f"{got:,.1f} (no virtual run)")
                 continue
-            ok = min(values) <= got <= max(values)
+            same = None if twin is None else float(twin[name] or 0)
+            ok = min(values) <= got <= max(values) or _close(got, same)
             inside += ok
             outside += not ok
-            mark = "" if ok else " **outside**"
-            cells.append(f"{got:,.2f} ({min(values):,.2f}–{max(values):,.2f}){mark}")
+            mark = "" if ok else " **disagrees**"
+            said = "–" if same is None else f"{same:,.2f}"
+            cells.append(f"{got:,.2f} / {said} [{min(values):,.2f}–{max(values):,.2f}]{mark}")
         lines.append(
             f"| {row['profile']} {row['mode']} | {row['scenario']} | {row['load']:g} | "
-            f"{row['policy']} | "
-            f"{row['seed']} | " + " | ".join(cells) + " |"
+            f"{row['policy']} | {row['seed']} | " + " | ".join(cells) + " |"
         )
-    lines.append("")
-    lines.append(f"{inside} figures within the virtual seeds' spread, {outside} outside.")
+    lines += [
+        "",
+        (
+            f"{inside} figures agree with their prediction (±{AGREE:.0%} of the same seed's, "
+            f"or within the virtual seeds' spread), {outside} do not."
+        ),
+        "",
+        "| scenario | load | policy | seeds | "
+        + " | ".join(f"{name}: wall clock / virtual, mean (difference)" for name in SPOT_FIELDS)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(SPOT_FIELDS),
+    ]
+    for point, pairs in means.items():
+        twins = [twin for _, twin in pairs if twin is not None]
+        if len(twins) < len(pairs):
+            continue
+        cells = []
+        for name in SPOT_FIELDS:
+            got = sum(float(row[name] or 0) for row, _ in pairs) / len(pairs)
+            predicted = sum(float(twin[name] or 0) for twin in twins) / len(twins)
+            change = f"{got / predicted - 1:+.0%}" if predicted else "–"
+            cells.append(f"{got:,.2f} / {predicted:,.2f} ({change})")
+        lines.append(
+            f"| {point[1]} | {point[2]:g} | {point[3]} | {len(pairs)} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
+
+
+def _point(row: Row) -> tuple[str, str, float, str]:
+    return (row["profile"], row["scenario"], float(row["load"]), row["policy"])
+
+
+def _close(got: float, predicted: float | None) -> bool:
+    """Within ±`AGREE` of the prediction (both zero agree)."""
+    if predicted is None:
+        return False
+    return abs(got - predicted) <= AGREE * abs(predicted)
 
 
 def plot(groups: dict[Key, dict[str, dict[int, Row]]], directory: Path) -> list[str]:

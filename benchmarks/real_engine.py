@@ -11,11 +11,13 @@ them with `stream=true`, turn each token into a codec frame of `--frame-ms`, pla
 the README's prebuffer and report through `edgemon.client.Reporter`. Every step is the
 engine's own: its scheduling, batching, KV cache and timing, with jitter, HTTP and all.
 
-Scenarios: `steady`; `burst` (`--burst K:T`, as the virtual loop's); `contention`
-(`--contention W:P:SHARE`): a CPU-bound co-tenant on the engine's core takes SHARE of it for
-the last W s of every P s. The step slowdown it causes is measured at start (8 streams,
-co-tenant off then on) and printed, and each run's row gives the step inside its windows
-against outside (`window_step_ratio`).
+Scenarios: `steady`; `burst` (`--burst K:T`, as the virtual loop's); `network`
+(`--network D:S:P`, as the virtual loop's): the players reach the server through a delaying
+proxy (`_real_proxy.py`) that holds the server's bytes D ms in the last S s of every P s;
+`contention` (`--contention W:P:SHARE`): a CPU-bound co-tenant on the engine's core takes
+SHARE of it for the last W s of every P s. The step slowdown it causes is measured at start
+(8 streams, co-tenant off then on) and printed, and each run's row gives the step inside its
+windows against outside (`window_step_ratio`).
 
 Each run prints one JSON row with the virtual loop's fields (`edgemon.simulate.figures.row`:
 silence, SLO outcomes, goodput; `mode` `real`), plus `model_size`, `frame_ms`, `step_p50_ms`
@@ -58,6 +60,7 @@ sys.path.insert(0, str(BENCH))
 
 from _real_model import DEFAULT_SIZE, SIZES, write_model  # noqa: E402
 from _real_players import Streams, TokenLog, wall_ms  # noqa: E402
+from _real_proxy import DelayProxy  # noqa: E402
 from _real_server import CoTenant, VllmServer, server_options  # noqa: E402
 from _real_steps import decode_shape, fit, prefill_stall, shape_json, slowdown  # noqa: E402
 from _support import Edgemon, mosquitto  # noqa: E402
@@ -71,6 +74,7 @@ from edgemon.simulate.profiles import PROFILES  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
     DEFAULT_BURST,
     DEFAULT_CONTENTION,
+    DEFAULT_NETWORK,
     RequestSource,
     Windows,
     parse_contention,
@@ -84,7 +88,7 @@ if TYPE_CHECKING:
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.scenarios import Scenario
 
-SCENES = ("steady", "burst", "contention")
+SCENES = ("steady", "burst", "network", "contention")
 POLICY_HELP = "open | cap:N | realtime | edgemon (the shipped policy); repeatable (default edgemon)"
 SHAPE_COUNTS = [1, 2, 4, 8, 10, 12, 16]
 STALL_STREAMS = 8
@@ -113,6 +117,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--frame-ms", type=float, default=80.0, help="audio of one token")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="cpu-vllm")
     parser.add_argument("--burst", default=DEFAULT_BURST, help="K:T, K requests every T s")
+    parser.add_argument(
+        "--network",
+        default=DEFAULT_NETWORK,
+        help="D:S:P, the server's bytes reach the players D ms late in the last S s of every P s",
+    )
     parser.add_argument(
         "--contention",
         default=DEFAULT_CONTENTION,
@@ -147,7 +156,7 @@ def _scene(name: str, args: argparse.Namespace) -> Scenario:
     """The scenario's arrivals (the virtual loop's); contention's slowdown is real here."""
     if name == "contention":
         return scenario("contention", contention=args.contention, factor=1.0)
-    return scenario(name, burst=args.burst)
+    return scenario(name, burst=args.burst, network=args.network)
 
 
 @dataclass(slots=True)
@@ -244,11 +253,13 @@ def _run(
     profile: Profile = args.profile_used
     reporter = Reporter(stack.broker_url, device).open()
     origin = wall_ms() + 200.0
-    tenant = None
+    tenant = proxy = None
     if scene.name == "contention":
         tenant = CoTenant(CORE, args.share, args.windows, origin / 1000.0).start()
+    if scene.network is not None:
+        proxy = DelayProxy(server.port, args.network, origin / 1000.0).start()
     streams = Streams(
-        url=server.url,
+        url=server.url if proxy is None else proxy.url,
         profile=profile,
         arrivals=RequestSource(
             load * profile.capacity_rps(), profile.workload, seed=seed, burst=scene.burst
@@ -263,6 +274,8 @@ def _run(
     finally:
         if tenant is not None:
             tenant.close()
+        if proxy is not None:
+            proxy.close()
         reporter.close()
     line = row(
         score,
