@@ -118,6 +118,22 @@ def target_policies(profile: Profile) -> list[str]:
     return ["open", *caps, "realtime", "edgemon"]
 
 
+def framed(profile: Profile, frame_ms: float | None) -> Profile:
+    """`profile` with frames of `frame_ms` (None: its own); ValueError if the box cannot keep
+    one stream in real time at that frame."""
+    if frame_ms is None:
+        return profile
+    if not (math.isfinite(frame_ms) and frame_ms > 0):
+        raise ValueError("--frame-ms must be a number of milliseconds > 0")
+    made = replace(profile, frame_ms=frame_ms)
+    if made.capacity_rps() <= 0:
+        raise ValueError(
+            f"--frame-ms {frame_ms:g}: a step of {profile.name} takes at least "
+            f"{profile.step.base_ms:g} ms, so no stream keeps up with such frames"
+        )
+    return made
+
+
 def chunk_schedule(text: str) -> tuple[int, ...]:
     """`5,25` or `4,4,8,16,25`: frames of each chunk, the last size repeating."""
     parts = text.split(",")
@@ -205,6 +221,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "first chunk, then 2 s chunks; vLLM-Omni's ramp: 4,4,8,16,25)",
     )
     parser.add_argument(
+        "--frame-ms",
+        type=float,
+        help="audio of one frame (default the profile's, 80: Qwen3-TTS's 12.5 Hz); the "
+        "capacity estimate and real-time admission follow it (as real_engine.py's flag)",
+    )
+    parser.add_argument(
         "--scenario", action="append", choices=SCENARIOS, help="repeatable (default steady)"
     )
     parser.add_argument(
@@ -240,15 +262,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--spots",
         type=Path,
         nargs="+",
-        help="real-time rows and virtual rows of the same points: is each real-time figure "
-        "within the virtual seeds' spread?",
+        help="wall-clock rows and virtual rows of the same points: each wall-clock figure "
+        "beside the same seed's virtual one and the virtual seeds' spread",
     )
     args = parser.parse_args(argv)
     try:
         args.seed_list = seeds(args.seeds)
         args.load_list = loads(args.load)
         args.profile_used = replace(
-            PROFILES[args.profile], chunk_schedule=chunk_schedule(args.chunks)
+            framed(PROFILES[args.profile], args.frame_ms),
+            chunk_schedule=chunk_schedule(args.chunks),
         )
         profile = args.profile_used
         share = parse_contention(args.contention)[1]
@@ -338,6 +361,7 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
             )
             line["scenario_params"] = scene.describe()
             line["chunks"] = ",".join(map(str, profile.chunk_schedule))
+            line["frame_ms"] = profile.frame_ms
             if realtime is not None:
                 line["lag_max_ms"] = round(realtime.lag_max_ms, 1)
             rows.append(line)
@@ -372,7 +396,7 @@ def header(args: argparse.Namespace) -> str:
         f"{profile.name}: {profile.title}; capacity ≈ {profile.capacity_rps():.2f} req/s "
         f"(estimate), N* = {realtime_concurrency(profile)}; SLOs: start ≤ "
         f"{args.start_slo_ms:g} ms, longest gap ≤ {args.gap_slo_ms:g} ms; chunks {chunks} "
-        f"frames; scenarios {scenes}; load "
+        f"frames of {profile.frame_ms:g} ms; scenarios {scenes}; load "
         f"{args.load}; seeds {args.seeds}; {args.duration:g} s per run; "
         f"{len(args.policies)} policies; {platform.node()}, {os.cpu_count()} cores, load "
         f"average {os.getloadavg()[0]:.1f}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"

@@ -49,7 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -64,7 +64,7 @@ from _real_proxy import DelayProxy  # noqa: E402
 from _real_server import CoTenant, VllmServer, server_options  # noqa: E402
 from _real_steps import decode_shape, fit, prefill_stall, shape_json, slowdown  # noqa: E402
 from _support import Edgemon, mosquitto  # noqa: E402
-from closed_loop import loads, seeds  # noqa: E402
+from closed_loop import framed, loads, seeds  # noqa: E402
 
 from edgemon.client import Reporter  # noqa: E402
 from edgemon.integrations.deadlines import START_SLO_MS  # noqa: E402
@@ -138,7 +138,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.seed_list = seeds(args.seeds)
         args.load_list = loads(args.load)
         args.windows, args.share = parse_contention(args.contention)
-        args.profile_used = replace(PROFILES[args.profile], frame_ms=args.frame_ms)
+        args.profile_used = framed(PROFILES[args.profile], args.frame_ms)
         args.scenes = [_scene(name, args) for name in args.scenario or ["steady"]]
         args.policies = list(dict.fromkeys(args.policy or ["edgemon"]))
         for text in args.policies:
@@ -147,8 +147,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(str(exc))
     if not (math.isfinite(args.duration) and args.duration > 0):
         parser.error("--duration must be a number of seconds > 0")
-    if not (math.isfinite(args.frame_ms) and args.frame_ms > 0):
-        parser.error("--frame-ms must be a number of milliseconds > 0")
     return args
 
 

@@ -173,11 +173,26 @@ def test_slo_and_chunk_flags_are_used_and_printed() -> None:
     assert "chunks 4,4,8,16,25 frames" in header
     (a,) = json_lines("\n".join(rows))
     header, *rows = tight.stdout.splitlines()
-    assert "chunks 5,25 frames" in header
+    assert "chunks 5,25 frames of 80 ms" in header
     (b,) = json_lines("\n".join(rows))
     assert (a["start_slo_ms"], a["gap_slo_ms"], b["start_slo_ms"]) == (5000, 200, 1000)
     assert (a["chunks"], b["chunks"]) == ("4,4,8,16,25", "5,25")
     assert b["late"] > a["late"]
+
+
+def test_the_frame_flag_sets_each_frames_audio_and_the_capacity_with_it() -> None:
+    """`--frame-ms 60` on cpu-vllm (as on the real engine): the rows say 60 ms frames, the
+    header too, and the same load makes fewer requests (a 60 ms frame leaves the box less
+    time per step, so its capacity estimate is lower) than with the profile's 80 ms."""
+    args = ("--virtual", "--duration", "60", "--seeds", "1", "--profile", "cpu-vllm")
+    short = bench(*args, "--frame-ms", "60", "--policy", "open")
+    usual = bench(*args, "--policy", "open")
+    assert short.returncode == usual.returncode == 0, short.stderr + usual.stderr
+    header, *rows = short.stdout.splitlines()
+    assert "chunks 5,25 frames of 60 ms" in header
+    ((a,), (b,)) = json_lines("\n".join(rows)), json_lines(usual.stdout.split("\n", 1)[1])
+    assert (a["frame_ms"], b["frame_ms"]) == (60, 80)
+    assert a["requests"] < b["requests"]
 
 
 def test_every_run_prints_its_parameters_without_json() -> None:
@@ -211,6 +226,8 @@ def test_every_run_prints_its_parameters_without_json() -> None:
         (["--load", "-1"], "--load"),
         (["--duration", "0"], "--duration"),
         (["--chunks", "4,0"], "--chunks"),
+        (["--frame-ms", "0"], "--frame-ms"),
+        (["--profile", "cpu-vllm", "--frame-ms", "40"], "no stream keeps up"),
         (["--start-slo-ms", "-5"], "--start-slo-ms"),
         (["--policy", "realtime+deadline:lifo"], "order"),
     ],

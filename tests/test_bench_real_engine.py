@@ -111,6 +111,7 @@ def test_the_default_model_is_a_117m_llama_in_fp32() -> None:
         (["--seeds", "x"], "--seeds"),
         (["--load", "0"], "--load"),
         (["--frame-ms", "0"], "--frame-ms"),
+        (["--frame-ms", "40"], "no stream keeps up"),
         (["--duration", "-1"], "--duration"),
     ],
 )
