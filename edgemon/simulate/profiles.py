@@ -198,7 +198,11 @@ CPU_VLLM = Profile(
         "10 ms, stretched the 8-stream decode step ×1.23/×1.48/×1.81 (the scheduler gives the "
         "engine more than the co-tenant's duty cycle leaves it). Players on the same box: "
         "delivery is loopback HTTP (1 ms). Margin 120 ms: the x86 class of "
-        "docs/semantics.md. A shared 2-core VM: the lead's tests ran beside the measurements."
+        "docs/semantics.md. A shared 2-core VM: the lead's tests ran beside the measurements. "
+        "Measured again on the quiet VM (2026-12-03 04:41 UTC, load average 0.2): decode "
+        "39/41/54/68/78/75/91 ms at 1/2/4/8/10/12/16 streams, base 37.2 ms and 3.52 ms per "
+        "seq, 2.90 ms per prompt token, contention ×1.24/×1.46/×1.83: that fit is within 6 % of "
+        "this one from 1 to 16 streams, so this one stands."
     ),
     step=StepModel(base_ms=40.0, per_prefill_token_ms=2.95, per_decode_seq_ms=3.13),
     margin_ms=120.0,
