@@ -224,6 +224,11 @@ class DeadlineDriver:
         batched = composition(output)
         self._last = None if batched is None else (now, *batched)
 
+    def idle(self) -> None:
+        """Nothing runs any more: the engine may now wait for the next request, and that wait
+        is no step, so the step that just ended is not timed by the next ``schedule()``."""
+        self._last = None
+
     def finished(self, requests: Iterable[Any]) -> None:
         """Teach the policy the lengths of `requests` that finished (a step's running ones)."""
         for request in requests:

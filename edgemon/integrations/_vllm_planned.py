@@ -112,7 +112,9 @@ class DeadlineScheduling:
             self.edgemon_end_waiting([request.request_id], "arrival")  # type: ignore[attr-defined]
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> dict[int, Any]:
-        """vLLM's, then the finished requests' lengths taught to the deadline policy."""
+        """vLLM's, then the finished requests' lengths taught to the deadline policy; when
+        nothing runs any more, the step that just ended goes untimed (the engine may idle
+        until the next request, and the next ``schedule()`` would count that wait)."""
         try:
             before = list(self.running)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
@@ -121,6 +123,8 @@ class DeadlineScheduling:
         outputs: dict[int, Any] = super().update_from_output(*args, **kwargs)  # type: ignore[misc]
         try:
             self._edgemon_driver.finished(before)
+            if not self.running:
+                self._edgemon_driver.idle()
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self._edgemon.failed("teaching the deadline policy")
         return outputs

@@ -154,6 +154,28 @@ def test_a_queued_request_is_ended_once_the_box_slows_down(
     assert waiting_ids(scheduler) == []
 
 
+def test_an_idle_box_is_no_step_to_the_policy(tiny_model: Path, flavour: type[Any]) -> None:
+    """A request runs to its end and the box idles 20 s before the next arrives. The engine
+    calls `schedule()` again only then, but that wait is no step: a request arriving a few
+    steps later is admitted, not ended (timed as a 20 s step, the idle wait made every
+    start look tens of seconds away, and mode `shed` ended it at arrival)."""
+    clock = ModelClock()
+    scheduler = _scheduler(tiny_model, clock, "shed", flavour)
+    _arrive(scheduler, clock, "a", max_tokens=20)
+    for _ in steps(scheduler, clock, 30):  # as the engine loop: no step once nothing runs
+        if not scheduler.running:
+            break
+    assert list(scheduler.running) == list(scheduler.waiting) == []
+    clock.now_s += 20.0
+    _arrive(scheduler, clock, "b", max_tokens=200)
+    list(steps(scheduler, clock, 3))
+    _arrive(scheduler, clock, "c")
+    (step,) = steps(scheduler, clock, 1)
+    assert "c" not in step.reasons
+    assert set(step.produced) >= {"b"}
+    assert scheduler._edgemon_report.shed_reasons["arrival"] == 0
+
+
 def test_a_preempted_request_is_resumed_not_ended(tiny_model: Path, flavour: type[Any]) -> None:
     """A request vLLM preempted (KV blocks ran out) started long ago: however old its arrival,
     the deadline policy neither ends it nor holds it back; it is resumed first, as vLLM's own
