@@ -204,8 +204,8 @@ bench-loop: $(STAMP) .venv-vllm/.matplotlib
 # 20:60:0.5) x loads 0.8 and 0.9 x 3 seeds of 180 s: 60 runs, one server start per policy,
 # about 3 h 15 min of wall clock; run it on a quiet machine (the engine takes one core, the
 # players, edgemon and the API server the other). 3. The virtual loop at the same points on
-# the `cpu-vllm` profile (10 seeds, seconds), and each real figure beside the same seed's virtual one and the seeds'
-# spread.
+# the `cpu-vllm` profile (10 seeds, seconds), and each real figure beside the same seed's
+# virtual one and the seeds' spread.
 REAL_ENGINE = benchmarks/real_engine.py
 REAL_POLICIES = --policy open --policy cap:8 --policy cap:10 --policy realtime --policy edgemon
 REAL_VIRTUAL_POLICIES = --policy open --policy cap:8 --policy cap:10 --policy realtime:1.02 \
