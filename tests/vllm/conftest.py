@@ -5,16 +5,22 @@ venvs must import vLLM, and vLLM-Omni where it is installed). Nothing here impor
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tools import required_import_failed
 
+# The real-engine benchmark's model maker (`benchmarks/_real_model.py`) writes the tokenizer.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
 if TYPE_CHECKING:
     from collections.abc import Generator
-    from pathlib import Path
 
+#: The tiny Llama's vocabulary: 4 special tokens and 252 words.
+TINY_VOCAB = 256
 #: A tiny Llama: enough for vLLM's ModelConfig (and, with dummy weights, for its CPU engine).
 TINY_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -25,7 +31,7 @@ TINY_CONFIG = {
     "num_key_value_heads": 2,
     "head_dim": 32,
     "num_hidden_layers": 1,
-    "vocab_size": 256,
+    "vocab_size": TINY_VOCAB,
     "max_position_embeddings": 2048,
     "rms_norm_eps": 1e-6,
     "torch_dtype": "float32",
@@ -37,24 +43,13 @@ TINY_CONFIG = {
 
 @pytest.fixture(scope="session")
 def served_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Llama's config and a word-level tokenizer (w0 … w251) with a chat template:
-    what vLLM's OpenAI server needs to serve it with dummy weights; nothing downloaded."""
-    import tokenizers  # noqa: PLC0415 (the tier's venvs have it; the unit venv never calls this)
-    import transformers  # noqa: PLC0415
+    """The tiny Llama's config and the real-engine benchmark's word-level tokenizer (`w0 …
+    w251`, a chat template): what vLLM's OpenAI server needs to serve it with dummy weights;
+    nothing downloaded."""
+    from _real_model import write_tokenizer  # noqa: PLC0415 - imports transformers when called
 
     directory = tmp_path_factory.mktemp("served-model")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3} | {f"w{i}": i + 4 for i in range(252)}
-    words = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=words,
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-    )
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    fast.save_pretrained(directory)
+    write_tokenizer(directory, TINY_VOCAB)
     config = TINY_CONFIG | {"max_position_embeddings": 4096}
     (directory / "config.json").write_text(json.dumps(config))
     return directory
