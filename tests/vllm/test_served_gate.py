@@ -27,11 +27,10 @@ pytest.importorskip("transformers")
 from edgemon.client import GateState, Reporter, ThrottleGate
 
 from brokers import end_process
-from processes import edgemon_run
+from processes import edgemon_run, poll
 from served import ROOT, documented_command, server_metrics, start_server
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -77,16 +76,6 @@ class Streamed(threading.Thread):
                     self.tokens.append(now)
 
 
-def eventually(check: Callable[[], bool], timeout: float = T) -> bool:
-    """Whether `check` holds within `timeout` s (polled every 50 ms)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def held(state: GateState) -> bool:
     return state.active
 
@@ -126,7 +115,7 @@ def test_a_new_request_waits_while_edgemon_throttles_and_starts_once_it_stops(
                 assert len(short.tokens) == SHORT_TOKENS
             running = Streamed(http, 3_000)
             running.start()
-            assert eventually(lambda: len(running.tokens) >= 1)
+            assert poll(lambda: len(running.tokens) >= 1, T)
 
             reporter.start("dry")
             reporter.chunk("dry", audio_ms=1_500, eta_ms=0)
@@ -135,13 +124,13 @@ def test_a_new_request_waits_while_edgemon_throttles_and_starts_once_it_stops(
             # The engine's gate heard the same message from the same broker: a few steps on,
             # it holds as well.
             seen = len(running.tokens)
-            assert eventually(lambda: len(running.tokens) >= seen + 5)
+            assert poll(lambda: len(running.tokens) >= seen + 5, T)
 
             late = Streamed(http, SHORT_TOKENS)
             late.start()
-            assert eventually(lambda: server_metrics(http)["vllm:num_requests_waiting"] >= 1)
+            assert poll(lambda: server_metrics(http)["vllm:num_requests_waiting"] >= 1, T)
             seen = len(running.tokens)
-            assert eventually(lambda: len(running.tokens) >= seen + STEPS_HELD)
+            assert poll(lambda: len(running.tokens) >= seen + STEPS_HELD, T)
             assert late.tokens == []
             assert server_metrics(http)["vllm:num_requests_waiting"] >= 1
             assert gate.state.throttle is True
