@@ -5,8 +5,8 @@ into the policy's inputs and the policy's answers into queue operations:
 
 - **Inputs**, as the real scheduler has them: each step's duration (from one ``schedule()``
   to the next, as real-time admission measures it; a step after which nothing runs is not
-  timed, since the engine may then idle until the next request) with what it batched (decodes and prompt
-  tokens, from its ``SchedulerOutput``); the running requests and their remaining tokens
+  timed, since the engine may then idle until the next request) with what it batched
+  (decodes and prompt tokens, from its ``SchedulerOutput``); the running requests and their remaining tokens
   (``max_tokens − num_output_tokens``, one codec frame each); the waiting queue with each
   request's ``arrival_time`` (the API server's wall clock, seconds) and prompt length; the
   lengths of requests that finished; and whether edgemon's gate holds this step.
