@@ -6,10 +6,11 @@ into the policy's inputs and the policy's answers into queue operations:
 - **Inputs**, as the real scheduler has them: each step's duration (from one ``schedule()``
   to the next, as real-time admission measures it; a step after which nothing runs is not
   timed, since the engine may then idle until the next request) with what it batched
-  (decodes and prompt tokens, from its ``SchedulerOutput``); the running requests and their remaining tokens
-  (``max_tokens − num_output_tokens``, one codec frame each); the waiting queue with each
-  request's ``arrival_time`` (the API server's wall clock, seconds) and prompt length; the
-  lengths of requests that finished; and whether edgemon's gate holds this step.
+  (decodes and prompt tokens, from its ``SchedulerOutput``); the running requests and their
+  remaining tokens (``max_tokens − num_output_tokens``, one codec frame each); the waiting
+  queue with each request's ``arrival_time`` (the API server's wall clock, seconds) and
+  prompt length; the lengths of requests that finished; and whether edgemon's gate holds
+  this step.
 - **Answers.** At arrival, a request the policy refuses is ended at once; every step the
   policy's plan says which waiting requests to admit, in its order (vLLM then sees a waiting
   queue of only those), and which to end (their start deadline cannot be met any more).
