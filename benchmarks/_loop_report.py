@@ -323,9 +323,10 @@ def spot_checks(rows: list[Row]) -> str:
     for row in rows:
         if row.get("mode") not in WALL_CLOCK_MODES:
             continue
-        peers = virtual.get(_point(row), [])
+        point = _point(row)
+        peers = virtual.get(point, [])
         twin = next((p for p in peers if p["seed"] == row["seed"]), None)
-        means[_point(row)].append((row, twin))
+        means[point].append((row, twin))
         cells = []
         for name in SPOT_FIELDS:
             values = [float(p[name] or 0) for p in peers]

@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _real_server import free_port
+
 from edgemon.simulate.scenarios import Network, scenario
 
 START_S = 30.0
@@ -97,9 +99,7 @@ class DelayProxy:
     """The proxy as a process in front of the server on `upstream` (see the module doc)."""
 
     def __init__(self, upstream: int, network: str, origin_s: float) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port: int = probe.getsockname()[1]
+        self.port = free_port()
         self.process = subprocess.Popen(
             [sys.executable, __file__, str(self.port), str(upstream), network, repr(origin_s)],
             stdin=subprocess.DEVNULL,

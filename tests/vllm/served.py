@@ -1,7 +1,7 @@
 """vLLM's OpenAI server started from the command line the documentation prints, for the tests
 that serve it: `documented_command` reads that line from a page's `sh` block, `start_server`
 runs it on a test model (dummy weights) and a free port and waits until it answers, `post`
-and `server_metrics` speak to it. Nothing here imports vLLM."""
+and `waiting` speak to it. Nothing here imports vLLM."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from typing import IO, Any
 import pytest
 
 from brokers import end_process, free_port
+from processes import poll
+from scrapes import total
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY_POINT = "vllm.entrypoints.openai.api_server"
@@ -85,16 +86,20 @@ def start_server(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + START_S
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return process, port
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                end_process(process)
-                pytest.fail(f"the server did not start: see {log.name}")
-            time.sleep(0.5)
+    poll(lambda: healthy(port) or process.poll() is not None, START_S)
+    if not healthy(port):
+        end_process(process)
+        pytest.fail(f"the server did not start: see {log.name}")
+    return process, port
+
+
+def healthy(port: int) -> bool:
+    """Whether the server's `/health` answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def post(
@@ -112,13 +117,7 @@ def post(
         return error.code, dict(error.headers), error.read().decode()
 
 
-def server_metrics(port: int) -> dict[str, float]:
-    """The server's `/metrics`, each family's samples summed over their labels."""
+def waiting(port: int) -> float:
+    """Requests in the server's waiting queue, from its `/metrics`."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return sums
+        return total(answer.read().decode(), "vllm:num_requests_waiting")

@@ -28,7 +28,7 @@ from edgemon.client import GateState, Reporter, ThrottleGate
 
 from brokers import end_process
 from processes import edgemon_run, poll
-from served import ROOT, documented_command, server_metrics, start_server
+from served import ROOT, documented_command, start_server, waiting
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -128,11 +128,11 @@ def test_a_new_request_waits_while_edgemon_throttles_and_starts_once_it_stops(
 
             late = Streamed(http, SHORT_TOKENS)
             late.start()
-            assert poll(lambda: server_metrics(http)["vllm:num_requests_waiting"] >= 1, T)
+            assert poll(lambda: waiting(http) >= 1, T)
             seen = len(running.tokens)
             assert poll(lambda: len(running.tokens) >= seen + STEPS_HELD, T)
             assert late.tokens == []
-            assert server_metrics(http)["vllm:num_requests_waiting"] >= 1
+            assert waiting(http) >= 1
             assert gate.state.throttle is True
 
             ended_at = time.monotonic()
