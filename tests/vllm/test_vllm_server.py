@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,7 +19,6 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 
 from brokers import end_process
-from processes import poll
 from served import ROOT, documented_command, post, start_server
 
 if TYPE_CHECKING:
@@ -90,6 +90,15 @@ def _full(port: int) -> bool:
     return status == 503 or REASON in text
 
 
+def _eventually(check: Any, timeout: float = T) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 @pytest.mark.parametrize("served", [False], indirect=True, ids=["engine"])
 def test_what_a_client_sees_of_a_request_ended_before_its_first_token(served: int) -> None:
     """With the only seat taken for tens of seconds, a new request cannot start within 3 s:
@@ -97,7 +106,7 @@ def test_what_a_client_sees_of_a_request_ended_before_its_first_token(served: in
     abort and stop_reason edgemon:start_deadline; streaming: only `data: [DONE]`; chat
     streaming: the role chunk, then `data: [DONE]` (as docs/client.md says)."""
     _fill(served)
-    assert poll(lambda: _full(served), T)
+    assert _eventually(lambda: _full(served))
     status, _, text = _post(served, "/v1/completions", SHORT)
     assert status == 200
     (choice,) = json.loads(text)["choices"]
@@ -121,7 +130,7 @@ def test_the_middleware_answers_503_once_the_box_is_full(served: int) -> None:
     scheduler's capacity object predicts a start wait over 3 s, completions are refused with
     503, Retry-After and vLLM's error shape."""
     _fill(served)
-    assert poll(lambda: _post(served, "/v1/completions", SHORT)[0] == 503, T)
+    assert _eventually(lambda: _post(served, "/v1/completions", SHORT)[0] == 503)
     status, headers, text = _post(served, "/v1/completions", SHORT)
     assert status == 503
     assert int(headers["retry-after"]) >= 1
