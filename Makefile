@@ -208,8 +208,6 @@ bench-loop: $(STAMP) .venv-vllm/.matplotlib
 # virtual one and the seeds' spread.
 REAL_ENGINE = benchmarks/real_engine.py
 REAL_POLICIES = --policy open --policy cap:8 --policy cap:10 --policy realtime --policy edgemon
-REAL_VIRTUAL_POLICIES = --policy open --policy cap:8 --policy cap:10 --policy realtime:1.02 \
-  --policy edgemon
 REAL_POINTS = --scenario steady --scenario contention --contention 20:60:0.5 --load 0.8,0.9 \
   --duration 180 --json
 bench-real: $(STAMP) .venv-vllm/.installed
@@ -217,7 +215,7 @@ bench-real: $(STAMP) .venv-vllm/.installed
 	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(REAL_ENGINE) --shape --json > $(BENCH_OUT)/real-shape.json
 	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(REAL_ENGINE) $(REAL_POLICIES) $(REAL_POINTS) \
 	  --seeds 1-3 --dump $(BENCH_OUT)/loop-real-dump.jsonl --out $(BENCH_OUT)/loop-real.jsonl
-	$(BIN)/python $(BENCH_LOOP) --virtual --profile cpu-vllm $(REAL_VIRTUAL_POLICIES) $(REAL_POINTS) \
+	$(BIN)/python $(BENCH_LOOP) --virtual --profile cpu-vllm $(REAL_POLICIES) $(REAL_POINTS) \
 	  --seeds 1-10 --out $(BENCH_OUT)/loop-real-virtual.jsonl > /dev/null
 	$(BIN)/python $(BENCH_LOOP) --spots $(BENCH_OUT)/loop-real.jsonl $(BENCH_OUT)/loop-real-virtual.jsonl
 

@@ -68,7 +68,6 @@ from closed_loop import framed, loads, seeds  # noqa: E402
 
 from edgemon.client import Reporter  # noqa: E402
 from edgemon.integrations.deadlines import START_SLO_MS  # noqa: E402
-from edgemon.integrations.realtime import STEP_FRAMES  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row  # noqa: E402
 from edgemon.simulate.players import percentile  # noqa: E402
 from edgemon.simulate.profiles import PROFILES  # noqa: E402
@@ -205,7 +204,7 @@ def run_policy(
         for scene, load, seed in points(args):
             server.wait_idle()
             line, players, origin, end = _run(args, stack, server, device, scene, load, seed)
-            line |= {"policy": row_label(text), "server_start_s": started_s}
+            line |= {"policy": text, "server_start_s": started_s}
             if scene.name == "contention" and measured is not None:
                 line["contention_slowdown"] = measured["ratio"]
             rows.append(line)
@@ -213,7 +212,7 @@ def run_policy(
             if dump is not None:
                 for item in dump_lines(
                     players,
-                    policy=row_label(text),
+                    policy=text,
                     scenario=scene.name,
                     seed=seed,
                     origin_ms=origin,
@@ -224,12 +223,6 @@ def run_policy(
     finally:
         server.close()
     return rows
-
-
-def row_label(text: str) -> str:
-    """Policy `text` as the virtual loop names what the server ran: `realtime` is edgemon's
-    real-time scheduler, which allows a step of a frame × `STEP_FRAMES` (`realtime:1.02`)."""
-    return f"realtime:{STEP_FRAMES:g}" if text == "realtime" else text
 
 
 def _calibrate(share: float, server: VllmServer, vocab: int) -> dict[str, float]:

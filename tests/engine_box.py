@@ -44,7 +44,7 @@ from edgemon.integrations.deadlines import (
     Running,
     Waiting,
 )
-from edgemon.integrations.realtime import STEP_FRAMES, RealtimeAdmission
+from edgemon.integrations.realtime import RealtimeAdmission
 from edgemon.simulate.engine import DeadlineHook, TtsEngine
 from edgemon.simulate.profiles import FRAME_MS, Profile, StepModel
 from edgemon.simulate.workload import Request
@@ -85,7 +85,7 @@ def profile(per_stream_ms: float) -> Profile:
 def modelled_limit(step: StepModel) -> int:
     """The largest batch whose decode step fits the allowed frame, by the step model: the
     engine's bound on running requests until its steps have shown their real-time batch."""
-    allowed = FRAME_MS * STEP_FRAMES
+    allowed = FRAME_MS
     if step.per_decode_seq_ms <= 0:
         return 64
     return max(1, math.floor((allowed - step.base_ms) / step.per_decode_seq_ms))
@@ -111,7 +111,7 @@ class EngineBox:
     def __init__(self, name: str, step: StepModel) -> None:
         self.name = name
         box = profile(step.per_decode_seq_ms)
-        self.admission = RealtimeAdmission(FRAME_MS * STEP_FRAMES)
+        self.admission = RealtimeAdmission(FRAME_MS)
         settings = DeadlineSettings(
             start_slo_ms=START_SLO_MS,
             first_chunk_frames=box.chunk_size(0),

@@ -23,7 +23,6 @@ from _real_model import SIZES, config  # noqa: E402
 from _real_players import StepEstimate, prompt_ids  # noqa: E402
 from _real_proxy import DelayProxy  # noqa: E402
 from _real_server import MIDDLEWARE, SCHEDULERS, server_options  # noqa: E402
-from real_engine import row_label  # noqa: E402
 
 from edgemon.simulate.profiles import CPU_VLLM  # noqa: E402
 from edgemon.simulate.workload import Request  # noqa: E402
@@ -64,15 +63,6 @@ def test_each_policy_becomes_the_server_a_user_would_run() -> None:
     for text in ("cap:0", "gate:80:2000", "edgemon+budget"):
         with pytest.raises(ValueError, match="open, cap:N, realtime or edgemon"):
             options(text)
-
-
-def test_rows_name_the_realtime_policy_as_the_virtual_loop_does() -> None:
-    """The real `realtime` is edgemon's real-time scheduler, whose step allowed is a frame ×
-    1.02: its rows say `realtime:1.02`, the virtual policy they are compared with; the other
-    policies keep their names."""
-    assert [row_label(p) for p in ("realtime", "open", "cap:8", "edgemon")] == [
-        "realtime:1.02", "open", "cap:8", "edgemon",
-    ]  # fmt: skip
 
 
 def test_prompts_are_the_request_length_seeded_per_request_and_never_specials() -> None:

@@ -127,6 +127,37 @@ def test_prefill_cost_and_request_length_are_learned() -> None:
     assert policy.expected_frames == pytest.approx(60, rel=0.05)
 
 
+def test_the_first_measurements_replace_the_priors_at_once() -> None:
+    """A new server uses its first measured prefill cost and request length, and their mean
+    until 1/LEARN_ALPHA were seen, not a slow climb from its priors (a prefill cost of 0
+    made a fresh server admit requests that then started late for its first ~50)."""
+    policy = taught(DeadlineSettings(prefill_ms_per_token=0.0, expected_frames=100.0))
+    policy.observe(8, 300, BASE_MS + PER_SEQ_MS * 8 + 0.2 * 300)
+    policy.finished(60)
+    assert policy.prefill_ms_per_token == pytest.approx(0.2)
+    assert policy.expected_frames == pytest.approx(60.0)
+    policy.observe(8, 300, BASE_MS + PER_SEQ_MS * 8 + 0.4 * 300)
+    policy.finished(40)
+    assert policy.prefill_ms_per_token == pytest.approx(0.3)  # the mean of 0.2 and 0.4
+    assert policy.expected_frames == pytest.approx(50.0)
+
+
+def test_a_lone_prefill_is_no_step_of_the_announced_estimate() -> None:
+    """A player times the box's steps by its tokens, so a prefill with no stream decoding
+    (an idle box) is in no player's estimate: it does not raise the step the policy expects
+    the server to announce, and a request that arrives alone is not charged for it. One
+    joining running streams is: their tokens wait through its prefill."""
+    settings_ = DeadlineSettings(prefill_ms_per_token=2.0, second_chunk_frames=25)
+    policy = taught(settings_)
+    policy.observe(1, 0, BASE_MS + PER_SEQ_MS)
+    request = Waiting("w", 0.0, 300)
+    before = policy.deadline_ms(request, 1, alone=True)
+    policy.observe(0, 300, BASE_MS + 300 * 2.0)  # an idle box prefills one prompt
+    assert policy.deadline_ms(request, 1, alone=True) == pytest.approx(before)
+    assert policy.deadline_ms(request, 1) < before - 1000.0
+    assert policy.arrive(request, 0.0, [], []) == "admit"
+
+
 def test_capacity_figures() -> None:
     """The capacity object: real-time streams, counts, the predicted start wait, refusals."""
     policy = taught()

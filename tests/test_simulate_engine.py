@@ -56,20 +56,40 @@ def test_a_request_prefills_then_decodes_one_frame_per_step() -> None:
 
 
 def test_the_eta_hint_is_frames_to_the_next_chunk_times_the_step_estimate() -> None:
-    """The first chunk's hint: min(25, frames left) × the engine's EWMA of step times."""
+    """The first chunk's hint: min(25, frames left) × the engine's EWMA of the steps that
+    decoded. A prefill on an idle box decodes nothing, so it is no step of the estimate (a
+    player, timing the box by its tokens, sees none: counting it made the simulated players
+    prebuffer 2.1–2.3 s where the real engine's took 0.7–1.5 s)."""
     engine = TtsEngine(PROFILE)
     estimate = PROFILE.step.step_ms(0, 1)
     engine.submit(Request("r0", 0.0, prompt_tokens=100, frames=40))
     t = 0.0
-    for ms in [50.0, 34.0, 34.0, 34.0, 34.0]:
+    for ms, decodes in [(50.0, 0), (34.0, 1), (34.0, 1), (34.0, 1), (34.0, 1)]:
         step = engine.step(t)
         assert step is not None
         assert step.ms == pytest.approx(ms)
-        estimate += STEP_EWMA_ALPHA * (ms - estimate)
+        assert step.decode_seqs == decodes
+        if decodes:
+            estimate += STEP_EWMA_ALPHA * (ms - estimate)
         t = step.end_ms
     assert step is not None  # mypy: the loop above ran
     [chunk] = step.chunks
     assert chunk.eta_ms == pytest.approx(25 * estimate)
+
+
+def test_a_prefill_beside_decodes_is_a_step_of_the_estimate() -> None:
+    """A prompt prefilled while another stream decodes stalls that stream's frames: the step
+    is in the estimate, prefill and all."""
+    engine = TtsEngine(PROFILE)
+    engine.submit(Request("a", 0.0, prompt_tokens=100, frames=40))
+    first = engine.step(0.0)
+    assert first is not None
+    before = engine.step_estimate_ms
+    engine.submit(Request("b", first.end_ms, prompt_tokens=400, frames=40))
+    step = engine.step(first.end_ms)
+    assert step is not None
+    assert (step.prefill_tokens, step.decode_seqs) == (400, 1)
+    assert engine.step_estimate_ms == pytest.approx(before + STEP_EWMA_ALPHA * (step.ms - before))
 
 
 def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:

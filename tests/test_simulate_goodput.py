@@ -139,7 +139,7 @@ def loop(policy_deadlines: DeadlineSettings | None, rate: float) -> tuple[int, i
             duration_ms=120_000.0,
             gated=False,
             realtime=True,
-            realtime_frames=1.02,
+            realtime_frames=1.0,
             deadlines=policy_deadlines,
         )
     )

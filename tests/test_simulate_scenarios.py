@@ -68,7 +68,7 @@ def test_a_network_episode_delays_deliveries_inside_its_windows_only() -> None:
             "edgemon",
             {
                 "realtime": True,
-                "realtime_frames": 1.02,
+                "realtime_frames": 1.0,
                 "gated": False,
                 "budget": None,
                 "deadlines": DeadlineSettings(order="fcfs", shed=True, guard_ms=400.0),

@@ -89,7 +89,9 @@ help?"). The simulation's `edgemon` policy and the vLLM schedulers both take it.
 EXPECTED_FRAMES = 100.0
 """A request's frames until some have finished (8 s of audio at 80 ms a frame)."""
 LEARN_ALPHA = 0.05
-"""Weight of the newest observation in the learned prefill cost and request length."""
+"""Weight of the newest observation in the learned prefill cost, prompt and request length,
+once 1/`LEARN_ALPHA` have been seen; before that each is the mean of what was seen (the
+prior, from the settings, stands only until the first)."""
 STEP_ALPHA = 0.2
 """Weight of the newest step in the fallback step estimate (used while the shape is unknown)."""
 
@@ -246,11 +248,11 @@ class Deadlines:
         if max_num_seqs is not None and max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be ≥ 1, not {max_num_seqs}")
         self.max_num_seqs = max_num_seqs
-        self._expected_frames = self.settings.expected_frames
-        self._prefill_ms_per_token = self.settings.prefill_ms_per_token
+        self._expected_frames = Learned(self.settings.expected_frames)
+        self._prefill_ms_per_token = Learned(self.settings.prefill_ms_per_token)
+        self._prompt_tokens = Learned(0.0)
         self._step_ms: float | None = None
         self._recent_ms: float | None = None
-        self._prompt_tokens: float | None = None
         #: Requests refused at arrival, and queued requests refused since.
         self.shed_at_arrival = 0
         self.shed_queued = 0
@@ -267,8 +269,9 @@ class Deadlines:
         """
         if not (math.isfinite(ms) and ms > 0) or (decodes <= 0 and prefill_tokens <= 0):
             return
-        recent = self._recent_ms
-        self._recent_ms = ms if recent is None else recent + STEP_ALPHA * (ms - recent)
+        if decodes > 0:
+            recent = self._recent_ms
+            self._recent_ms = ms if recent is None else recent + STEP_ALPHA * (ms - recent)
         if prefill_tokens <= 0:
             previous = self._step_ms
             self._step_ms = ms if previous is None else previous + STEP_ALPHA * (ms - previous)
@@ -276,23 +279,22 @@ class Deadlines:
         decode_ms = self._decode_ms(decodes) if decodes > 0 else self._base_ms()
         if decode_ms is None:
             return
-        per_token = max(0.0, ms - decode_ms) / prefill_tokens
-        self._prefill_ms_per_token += LEARN_ALPHA * (per_token - self._prefill_ms_per_token)
+        self._prefill_ms_per_token.learn(max(0.0, ms - decode_ms) / prefill_tokens)
 
     def finished(self, frames: int) -> None:
         """A request finished after `frames` frames (teaches the expected request length)."""
         if frames > 0:
-            self._expected_frames += LEARN_ALPHA * (frames - self._expected_frames)
+            self._expected_frames.learn(frames)
 
     @property
     def expected_frames(self) -> float:
         """The frames a request is expected to take (learned from finished ones)."""
-        return self._expected_frames
+        return self._expected_frames.value
 
     @property
     def prefill_ms_per_token(self) -> float:
         """A prompt token's prefill cost (learned from steps with prompt tokens)."""
-        return self._prefill_ms_per_token
+        return self._prefill_ms_per_token.value
 
     @property
     def shed_total(self) -> int:
@@ -332,10 +334,10 @@ class Deadlines:
         admission = self.admission
         shape = None if admission is None else admission.shape()
         prompt = self._prompt_tokens
-        if admission is None or shape is None or prompt is None:
+        if admission is None or shape is None or not prompt.seen:
             return limit
         a, b = shape
-        share = self.prefill_ms(round(prompt)) / self._expected_frames
+        share = self.prefill_ms(round(prompt.value)) / self.expected_frames
         per_request = admission.scale * b + share
         if per_request <= 0:
             return limit
@@ -364,20 +366,23 @@ class Deadlines:
 
     def prefill_ms(self, prompt_tokens: int) -> float:
         """What a prompt of `prompt_tokens` adds to the step that prefills it."""
-        return self._prefill_ms_per_token * max(0, prompt_tokens)
+        return self.prefill_ms_per_token * max(0, prompt_tokens)
 
-    def needs_ms(self, request: Waiting, batch: int, ahead_tokens: int = 0) -> float:
+    def needs_ms(
+        self, request: Waiting, batch: int, ahead_tokens: int = 0, *, alone: bool = False
+    ) -> float:
         """What a request's start still needs once admitted into a batch of `batch`: its
         prefill (after `ahead_tokens` of prompts admitted with it, ahead of it, and the steps
         the token budget spreads them over), its first chunk's frames, the player's
-        prebuffer."""
+        prebuffer (`alone`: no stream decodes while it is prefilled)."""
         settings = self.settings
         step = self.step_ms(batch)
         tokens = max(0, ahead_tokens) + max(0, request.prompt_tokens)
         budget = settings.token_budget
         spill = 0 if budget is None else max(0, math.ceil(tokens / budget) - 1)
         first_audio = settings.first_chunk_frames * settings.frame_ms
-        announced = self._announced_ms(step, self.prefill_ms(tokens), spill + 1)
+        prefill_steps = 0 if alone else spill + 1
+        announced = self._announced_ms(step, self.prefill_ms(tokens), prefill_steps)
         waits = max(0.0, settings.second_chunk_frames * announced - first_audio)
         return (
             self.prefill_ms(tokens)
@@ -389,10 +394,11 @@ class Deadlines:
 
     def _announced_ms(self, step: float, prefill: float, prefill_steps: int) -> float:
         """The step estimate a server announces when the first chunk is out (its `eta_ms`
-        hints follow the recent steps, `STEP_ALPHA`): the recent steps, then `prefill_steps`
-        steps sharing `prefill`, then the first chunk's decode steps."""
+        hints follow the recent steps that decoded, `STEP_ALPHA`): the recent steps, then
+        `prefill_steps` steps sharing `prefill` (none when no stream decodes in them: a
+        player times its steps by its tokens), then the first chunk's decode steps."""
         estimate = step if self._recent_ms is None else self._recent_ms
-        with_prefill = step + prefill / prefill_steps
+        with_prefill = step + prefill / max(1, prefill_steps)
         for _ in range(prefill_steps):
             estimate += STEP_ALPHA * (with_prefill - estimate)
         for _ in range(self.settings.first_chunk_frames - 1):
@@ -400,18 +406,23 @@ class Deadlines:
         return max(step, estimate)
 
     def deadline_ms(
-        self, request: Waiting, batch: int | None = None, ahead_tokens: int = 0
+        self,
+        request: Waiting,
+        batch: int | None = None,
+        ahead_tokens: int = 0,
+        *,
+        alone: bool = False,
     ) -> float:
         """The latest instant `request` can be admitted and still start within the SLO
         (`batch`: the batch it joins, default the real-time batch; `ahead_tokens`: prompts
-        admitted with it, ahead of it)."""
+        admitted with it, ahead of it; `alone`: no stream decodes while it is prefilled)."""
         settings = self.settings
         size = self._batch(batch)
         return (
             request.arrival_ms
             + settings.start_slo_ms
             - settings.guard_ms
-            - self.needs_ms(request, size, ahead_tokens)
+            - self.needs_ms(request, size, ahead_tokens, alone=alone)
         )
 
     def _batch(self, batch: int | None) -> int:
@@ -431,7 +442,7 @@ class Deadlines:
         finishes = [max(0, math.ceil(r.remaining_frames)) for r in running]
         heapq.heapify(finishes)
         free = limit - len(running)
-        hold = max(1, math.ceil(self._expected_frames)) + 1  # its prefill step, then its frames
+        hold = max(1, math.ceil(self.expected_frames)) + 1  # its prefill step, then its frames
         now = 0
         out: list[int] = []
         for _ in range(queued):
@@ -473,9 +484,7 @@ class Deadlines:
         and shedding is on; `admit` when a seat is free now, nothing waits ahead of it and
         the gate does not hold; `queue` otherwise.
         """
-        tokens = float(request.prompt_tokens)
-        known = self._prompt_tokens
-        self._prompt_tokens = tokens if known is None else known + LEARN_ALPHA * (tokens - known)
+        self._prompt_tokens.learn(request.prompt_tokens)
         batch = self._joined(len(running))
         queue = self._ordered([*waiting, request], batch)
         position = next(i for i, w in enumerate(queue) if w is request)
@@ -485,7 +494,7 @@ class Deadlines:
             w.prompt_tokens for w, n in zip(queue[:position], predicted, strict=False) if n == steps
         )
         admit_at = now_ms + steps * self.step_ms(batch)
-        late = admit_at > self.deadline_ms(request, batch, ahead)
+        late = admit_at > self.deadline_ms(request, batch, ahead, alone=not running)
         if late and self._may_burst(len(running) + position, throttle):
             return "queue"  # the next step admits it beyond the sustained batch
         if self.settings.shed and late:
@@ -525,7 +534,7 @@ class Deadlines:
         shed: list[str] = []
         ahead = _prefilling(running)  # prompt tokens to prefill ahead of the next admission
         for request, steps in zip(queue, predicted, strict=True):
-            deadline = self.deadline_ms(request, joined, ahead)
+            deadline = self.deadline_ms(request, joined, ahead, alone=not running)
             due = now_ms >= deadline
             if self.settings.shed and now_ms > deadline + self.settings.guard_ms:
                 shed.append(request.id)  # late even if admitted now: it frees its seat
@@ -592,6 +601,23 @@ class Deadlines:
             start_wait_ms=wait,
             shed_total=self.shed_total,
         )
+
+
+class Learned:
+    """A learned figure: the mean of what was seen, until 1/`LEARN_ALPHA` have been, then an
+    EWMA of weight `LEARN_ALPHA`. `prior` stands until the first observation, so a new server
+    uses its first measured prefill at once rather than creeping up from a guess of 0."""
+
+    __slots__ = ("seen", "value")
+
+    def __init__(self, prior: float) -> None:
+        self.value = prior
+        self.seen = 0
+
+    def learn(self, observed: float) -> None:
+        """Take one observation into the figure."""
+        self.seen += 1
+        self.value += max(LEARN_ALPHA, 1.0 / self.seen) * (observed - self.value)
 
 
 def _prefilling(running: Sequence[Running]) -> int:

@@ -16,7 +16,7 @@ the GPU), N* falls and a static cap cannot follow.
   slowdown within a few steps.
 
 `limit` is then the largest n with ``scale · (a + b·n) ≤ frame_ms`` (at least 1; `frame_ms`
-is the step allowed: the schedulers give one frame × `STEP_FRAMES`), and
+is the step allowed: the schedulers give one frame), and
 `admissible(running)` how many more requests may be admitted now. Until steps of at least two
 batch sizes were seen, or when a batch costs nothing more per stream, there is no limit.
 
@@ -35,13 +35,6 @@ import math
 
 FRAME_MS = 80.0
 """Audio of one Qwen3-TTS codec frame (12.5 Hz)."""
-STEP_FRAMES = 1.02
-"""The decode step the schedulers allow by default, in frames (`RealtimeAdmission`'s
-`frame_ms` is one frame times this). 2 % over a frame costs a stream 1.6 ms of headroom per
-frame, which the players' prebuffer and edgemon's gate absorb for a while; in exchange a box
-that slows down keeps the batch whose step is a hair over a frame instead of dropping to the
-next smaller one (`jetson` under ×1.3: 8 streams at 80.6 ms, not 7). Measured with the
-closed-loop benchmark's `realtime:1.02` (README "Does it help?")."""
 SHAPE_HALF_LIFE_STEPS = 2000
 """Decode steps after which an observation weighs half in the step-time shape."""
 SCALE_ALPHA = 0.2

@@ -4,9 +4,8 @@
 (or ``EdgemonRealtimeAsyncScheduler``). Everything `edgemon.integrations.vllm.EdgemonScheduler`
 does (the gate from ``EDGEMON_GATE_*``) stays; on top of it, a step admits no request beyond
 the concurrency whose decode step, as this scheduler measures it, fits in one codec frame
-with 2 % to spare (`edgemon.integrations.realtime.RealtimeAdmission`, `STEP_FRAMES`);
-``EDGEMON_REALTIME_FRAME_MS``, default 80, the frame of Qwen3-TTS's 12.5 Hz codec; ``0`` turns
-real-time admission off).
+(`edgemon.integrations.realtime.RealtimeAdmission`; ``EDGEMON_REALTIME_FRAME_MS``, default 80,
+the frame of Qwen3-TTS's 12.5 Hz codec; ``0`` turns real-time admission off).
 
 How it measures: a step's duration is the time from its ``schedule()`` call to the next one,
 while requests were left running (the engine loop schedules the next step as soon as one
@@ -37,7 +36,7 @@ from vllm.v1.core.sched.request_queue import create_request_queue
 
 from edgemon.integrations._admission import put_back
 from edgemon.integrations._vllm_deadlines import composition
-from edgemon.integrations.realtime import FRAME_MS, STEP_FRAMES, RealtimeAdmission
+from edgemon.integrations.realtime import FRAME_MS, RealtimeAdmission
 from edgemon.integrations.vllm import EdgemonScheduler
 
 if TYPE_CHECKING:
@@ -59,19 +58,19 @@ ENV_FRAME_MS = "EDGEMON_REALTIME_FRAME_MS"
 
 def admission_from_environ(environ: Mapping[str, str]) -> RealtimeAdmission | None:
     """Real-time admission as ``EDGEMON_REALTIME_FRAME_MS`` says (default 80 ms; 0: none):
-    a decode step may take that frame × `STEP_FRAMES` (1.02).
+    a decode step may take that frame.
 
     A value that is not a number ≥ 0 raises ValueError naming the variable."""
     text = environ.get(ENV_FRAME_MS, "").strip()
     if not text:
-        return RealtimeAdmission(FRAME_MS * STEP_FRAMES)
+        return RealtimeAdmission(FRAME_MS)
     try:
         frame_ms = float(text)
     except ValueError:
         frame_ms = math.nan
     if not (math.isfinite(frame_ms) and frame_ms >= 0):
         raise ValueError(f"{ENV_FRAME_MS}: {text!r} is not a number of milliseconds ≥ 0")
-    return None if frame_ms == 0 else RealtimeAdmission(frame_ms * STEP_FRAMES)
+    return None if frame_ms == 0 else RealtimeAdmission(frame_ms)
 
 
 class RealtimeAdmissionMixin:

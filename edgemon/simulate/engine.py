@@ -366,7 +366,8 @@ class TtsEngine:
             return None
         ms = profile.step.step_ms(prefill_tokens, decode_seqs)
         ms *= 1.0 if self._step_factor is None else self._step_factor(now_ms)
-        self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
+        if decode_seqs:
+            self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
         end_ms = now_ms + ms
         estimate = self.step_estimate_ms
         chunks = [c for run in framed if (c := run.frames.add(end_ms, estimate)) is not None]

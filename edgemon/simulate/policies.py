@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from edgemon.integrations.deadlines import GUARD_MS, ORDERS, DeadlineSettings
-from edgemon.integrations.realtime import STEP_FRAMES
 from edgemon.simulate.budget import AHEAD_FRAMES, BUDGET_MODES, BudgetSetting
 
 if TYPE_CHECKING:
@@ -50,9 +49,9 @@ DEADLINE_ARGS = ("ORDER", "SHED", "GUARD_MS", "BATCH")
 SHED_WORDS = ("shed", "queue")
 BATCH_WORDS = ("amortized", "decode")
 
-EDGEMON = f"realtime:{STEP_FRAMES}+deadline:fcfs:shed:{{guard}}"
-"""The shipped policy: real-time admission with steps up to `STEP_FRAMES` (1.02) frames, as
-the schedulers allow, and the deadline policy: the batch whose steps average a frame with
+EDGEMON = "realtime+deadline:fcfs:shed:{guard}"
+"""The shipped policy: real-time admission with steps up to a frame, as the schedulers allow,
+and the deadline policy: the batch whose steps average a frame with
 prefills counted, waiting requests admitted in arrival order, every hold bounded by the
 request's start deadline, and what cannot start within the start SLO refused, with
 `SHIPPED_GUARD_MS` taken off every start budget. Chosen by goodput (README "Does it help?"):
