@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgemon.integrations._vllm_shed import SHED_STOP_REASON
 from edgemon.integrations.deadlines import START_SLO_MS
-from edgemon.simulate.engine import STEP_EWMA_ALPHA, Frames, Step
+from edgemon.simulate.engine import Frames, Step, next_estimate
 
 from harness import make_request, run_step
 
@@ -130,7 +130,7 @@ class VllmEngine:
         ms = self.profile.step.step_ms(prefill_tokens, decode_seqs)
         if self.step_factor is not None:
             ms *= self.step_factor(now_ms - self.origin[0])
-        self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
+        self.step_estimate_ms = next_estimate(self.step_estimate_ms, ms, decode_seqs)
         end_ms = now_ms + ms
         chunks = []
         for request_id in done.produced:

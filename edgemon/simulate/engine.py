@@ -62,6 +62,13 @@ STEP_EWMA_ALPHA = 0.2
 """Weight of the newest step in the engine's step-time estimate."""
 
 
+def next_estimate(estimate_ms: float, ms: float, decode_seqs: int) -> float:
+    """The engine's step estimate (its `eta_ms` hints) after a step of `ms` that decoded
+    `decode_seqs` streams: an EWMA of the steps that decoded. A step that decodes nothing (a
+    prefill on an idle box) is no step to any player, which times the box by its tokens."""
+    return estimate_ms + STEP_EWMA_ALPHA * (ms - estimate_ms) if decode_seqs else estimate_ms
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """An audio chunk of a request, complete at `t_ms` (the end of the step that made it)."""
@@ -366,8 +373,7 @@ class TtsEngine:
             return None
         ms = profile.step.step_ms(prefill_tokens, decode_seqs)
         ms *= 1.0 if self._step_factor is None else self._step_factor(now_ms)
-        if decode_seqs:
-            self.step_estimate_ms += STEP_EWMA_ALPHA * (ms - self.step_estimate_ms)
+        self.step_estimate_ms = next_estimate(self.step_estimate_ms, ms, decode_seqs)
         end_ms = now_ms + ms
         estimate = self.step_estimate_ms
         chunks = [c for run in framed if (c := run.frames.add(end_ms, estimate)) is not None]
