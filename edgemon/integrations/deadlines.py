@@ -14,9 +14,9 @@ over); the first chunk is its frames at the measured decode step of the batch it
 sustained batch, or the running one when that is larger); the prebuffer is what the player
 buffers after its first audio arrives: a fixed part (`prebuffer_ms`: its cushion and the
 delivery to it) and, for a player that waits until its second chunk is due
-(`second_chunk_frames`), that chunk at the step the server announces (its recent steps,
-prefills included) beyond the first chunk's audio; `guard_ms` is kept in hand for what the
-prediction misses.
+(`second_chunk_frames`), that chunk at the step the server announces (its recent steps that
+decoded, a prefill beside running streams included) beyond the first chunk's audio;
+`guard_ms` is kept in hand for what the prediction misses.
 
 `Deadlines` turns that into decisions, each a plain value:
 
@@ -263,9 +263,10 @@ class Deadlines:
         """A step ran `decodes` decoding sequences and `prefill_tokens` prompt tokens in `ms`.
 
         Teaches the prefill cost per token (what a step with prompt tokens took beyond its
-        decodes' predicted share), the recent step duration of any kind (what a server's
-        `eta_ms` hints announce, on which a player's prebuffer depends) and a fallback
-        decode-step estimate. The real-time admission is not fed here: its owner does that.
+        decodes' predicted share), the recent duration of steps that decoded (what a server's
+        `eta_ms` hints announce, on which a player's prebuffer depends: a prefill on an idle
+        box is no step to a player) and a fallback decode-step estimate. The real-time
+        admission is not fed here: its owner does that.
         """
         if not (math.isfinite(ms) and ms > 0) or (decodes <= 0 and prefill_tokens <= 0):
             return
@@ -568,8 +569,8 @@ class Deadlines:
     def _may_burst(self, batch: int, throttle: Throttle) -> bool:
         """Whether one more request may join a batch of `batch` beyond the sustained one:
         within `burst_limit`, no hold, no stream at risk (spendable headroom not below 0
-        when known), and the box keeping up lately (recent steps, prefills included,
-        average within the admission's allowed step)."""
+        when known), and the box keeping up lately (its recent steps that decoded, prefills
+        beside them included, average within the admission's allowed step)."""
         burst = self.burst_limit
         if burst is None or batch >= burst or throttle.held:
             return False
