@@ -137,9 +137,9 @@ coverage: $(STAMP)
 
 # Does edgemon help? (docs/explanation/does-it-help.md) 1. The virtual sweep in the project's venv (no
 # vLLM): every baseline and policy, 4 scenarios, loads 0.8 and 0.9, 10 seeds (jetson: 180 s
-# runs, about 6 minutes on 2 busy cores; x86-gpu: 120 s, about 8 minutes). 2. Real-time spot checks: vLLM's real scheduler,
-# Mosquitto, `edgemon run`, Reporters and ThrottleGate (.venv-vllm, 14 runs of 120 s, about
-# 35 minutes), against the virtual seeds of the same points. 3. The tables, and one plot per
+# runs; x86-gpu: 120 s; about 4 minutes of one core each, measured 2026-12-03). 2. Real-time
+# spot checks: vLLM's real scheduler, Mosquitto, `edgemon run`, Reporters and ThrottleGate
+# (.venv-vllm, 14 runs of 120 s, about 35 minutes), against the virtual seeds of the same points. 3. The tables, and one plot per
 # scenario (matplotlib, which only .venv-vllm gets). Everything lands in benchmarks/out/.
 BENCH_LOOP = benchmarks/closed_loop.py
 BENCH_OUT = benchmarks/out
@@ -164,8 +164,8 @@ SPOT_09 = --profile jetson --load 0.9 --duration 120 --json
 # Goodput (docs/explanation/does-it-help.md): the targets' points on the virtual clock, open, the static
 # caps N*-3..N*+1, `realtime` and `edgemon`, 3 scenarios x 4 loads x 10 seeds of 180 s per
 # profile; GOODPUT_SEEDS=301-310 (held out: the shipped policy was tuned on seeds 1-6, the
-# default) or any other. One process per profile and scenario, niced; about 4 minutes of one
-# core per 100 runs on jetson and 3 times that on x86-gpu (its runs carry 4 times the
+# default) or any other. One process per profile and scenario, niced; about 10 s of one core
+# per 100 runs on jetson and 6 times that on x86-gpu (its runs carry 4 times the
 # requests). Then the target table and one plot per profile (matplotlib).
 GOODPUT_SEEDS ?= 301-310
 GOODPUT_POINTS = --virtual --targets --load 0.8,0.9,1.0,1.2 --seeds $(GOODPUT_SEEDS) \
