@@ -158,6 +158,21 @@ def test_a_lone_prefill_is_no_step_of_the_announced_estimate() -> None:
     assert policy.arrive(request, 0.0, [], []) == "admit"
 
 
+def test_an_idle_box_admits_what_it_predicts_late() -> None:
+    """With nothing running or waiting, a request is admitted even when the prediction says
+    it starts late: refusing it spares nobody, and its steps are how the policy learns the
+    box's speed again. Before, a policy whose estimates were left high by a co-tenant that
+    went away while the box was idle refused every arrival and never measured again (the
+    real engine under contention refused 166 of 166 requests)."""
+    slow = taught(DeadlineSettings(prefill_ms_per_token=4.0, second_chunk_frames=25), factor=1.2)
+    request = Waiting("w", 0.0, 600)
+    assert slow.arrive(request, 0.0, [], []) == "admit"
+    assert slow.shed_total == 0
+    assert slow.deadline_ms(request, alone=True) < 0.0  # predicted late even if admitted now
+    assert slow.arrive(request, 0.0, [], [], Throttle(held=True)) == "shed"  # not idle: held
+    assert slow.shed_total == 1
+
+
 def test_capacity_figures() -> None:
     """The capacity object: real-time streams, counts, the predicted start wait, refusals."""
     policy = taught()

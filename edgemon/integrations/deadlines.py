@@ -484,8 +484,16 @@ class Deadlines:
         `shed` (counted in `shed_total`) when its predicted admission is past its deadline
         and shedding is on; `admit` when a seat is free now, nothing waits ahead of it and
         the gate does not hold; `queue` otherwise.
+
+        An idle box (nothing running, nothing waiting, no hold) admits whatever the
+        prediction: refusing spares no other listener there, and a request's steps are how
+        the policy learns the box's present speed. A policy that refused every arrival on an
+        estimate from a slower moment (a co-tenant that left while the box was idle) would
+        never measure again.
         """
         self._prompt_tokens.learn(request.prompt_tokens)
+        if not running and not waiting and not throttle.held:
+            return "admit"
         batch = self._joined(len(running))
         queue = self._ordered([*waiting, request], batch)
         position = next(i for i, w in enumerate(queue) if w is request)
