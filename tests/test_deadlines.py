@@ -8,10 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgemon.integrations.deadlines import (
+    IDLE_PROBE_MS,
     Deadlines,
     DeadlineSettings,
     Order,
     Running,
+    StepPlan,
     Throttle,
     Waiting,
 )
@@ -158,19 +160,23 @@ def test_a_lone_prefill_is_no_step_of_the_announced_estimate() -> None:
     assert policy.arrive(request, 0.0, [], []) == "admit"
 
 
-def test_an_idle_box_admits_what_it_predicts_late() -> None:
-    """With nothing running or waiting, a request is admitted even when the prediction says
-    it starts late: refusing it spares nobody, and its steps are how the policy learns the
-    box's speed again. Before, a policy whose estimates were left high by a co-tenant that
-    went away while the box was idle refused every arrival and never measured again (the
-    real engine under contention refused 166 of 166 requests)."""
+def test_a_long_idle_box_admits_what_it_predicts_late() -> None:
+    """A box that has run nothing for IDLE_PROBE_MS admits its next request even when the
+    prediction says it starts late: its figures are stale, refusing spares nobody, and the
+    request's steps are how the policy learns the box's speed again. Before, a policy whose
+    figures a co-tenant had left high refused every arrival and never measured again (the
+    real engine under contention refused 166 of 166 requests). A box busy a moment ago
+    keeps its refusals."""
     slow = taught(DeadlineSettings(prefill_ms_per_token=4.0, second_chunk_frames=25), factor=1.2)
-    request = Waiting("w", 0.0, 600)
-    assert slow.arrive(request, 0.0, [], []) == "admit"
-    assert slow.shed_total == 0
-    assert slow.deadline_ms(request, alone=True) < 0.0  # predicted late even if admitted now
-    assert slow.arrive(request, 0.0, [], [], Throttle(held=True)) == "shed"  # not idle: held
-    assert slow.shed_total == 1
+    request, later = Waiting("w", 0.0, 600), Waiting("x", 0.0, 600)
+    assert slow.arrive(request, 0.0, full(12), []) == "shed"  # busy: the prediction decides
+    assert slow.deadline_ms(request, alone=True) < 0.0  # late even if admitted now
+    assert slow.plan(1000.0, [], [request, later]).shed == ("w", "x")  # idle for a second
+    idle = IDLE_PROBE_MS
+    assert slow.plan(idle, [], [request], Throttle(held=True)).shed == ("w",)  # held
+    assert slow.arrive(request, idle, [], []) == "admit"
+    assert slow.plan(idle, [], [request, later]) == StepPlan(admit=("w",), shed=("x",))
+    assert slow.shed_total == 5
 
 
 def test_capacity_figures() -> None:

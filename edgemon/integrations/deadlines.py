@@ -92,6 +92,11 @@ LEARN_ALPHA = 0.05
 """Weight of the newest observation in the learned prefill cost, prompt and request length,
 once 1/`LEARN_ALPHA` have been seen; before that each is the mean of what was seen (the
 prior, from the settings, stands only until the first)."""
+IDLE_PROBE_MS = 30_000.0
+"""How long a box must have run nothing before its next request is admitted whatever the
+prediction (`Deadlines.arrive`): long enough that a loaded box's decisions never change (the
+virtual sweeps are identical with 30 s; with 3 s, `cpu-vllm` lost 1–2 points of goodput to
+requests admitted late), short enough to measure again within half a minute."""
 STEP_ALPHA = 0.2
 """Weight of the newest step in the fallback step estimate (used while the shape is unknown)."""
 
@@ -224,6 +229,7 @@ class Deadlines:
     """
 
     __slots__ = (
+        "_busy_ms",
         "_expected_frames",
         "_prefill_ms_per_token",
         "_prompt_tokens",
@@ -253,6 +259,7 @@ class Deadlines:
         self._prompt_tokens = Learned(0.0)
         self._step_ms: float | None = None
         self._recent_ms: float | None = None
+        self._busy_ms: float | None = None  # when a request was last seen running
         #: Requests refused at arrival, and queued requests refused since.
         self.shed_at_arrival = 0
         self.shed_queued = 0
@@ -485,14 +492,14 @@ class Deadlines:
         and shedding is on; `admit` when a seat is free now, nothing waits ahead of it and
         the gate does not hold; `queue` otherwise.
 
-        An idle box (nothing running, nothing waiting, no hold) admits whatever the
-        prediction: refusing spares no other listener there, and a request's steps are how
-        the policy learns the box's present speed. A policy that refused every arrival on an
-        estimate from a slower moment (a co-tenant that left while the box was idle) would
-        never measure again.
+        A box that has run nothing for `IDLE_PROBE_MS` (and does not hold) admits its next
+        request whatever the prediction: its figures are from another moment, refusing
+        spares no other listener, and the request's steps are how the policy learns the box's
+        present speed. A policy that refused every arrival on figures a slower moment left
+        behind (a co-tenant that went away while the box was idle) would never measure again.
         """
         self._prompt_tokens.learn(request.prompt_tokens)
-        if not running and not waiting and not throttle.held:
+        if self._probes(now_ms, running, throttle) and not waiting:
             return "admit"
         batch = self._joined(len(running))
         queue = self._ordered([*waiting, request], batch)
@@ -522,12 +529,14 @@ class Deadlines:
     ) -> StepPlan:
         """This step's admissions (in order) and refusals (counted in `shed_total`).
 
-        In order: a request that would start late even if admitted now (past its deadline
-        by more than the guard) is shed; a request gets a free seat unless the gate holds;
-        the gate's hold ends at the request's deadline. A request past its deadline with no seat is
-        admitted beyond the real-time batch only if the running streams' spendable headroom
-        covers its cost, else it is shed (queued, when shedding is off). A request whose
-        predicted admission is past its deadline is shed now.
+        In order: on a box idle for `IDLE_PROBE_MS` the first request is admitted whatever
+        the prediction, as at arrival; a request that would start late even if admitted now
+        (past its deadline by more than the guard) is shed; a request gets a free seat
+        unless the gate holds; the gate's hold ends at the request's deadline. A request
+        past its deadline with no seat is admitted beyond the real-time batch only if the
+        running streams' spendable headroom covers its cost, else it is shed (queued, when
+        shedding is off). A request whose predicted admission is past its deadline is shed
+        now.
         """
         joined = self._joined(len(running))
         queue = self._ordered(waiting, joined)
@@ -542,9 +551,16 @@ class Deadlines:
         admit: list[str] = []
         shed: list[str] = []
         ahead = _prefilling(running)  # prompt tokens to prefill ahead of the next admission
+        probe = self._probes(now_ms, running, throttle)
         for request, steps in zip(queue, predicted, strict=True):
             deadline = self.deadline_ms(request, joined, ahead, alone=not running)
             due = now_ms >= deadline
+            if probe and not admit:
+                admit.append(request.id)  # an idle box admits its first (see `arrive`)
+                seats -= 1
+                batch += 1
+                ahead += request.prompt_tokens
+                continue
             if self.settings.shed and now_ms > deadline + self.settings.guard_ms:
                 shed.append(request.id)  # late even if admitted now: it frees its seat
                 continue
@@ -573,6 +589,15 @@ class Deadlines:
                 continue
         self.shed_queued += len(shed)
         return StepPlan(admit=tuple(admit), shed=tuple(shed))
+
+    def _probes(self, now_ms: float, running: Sequence[Running], throttle: Throttle) -> bool:
+        """Whether the box has been idle for `IDLE_PROBE_MS` (no hold): its figures are then
+        from another moment, and its next request is admitted to measure it again."""
+        if running:
+            self._busy_ms = now_ms
+            return False
+        busy = self._busy_ms
+        return not throttle.held and (busy is None or now_ms - busy >= IDLE_PROBE_MS)
 
     def _may_burst(self, batch: int, throttle: Throttle) -> bool:
         """Whether one more request may join a batch of `batch` beyond the sustained one:
