@@ -499,6 +499,7 @@ class Deadlines:
         behind (a co-tenant that went away while the box was idle) would never measure again.
         """
         self._prompt_tokens.learn(request.prompt_tokens)
+        self._saw(now_ms, running)
         if self._probes(now_ms, running, throttle) and not waiting:
             return "admit"
         batch = self._joined(len(running))
@@ -551,17 +552,13 @@ class Deadlines:
         admit: list[str] = []
         shed: list[str] = []
         ahead = _prefilling(running)  # prompt tokens to prefill ahead of the next admission
-        probe = self._probes(now_ms, running, throttle)
+        self._saw(now_ms, running)
+        probe = self._probes(now_ms, running, throttle)  # then the first takes a free seat
         for request, steps in zip(queue, predicted, strict=True):
             deadline = self.deadline_ms(request, joined, ahead, alone=not running)
             due = now_ms >= deadline
-            if probe and not admit:
-                admit.append(request.id)  # an idle box admits its first (see `arrive`)
-                seats -= 1
-                batch += 1
-                ahead += request.prompt_tokens
-                continue
-            if self.settings.shed and now_ms > deadline + self.settings.guard_ms:
+            late = self.settings.shed and now_ms > deadline + self.settings.guard_ms
+            if late and not (probe and not admit):
                 shed.append(request.id)  # late even if admitted now: it frees its seat
                 continue
             if seats > 0 and (not throttle.held or due):
@@ -590,14 +587,17 @@ class Deadlines:
         self.shed_queued += len(shed)
         return StepPlan(admit=tuple(admit), shed=tuple(shed))
 
+    def _saw(self, now_ms: float, running: Sequence[Running]) -> None:
+        """Note when a request was last seen running."""
+        if running:
+            self._busy_ms = now_ms
+
     def _probes(self, now_ms: float, running: Sequence[Running], throttle: Throttle) -> bool:
         """Whether the box has been idle for `IDLE_PROBE_MS` (no hold): its figures are then
         from another moment, and its next request is admitted to measure it again."""
-        if running:
-            self._busy_ms = now_ms
-            return False
         busy = self._busy_ms
-        return not throttle.held and (busy is None or now_ms - busy >= IDLE_PROBE_MS)
+        idle = not running and (busy is None or now_ms - busy >= IDLE_PROBE_MS)
+        return idle and not throttle.held
 
     def _may_burst(self, batch: int, throttle: Throttle) -> bool:
         """Whether one more request may join a batch of `batch` beyond the sustained one:
