@@ -36,6 +36,8 @@ SHORT_PROMPT = 16
 LONG_OUTPUT = 3000
 SETTLE_S = 1.5
 """Gaps before every stream has started are left out."""
+LATE_TOKEN_MS = 2000.0
+"""A stream whose last token is older than this when a measurement ends had stopped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +105,25 @@ async def _decoding(
             for task in tasks:
                 task.cancel()
             for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+                    await task  # a refused stream's short log tells
+
+
+class IncompleteError(RuntimeError):
+    """A measurement some of whose streams did not run all along (refused, cut or failed)."""
 
 
 async def _gaps(url: str, n: int, seconds: float, vocab: int, seed: int) -> list[float]:
-    """n streams for `seconds`: every gap after all of them started."""
+    """n streams for `seconds`: every gap after all of them started. Raises `IncompleteError`
+    unless every stream ran to the end (a stream that ended early leaves fewer streams in
+    the steps measured, which would then be measured at the wrong concurrency)."""
     async with _decoding(url, n, random.Random(f"shape/{seed}/{n}"), vocab) as (_session, logs):
         await asyncio.sleep(seconds + SETTLE_S)
-    started = max((log[0] for log in logs if log), default=0.0) + 500.0
+        ended = time.monotonic() * 1000.0
+    ran = sum(1 for log in logs if log and log[-1] >= ended - LATE_TOKEN_MS)
+    if ran < n:
+        raise IncompleteError(f"{n - ran} of {n} streams stopped before the measurement ended")
+    started = max(log[0] for log in logs) + 500.0
     return [b - a for log in logs for a, b in itertools.pairwise(log) if a >= started]
 
 
@@ -176,7 +188,9 @@ def slowdown(
     vocab: int,
 ) -> tuple[float, float, float]:
     """(step without, step with the co-tenant on, their ratio): median gaps of `n` streams;
-    `contend()` starts the co-tenant and returns what stops it."""
+    `contend()` starts the co-tenant and returns what stops it. Raises `IncompleteError` when a
+    stream did not run all along: a server whose policy refuses streams under the co-tenant
+    measures its policy, not the co-tenant."""
     alone = _q(asyncio.run(_gaps(url, n, seconds, vocab, 1)), 0.5)
     stop = contend()
     try:

@@ -15,9 +15,9 @@ Scenarios: `steady`; `burst` (`--burst K:T`, as the virtual loop's); `network`
 (`--network D:S:P`, as the virtual loop's): the players reach the server through a delaying
 proxy (`_real_proxy.py`) that holds the server's bytes D ms in the last S s of every P s;
 `contention` (`--contention W:P:SHARE`): a CPU-bound co-tenant on the engine's core takes
-SHARE of it for the last W s of every P s. The step slowdown it causes is measured at start
-(8 streams, co-tenant off then on) and printed, and each run's row gives the step inside its
-windows against outside (`window_step_ratio`).
+SHARE of it for the last W s of every P s. The step slowdown it causes is measured first, on
+a server of its own with vLLM's scheduler (8 streams, co-tenant off then on), and printed;
+each run's row gives the step inside its windows against outside (`window_step_ratio`).
 
 Each run prints one JSON row with the virtual loop's fields (`edgemon.simulate.figures.row`:
 silence, SLO outcomes, goodput; `mode` `real`), plus `model_size`, `frame_ms`, `step_p50_ms`
@@ -177,7 +177,13 @@ def points(args: argparse.Namespace) -> Iterator[tuple[Scenario, float, int]]:
 
 
 def run_policy(
-    args: argparse.Namespace, stack: Stack, text: str, index: int, say: TextIO, dump: Any
+    args: argparse.Namespace,
+    stack: Stack,
+    text: str,
+    index: int,
+    say: TextIO,
+    dump: Any,
+    measured: dict[str, float] | None,
 ) -> list[dict[str, Any]]:
     """Start the policy's server, run its points, stop it; the rows."""
     profile: Profile = args.profile_used
@@ -197,10 +203,6 @@ def run_policy(
     started_s = round(time.monotonic() - began, 1)
     rows: list[dict[str, Any]] = []
     try:
-        measured = None
-        if any(scene.name == "contention" for scene in args.scenes):
-            measured = _calibrate(args.share, server, stack.vocab_size)
-            _say(args, say, f"# contention {args.contention}: {measured}")
         for scene, load, seed in points(args):
             server.wait_idle()
             line, players, origin, end = _run(args, stack, server, device, scene, load, seed)
@@ -223,6 +225,29 @@ def run_policy(
     finally:
         server.close()
     return rows
+
+
+def open_server(args: argparse.Namespace, stack: Stack, name: str) -> VllmServer:
+    """A server with vLLM's own scheduler and no gate, started."""
+    options = server_options("open", args.profile_used, broker_url="", device="", start_slo_ms=1)
+    return VllmServer(
+        stack.model, stack.directory / name, options, core=CORE, dtype=stack.dtype
+    ).start()
+
+
+def calibration(args: argparse.Namespace, stack: Stack, say: TextIO) -> dict[str, float] | None:
+    """The co-tenant's slowdown, when a contention point runs: measured once, on a server of
+    its own with vLLM's scheduler. On the policy's server the policy would refuse streams
+    under the co-tenant, and start its first run with what it learned from the slow steps."""
+    if not any(scene.name == "contention" for scene in args.scenes):
+        return None
+    server = open_server(args, stack, "calibration")
+    try:
+        measured = _calibrate(args.share, server, stack.vocab_size)
+    finally:
+        server.close()
+    _say(args, say, f"# contention {args.contention}: {measured}")
+    return measured
 
 
 def _calibrate(share: float, server: VllmServer, vocab: int) -> dict[str, float]:
@@ -342,10 +367,11 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                     return [shape(args, stack, say)]
                 dump = args.dump.open("w", encoding="utf-8") if args.dump else None
                 try:
+                    measured = calibration(args, stack, say)
                     return [
                         line
                         for index, text in enumerate(args.policies)
-                        for line in run_policy(args, stack, text, index, say, dump)
+                        for line in run_policy(args, stack, text, index, say, dump, measured)
                     ]
                 finally:
                     if dump is not None:
@@ -356,11 +382,7 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
 
 def shape(args: argparse.Namespace, stack: Stack, say: TextIO) -> dict[str, Any]:
     """Measure the decode steps and a prefill's stall on the open server; fit them."""
-    profile: Profile = args.profile_used
-    options = server_options("open", profile, broker_url="", device="", start_slo_ms=1)
-    server = VllmServer(
-        stack.model, stack.directory / "shape", options, core=CORE, dtype=stack.dtype
-    ).start()
+    server = open_server(args, stack, "shape")
     try:
         shapes = decode_shape(server.url, SHAPE_COUNTS, vocab=stack.vocab_size)
         _say(args, say, f"# decode steps (ms: median, p90, gaps): {shape_json(shapes)}")
