@@ -113,7 +113,7 @@ class IncompleteError(RuntimeError):
     """A measurement some of whose streams did not run all along (refused, cut or failed)."""
 
 
-async def _gaps(url: str, n: int, seconds: float, vocab: int, seed: int) -> list[float]:
+async def measured_gaps(url: str, n: int, seconds: float, vocab: int, seed: int) -> list[float]:
     """n streams for `seconds`: every gap after all of them started. Raises `IncompleteError`
     unless every stream ran to the end (a stream that ended early leaves fewer streams in
     the steps measured, which would then be measured at the wrong concurrency)."""
@@ -133,7 +133,7 @@ def decode_shape(
     """The decode step at each concurrency of `counts`."""
     out = []
     for n in counts:
-        gaps = asyncio.run(_gaps(url, n, seconds, vocab, seed))
+        gaps = asyncio.run(measured_gaps(url, n, seconds, vocab, seed))
         if gaps:
             out.append(Shape(n, _q(gaps, 0.5), _q(gaps, 0.9), len(gaps)))
     return out
@@ -191,10 +191,10 @@ def slowdown(
     `contend()` starts the co-tenant and returns what stops it. Raises `IncompleteError` when a
     stream did not run all along: a server whose policy refuses streams under the co-tenant
     measures its policy, not the co-tenant."""
-    alone = _q(asyncio.run(_gaps(url, n, seconds, vocab, 1)), 0.5)
+    alone = _q(asyncio.run(measured_gaps(url, n, seconds, vocab, 1)), 0.5)
     stop = contend()
     try:
-        shared = _q(asyncio.run(_gaps(url, n, seconds, vocab, 2)), 0.5)
+        shared = _q(asyncio.run(measured_gaps(url, n, seconds, vocab, 2)), 0.5)
     finally:
         stop()
     return alone, shared, shared / alone

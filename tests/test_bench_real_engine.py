@@ -1,11 +1,13 @@
 """`benchmarks/real_engine.py`'s parts that need no vLLM: the policies as server options, the
-players' prompts and step estimate, the model's dimensions, its flags and the delaying proxy
-of its `network` scenario.
+players' prompts and step estimate, the model's dimensions, its flags, the delaying proxy
+of its `network` scenario and the step measurements' refusal of streams that stopped.
 
 The real loop itself runs in the vLLM tier (`tests/vllm/test_real_engine.py`)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -23,6 +26,7 @@ from _real_model import SIZES, config  # noqa: E402
 from _real_players import StepEstimate, prompt_ids  # noqa: E402
 from _real_proxy import DelayProxy  # noqa: E402
 from _real_server import MIDDLEWARE, SCHEDULERS, server_options  # noqa: E402
+from _real_steps import IncompleteError, measured_gaps  # noqa: E402
 
 from edgemon.simulate.profiles import CPU_VLLM  # noqa: E402
 from edgemon.simulate.workload import Request  # noqa: E402
@@ -217,3 +221,59 @@ def test_each_real_figure_is_put_beside_the_same_seeds_virtual_one() -> None:
     assert "9 figures agree with their prediction" in text
     assert "1 do not" in text
     assert "| steady | 0.8 | edgemon | 2 | 32.00 / 15.00 (+113%) |" in text
+
+
+class Streamer:
+    """A completions endpoint streaming as vLLM does, one token per 20 ms until the client
+    leaves; the first `refuse` requests end at once without a token (as a shedding server
+    ends them)."""
+
+    def __init__(self, refuse: int) -> None:
+        self.refuse = refuse
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """The stream, or a refusal."""
+        answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await answer.prepare(request)
+        if self.refuse > 0:
+            self.refuse -= 1
+            await answer.write(b"data: [DONE]\n\n")
+            return answer
+        for made in range(1, 10_000):
+            chunk = {"choices": [{"text": "x"}], "usage": {"completion_tokens": made}}
+            await answer.write(f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode())
+            await asyncio.sleep(0.02)
+        return answer
+
+
+async def gaps_from(streamer: Streamer, streams: int) -> list[float]:
+    """`measured_gaps` of `streams` streams for half a second against `streamer`."""
+    app = web.Application()
+    app.router.add_post("/v1/completions", streamer.completions)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        return await measured_gaps(f"http://127.0.0.1:{port}", streams, 0.5, 64, 0)
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.asyncio
+async def test_a_step_measurement_takes_every_gap_once_all_streams_run() -> None:
+    """Three streams that all run to the end: gaps from each of them (20 ms apart by the
+    server's clock, so positive), nothing refused."""
+    gaps = await gaps_from(Streamer(refuse=0), 3)
+    assert len(gaps) >= 3
+    assert all(gap > 0 for gap in gaps)
+
+
+@pytest.mark.asyncio
+async def test_a_step_measurement_with_a_refused_stream_is_refused() -> None:
+    """One of three streams refused (as `edgemon`'s server refused the co-tenant calibration's
+    streams): the measurement is refused, not taken from two streams as if from three (the
+    calibration printed ×0.92 and ×0.0 so)."""
+    with pytest.raises(IncompleteError, match="1 of 3 streams stopped"):
+        await gaps_from(Streamer(refuse=1), 3)
