@@ -41,7 +41,8 @@ import aiohttp
 from _real_model import SPECIALS
 from _real_server import MODEL_NAME
 
-from edgemon.simulate.engine import STEP_EWMA_ALPHA, Frames
+from edgemon.integrations.announced import ALPHA
+from edgemon.simulate.engine import Frames
 from edgemon.simulate.players import Player, Score, score
 
 if TYPE_CHECKING:
@@ -68,7 +69,8 @@ def prompt_ids(request: Request, seed: int, vocab_size: int) -> list[int]:
 @dataclass(slots=True)
 class StepEstimate:
     """The box's recent step duration, from the token intervals of every stream: an EWMA in
-    which the `streams` intervals of one step weigh as one step (`STEP_EWMA_ALPHA`)."""
+    which the `streams` intervals of one step weigh as one step (the `ALPHA` of
+    `edgemon.integrations.announced`)."""
 
     ms: float | None = None
     streams: int = 0
@@ -79,7 +81,7 @@ class StepEstimate:
         if self.ms is None:
             self.ms = gap_ms
             return
-        self.ms += STEP_EWMA_ALPHA / max(1, self.streams) * (gap_ms - self.ms)
+        self.ms += ALPHA / max(1, self.streams) * (gap_ms - self.ms)
 
 
 @dataclass(slots=True)

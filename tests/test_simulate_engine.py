@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from edgemon.simulate.engine import STEP_EWMA_ALPHA, TtsEngine
+from edgemon.integrations.announced import ALPHA
+from edgemon.simulate.engine import TtsEngine
 from edgemon.simulate.profiles import JETSON, PROFILES, StepModel
 from edgemon.simulate.workload import Arrivals, Request
 
@@ -70,7 +71,7 @@ def test_the_eta_hint_is_frames_to_the_next_chunk_times_the_step_estimate() -> N
         assert step.ms == pytest.approx(ms)
         assert step.decode_seqs == decodes
         if decodes:
-            estimate += STEP_EWMA_ALPHA * (ms - estimate)
+            estimate += ALPHA * (ms - estimate)
         t = step.end_ms
     assert step is not None  # mypy: the loop above ran
     [chunk] = step.chunks
@@ -89,7 +90,7 @@ def test_a_prefill_beside_decodes_is_a_step_of_the_estimate() -> None:
     step = engine.step(first.end_ms)
     assert step is not None
     assert (step.prefill_tokens, step.decode_seqs) == (400, 1)
-    assert engine.step_estimate_ms == pytest.approx(before + STEP_EWMA_ALPHA * (step.ms - before))
+    assert engine.step_estimate_ms == pytest.approx(before + ALPHA * (step.ms - before))
 
 
 def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:

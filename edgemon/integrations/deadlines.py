@@ -64,6 +64,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from edgemon.integrations.announced import next_estimate
 from edgemon.integrations.realtime import FRAME_MS
 
 if TYPE_CHECKING:
@@ -277,9 +278,7 @@ class Deadlines:
         """
         if not (math.isfinite(ms) and ms > 0) or (decodes <= 0 and prefill_tokens <= 0):
             return
-        if decodes > 0:
-            recent = self._recent_ms
-            self._recent_ms = ms if recent is None else recent + STEP_ALPHA * (ms - recent)
+        self._recent_ms = next_estimate(self._recent_ms, ms, decodes)
         if prefill_tokens <= 0:
             previous = self._step_ms
             self._step_ms = ms if previous is None else previous + STEP_ALPHA * (ms - previous)
@@ -401,16 +400,16 @@ class Deadlines:
         )
 
     def _announced_ms(self, step: float, prefill: float, prefill_steps: int) -> float:
-        """The step estimate a server announces when the first chunk is out (its `eta_ms`
-        hints follow the recent steps that decoded, `STEP_ALPHA`): the recent steps, then
+        """The step estimate a server announces when the first chunk is out
+        (`edgemon.integrations.announced`): the recent steps that decoded, then
         `prefill_steps` steps sharing `prefill` (none when no stream decodes in them: a
         player times its steps by its tokens), then the first chunk's decode steps."""
         estimate = step if self._recent_ms is None else self._recent_ms
         with_prefill = step + prefill / max(1, prefill_steps)
         for _ in range(prefill_steps):
-            estimate += STEP_ALPHA * (with_prefill - estimate)
+            estimate = next_estimate(estimate, with_prefill, 1)
         for _ in range(self.settings.first_chunk_frames - 1):
-            estimate += STEP_ALPHA * (step - estimate)
+            estimate = next_estimate(estimate, step, 1)
         return max(step, estimate)
 
     def deadline_ms(

@@ -49,6 +49,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edgemon.integrations.announced import next_estimate
 from edgemon.integrations.deadlines import OPEN, Running, Throttle, Waiting
 
 if TYPE_CHECKING:
@@ -57,16 +58,6 @@ if TYPE_CHECKING:
     from edgemon.integrations.deadlines import Deadlines
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request
-
-STEP_EWMA_ALPHA = 0.2
-"""Weight of the newest step in the engine's step-time estimate."""
-
-
-def next_estimate(estimate_ms: float, ms: float, decode_seqs: int) -> float:
-    """The engine's step estimate (its `eta_ms` hints) after a step of `ms` that decoded
-    `decode_seqs` streams: an EWMA of the steps that decoded. A step that decodes nothing (a
-    prefill on an idle box) is no step to any player, which times the box by its tokens."""
-    return estimate_ms + STEP_EWMA_ALPHA * (ms - estimate_ms) if decode_seqs else estimate_ms
 
 
 @dataclass(frozen=True, slots=True)
