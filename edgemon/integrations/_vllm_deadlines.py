@@ -222,7 +222,7 @@ class DeadlineDriver:
         now = self.now_ms()
         last = self._last
         if last is not None:
-            self.policy.observe(last[1], last[2], now - last[0])
+            self.policy.observe(last[1], last[2], now - last[0], end_ms=now)
         batched = composition(output)
         self._last = None if batched is None else (now, *batched)
 

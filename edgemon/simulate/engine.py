@@ -371,7 +371,7 @@ class TtsEngine:
         finished = tuple(run.request.id for run in framed if run.frames.done)
         if self._deadlines is not None:
             policy = self._deadlines.policy
-            policy.observe(decode_seqs, prefill_tokens, ms)
+            policy.observe(decode_seqs, prefill_tokens, ms, end_ms=end_ms)
             for frames in (run.frames.total for run in framed if run.frames.done):
                 policy.finished(frames)
         if finished:
