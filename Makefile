@@ -203,9 +203,11 @@ bench-loop: $(STAMP) .venv-vllm/.matplotlib
 # constants), about 3 minutes. 2. The standard points: 5 policies x (steady, contention
 # 20:60:0.5) x loads 0.8 and 0.9 x 3 seeds of 180 s: 60 runs, one server start per policy,
 # about 3 h 15 min of wall clock; run it on a quiet machine (the engine takes one core, the
-# players, edgemon and the API server the other). 3. The virtual loop at the same points on
-# the `cpu-vllm` profile (10 seeds, seconds), and each real figure beside the same seed's
-# virtual one and the seeds' spread.
+# players, edgemon, the API server and vLLM's engine loop the other: anything else running
+# slows the steps). 3. The virtual loop at the same points on the steps measured in 1
+# (`--steps`: this machine as it was that hour; load stays a share of the `cpu-vllm`
+# profile's capacity, so the requests are the same; 10 seeds, seconds), and each real figure
+# beside the same seed's virtual one and the seeds' spread.
 REAL_ENGINE = benchmarks/real_engine.py
 REAL_POLICIES = --policy open --policy cap:8 --policy cap:10 --policy realtime --policy edgemon
 REAL_POINTS = --scenario steady --scenario contention --contention 20:60:0.5 --load 0.8,0.9 \
@@ -216,7 +218,8 @@ bench-real: $(STAMP) .venv-vllm/.installed
 	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(REAL_ENGINE) $(REAL_POLICIES) $(REAL_POINTS) \
 	  --seeds 1-3 --dump $(BENCH_OUT)/loop-real-dump.jsonl --out $(BENCH_OUT)/loop-real.jsonl
 	$(BIN)/python $(BENCH_LOOP) --virtual --profile cpu-vllm $(REAL_POLICIES) $(REAL_POINTS) \
-	  --seeds 1-10 --out $(BENCH_OUT)/loop-real-virtual.jsonl > /dev/null
+	  --steps $(BENCH_OUT)/real-shape.json --seeds 1-10 \
+	  --out $(BENCH_OUT)/loop-real-virtual.jsonl > /dev/null
 	$(BIN)/python $(BENCH_LOOP) --spots $(BENCH_OUT)/loop-real.jsonl $(BENCH_OUT)/loop-real-virtual.jsonl
 
 clean:

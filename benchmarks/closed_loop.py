@@ -32,6 +32,10 @@ the silence figures, `offered`, `good`, `late`, `gappy`, `shed`, `unfinished`, `
         --scenario burst --load 0.8,0.9,1.0,1.2 --seeds 301-310 --out rows.jsonl  # bench-goodput
     closed_loop.py --virtual --sweep --out benchmarks/out/loop.jsonl   # what make bench-loop runs
 
+`--steps FILE` runs the virtual engine on the step shape `real_engine.py --shape --json`
+measured (its fit and its co-tenant's slowdowns) while load stays a share of `--profile`'s
+capacity: the same requests as a real run of the same seed, on the box as it was that hour.
+
 `--targets` runs the policies the goodput targets compare: open, `cap:N` for N from N*−3 to
 N*+1 (N*: the largest batch whose decode step fits a frame), `realtime` and `edgemon`.
 `--sweep` runs every baseline and policy of the silence report besides: `gate` over margin ×
@@ -60,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row, run_virtual  # noqa: E402
 from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS, policy  # noqa: E402
-from edgemon.simulate.profiles import PROFILES, Profile  # noqa: E402
+from edgemon.simulate.profiles import PROFILES, Profile, StepModel  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
     DEFAULT_BURST,
     DEFAULT_CONTENTION,
@@ -116,6 +120,27 @@ def target_policies(profile: Profile) -> list[str]:
     n = realtime_concurrency(profile)
     caps = [f"cap:{c}" for c in range(max(1, n - 3), n + 2)]
     return ["open", *caps, "realtime", "edgemon"]
+
+
+def measured_steps(profile: Profile, path: Path) -> Profile:
+    """`profile` with the steps of a shape `real_engine.py --shape --json` measured (its last
+    JSON line): the fitted step model and the co-tenant's slowdowns; ValueError otherwise."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        shape = json.loads([line for line in lines if line.startswith("{")][-1])
+        fit = shape["fit"]
+        step = StepModel(
+            base_ms=float(fit["base_ms"]),
+            per_prefill_token_ms=float(fit["per_prefill_token_ms"]),
+            per_decode_seq_ms=float(fit["per_decode_seq_ms"]),
+        )
+        slowdowns = shape.get("contention", {}).items()
+        contention = tuple(sorted((float(share), float(ratio)) for share, ratio in slowdowns))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(
+            f"--steps {path}: not a shape from real_engine.py --shape ({exc})"
+        ) from exc
+    return replace(profile, step=step, contention=contention or profile.contention)
 
 
 def framed(profile: Profile, frame_ms: float | None) -> Profile:
@@ -181,6 +206,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--virtual", action="store_true", help="the pure loop, virtual clock")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="jetson")
+    parser.add_argument(
+        "--steps",
+        type=Path,
+        help="virtual only: steps from this shape (`real_engine.py --shape --json`): its "
+        "fit and co-tenant slowdowns; load stays a share of --profile's capacity",
+    )
     parser.add_argument(
         "--policy",
         action="append",
@@ -266,6 +297,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "beside the same seed's virtual one and the virtual seeds' spread",
     )
     args = parser.parse_args(argv)
+    if args.steps is not None and not args.virtual:
+        parser.error("--steps is for the virtual loop (--virtual)")
     try:
         args.seed_list = seeds(args.seeds)
         args.load_list = loads(args.load)
@@ -274,6 +307,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             chunk_schedule=chunk_schedule(args.chunks),
         )
         profile = args.profile_used
+        args.engine_profile = profile if args.steps is None else measured_steps(profile, args.steps)
         share = parse_contention(args.contention)[1]
         args.scenarios = [
             scenario(
@@ -282,7 +316,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                 burst=args.burst,
                 network=args.network,
                 contention=args.contention,
-                factor=profile.contention_factor(share),
+                factor=args.engine_profile.contention_factor(share),
             )
             for name in (args.scenario or ["steady"])
         ]
@@ -325,10 +359,10 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
         for scene, load, setting, seed in points(args):
             if realtime is None:
                 result = run_virtual(
-                    profile,
+                    args.engine_profile,
                     setting,
                     scene,
-                    load=load,
+                    rate_rps=load * profile.capacity_rps(),
                     seed=seed,
                     duration_s=args.duration,
                     start_slo_ms=args.start_slo_ms,
@@ -362,6 +396,12 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
             line["scenario_params"] = scene.describe()
             line["chunks"] = ",".join(map(str, profile.chunk_schedule))
             line["frame_ms"] = profile.frame_ms
+            if args.steps is not None:
+                step = args.engine_profile.step
+                line["steps"] = (
+                    f"{step.base_ms:g} + {step.per_decode_seq_ms:g}·n ms, "
+                    f"{step.per_prefill_token_ms:g} ms/token"
+                )
             if realtime is not None:
                 line["lag_max_ms"] = round(realtime.lag_max_ms, 1)
             rows.append(line)

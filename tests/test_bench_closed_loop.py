@@ -195,6 +195,28 @@ def test_the_frame_flag_sets_each_frames_audio_and_the_capacity_with_it() -> Non
     assert a["requests"] < b["requests"]
 
 
+def test_the_steps_flag_runs_the_engine_on_a_measured_shape(tmp_path: Path) -> None:
+    """A shape as `real_engine.py --shape --json` prints it, with steps twice the `cpu-vllm`
+    profile's: the same requests as without it (load stays a share of the profile's
+    capacity), the row names the steps, and the slower box starts its listeners later. Only
+    the virtual loop takes it."""
+    fit = {"base_ms": 80.0, "per_decode_seq_ms": 6.26, "per_prefill_token_ms": 5.9}
+    path = tmp_path / "shape.json"
+    path.write_text(json.dumps({"contention": {"0.5": 2.0}, "fit": fit}) + "\n")
+    args = ("--json", "--duration", "60", "--seeds", "1", "--profile", "cpu-vllm")
+    slow = bench("--virtual", *args, "--policy", "open", "--steps", str(path))
+    usual = bench("--virtual", *args, "--policy", "open")
+    assert slow.returncode == usual.returncode == 0, slow.stderr + usual.stderr
+    ((measured,), (shipped,)) = json_lines(slow.stdout), json_lines(usual.stdout)
+    assert measured["requests"] == shipped["requests"]
+    assert measured["steps"] == "80 + 6.26·n ms, 5.9 ms/token"
+    assert "steps" not in shipped
+    assert measured["start_silence_s"] > shipped["start_silence_s"]
+    refused = bench(*args, "--steps", str(path))
+    assert refused.returncode == 2
+    assert "--virtual" in refused.stderr
+
+
 def test_every_run_prints_its_parameters_without_json() -> None:
     """Without `--json` a header line says the mode, profile, scenario with its parameters,
     loads, seeds and duration before the rows."""
@@ -230,6 +252,7 @@ def test_every_run_prints_its_parameters_without_json() -> None:
         (["--profile", "cpu-vllm", "--frame-ms", "40"], "no stream keeps up"),
         (["--start-slo-ms", "-5"], "--start-slo-ms"),
         (["--policy", "realtime+deadline:lifo"], "order"),
+        (["--steps", "/nonexistent/shape.json"], "--steps"),
     ],
 )
 def test_bad_flags_say_what_is_wrong_in_one_line(args: list[str], words: str) -> None:

@@ -37,18 +37,18 @@ def run_virtual(
     policy: Policy,
     scenario: Scenario,
     *,
-    load: float,
+    rate_rps: float,
     seed: int,
     duration_s: float,
     start_slo_ms: float = START_SLO_MS,
     gap_slo_ms: float = GAP_SLO_MS,
 ) -> LoopResult:
-    """One run of `policy` under `scenario` at `load` × the profile's estimated capacity,
-    its players scored against the start and gap SLOs."""
+    """One run of `policy` under `scenario` with `rate_rps` requests a second, its players
+    scored against the start and gap SLOs."""
     return run_loop(
         LoopPlan(
             profile=profile,
-            rate_rps=load * profile.capacity_rps(),
+            rate_rps=rate_rps,
             seed=seed,
             duration_ms=duration_s * 1000.0,
             gated=policy.gated,
