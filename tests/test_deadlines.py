@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from edgemon.integrations.deadlines import (
     IDLE_PROBE_MS,
-    STALE_MS,
     Deadlines,
     DeadlineSettings,
     Order,
@@ -189,38 +188,6 @@ def test_a_box_busy_a_moment_ago_is_not_idle_for_the_probe() -> None:
     slow.observe(1, 0, 50.0, end_ms=40_000.0)
     assert slow.plan(41_000.0, [], [Waiting("w", 41_000.0, 600)]) == StepPlan(shed=("w",))
     assert slow.plan(70_000.0, [], [Waiting("x", 70_000.0, 600)]) == StepPlan(admit=("x",))
-
-
-def test_a_slow_moment_is_forgotten_once_the_box_has_idled() -> None:
-    """The box's last steps, one stream in a co-tenant's window, took 2.5 times the long-run
-    shape, and then it ran nothing. A second later its figures still stand: a 300-token
-    request is predicted late and refused. After `STALE_MS` of idling, the fast scale is from
-    another moment and the long-run shape (scale 1) predicts instead: the same request is
-    admitted. The next step that decodes makes the scale current again. Before, the real
-    engine refused every arrival on an idle box for 30 s after a co-tenant window (seed 1 at
-    0.8: 10 in a row, a 103-token prompt among them)."""
-    policy = taught(
-        DeadlineSettings(prebuffer_ms=200.0, prefill_ms_per_token=4.0, second_chunk_frames=25)
-    )
-    admission = policy.admission
-    assert admission is not None
-    slow_ms = 2.5 * (BASE_MS + PER_SEQ_MS)
-    for i in range(10):
-        admission.observe(1, 0, slow_ms)
-        policy.observe(1, 0, slow_ms, end_ms=slow_ms * (i + 1))
-    ended = slow_ms * 10
-    soon, later = ended + 1000.0, ended + STALE_MS
-    assert policy.arrive(Waiting("w", soon, 300), soon, [], []) == "shed"
-    assert not policy.stale
-    assert policy.arrive(Waiting("x", later, 300), later, [], []) == "admit"
-    assert policy.stale
-    shape = admission.shape()
-    assert shape is not None
-    assert admission.scale > 1.5
-    assert policy.step_ms(1) == pytest.approx(shape[0] + shape[1])
-    policy.observe(1, 0, slow_ms, end_ms=later + slow_ms)
-    assert not policy.stale
-    assert policy.step_ms(1) == pytest.approx(admission.scale * (shape[0] + shape[1]))
 
 
 def test_capacity_figures() -> None:

@@ -53,12 +53,10 @@ lengths (`arrive` is told of every new request: it learns the prompt length from
 edgemon's throttle state (`Throttle`: whether the gate holds, and the spendable headroom
 when known). Times are milliseconds on the caller's clock.
 
-**After idling.** Figures describe the moment they were measured in. A box that has run
-nothing for `STALE_MS` predicts its decode step from the long-run shape alone, not from the
-fast scale its last steps left (a co-tenant's window that has since ended); one that has run
-nothing for `IDLE_PROBE_MS` admits its next request whatever the prediction, so that a step
-measures it again. When the box last ran is taken from the steps (`observe(..., end_ms=)`)
-and from the running requests the decisions are shown.
+**After idling.** A box that has run nothing for `IDLE_PROBE_MS` admits its next request
+whatever the prediction, so that a step measures it again. When the box last ran is taken
+from the steps (`observe(..., end_ms=)`) and from the running requests the decisions are
+shown.
 
 Pure and clock-free: the simulated engine (`edgemon.simulate`) and the vLLM schedulers run
 this same code. It imports no engine.
@@ -105,11 +103,6 @@ IDLE_PROBE_MS = 30_000.0
 prediction (`Deadlines.arrive`): long enough that a loaded box's decisions never change (the
 virtual sweeps are identical with 30 s; with 3 s, `cpu-vllm` lost 1–2 points of goodput to
 requests admitted late), short enough to measure again within half a minute."""
-STALE_MS = 5_000.0
-"""How long a box must have run nothing before the real-time admission's fast scale is taken
-as from another moment: its step predictions then use the long-run step shape alone until a
-step decodes again (`Deadlines.stale`). The recent steps a server announces are not touched:
-the server's own estimate is as old, and a player prebuffers by it."""
 STEP_ALPHA = 0.2
 """Weight of the newest step in the fallback step estimate (used while the shape is unknown)."""
 
@@ -247,7 +240,6 @@ class Deadlines:
         "_prefill_ms_per_token",
         "_prompt_tokens",
         "_recent_ms",
-        "_stale",
         "_step_ms",
         "admission",
         "max_num_seqs",
@@ -274,7 +266,6 @@ class Deadlines:
         self._step_ms: float | None = None
         self._recent_ms: float | None = None
         self._busy_ms: float | None = None  # when a request was last seen running
-        self._stale = False
         #: Requests refused at arrival, and queued requests refused since.
         self.shed_at_arrival = 0
         self.shed_queued = 0
@@ -297,8 +288,6 @@ class Deadlines:
             return
         if end_ms is not None and (self._busy_ms is None or end_ms > self._busy_ms):
             self._busy_ms = end_ms
-        if decodes > 0:
-            self._stale = False
         self._recent_ms = next_estimate(self._recent_ms, ms, decodes)
         if prefill_tokens <= 0:
             previous = self._step_ms
@@ -366,22 +355,11 @@ class Deadlines:
             return limit
         a, b = shape
         share = self.prefill_ms(round(prompt.value)) / self.expected_frames
-        scale = self._scale(admission)
-        per_request = scale * b + share
+        per_request = admission.scale * b + share
         if per_request <= 0:
             return limit
-        n = (admission.frame_ms - scale * a) / per_request
+        n = (admission.frame_ms - admission.scale * a) / per_request
         return max(1, math.floor(n)) if math.isfinite(n) else limit
-
-    @property
-    def stale(self) -> bool:
-        """Whether the real-time admission's fast scale is from another moment: the box had
-        run nothing for `STALE_MS`, and no step has decoded since."""
-        return self._stale
-
-    def _scale(self, admission: RealtimeAdmission) -> float:
-        """The admission's recent steps over its shape; 1 (the shape alone) when stale."""
-        return 1.0 if self._stale else admission.scale
 
     def _decode_ms(self, batch: int) -> float | None:
         """The measured decode step of `batch` sequences (None while unknown)."""
@@ -389,14 +367,14 @@ class Deadlines:
         shape = None if admission is None else admission.shape()
         if admission is None or shape is None:
             return self._step_ms
-        return self._scale(admission) * (shape[0] + shape[1] * max(1, batch))
+        return admission.scale * (shape[0] + shape[1] * max(1, batch))
 
     def _base_ms(self) -> float | None:
         admission = self.admission
         shape = None if admission is None else admission.shape()
         if admission is None or shape is None:
             return None
-        return self._scale(admission) * shape[0]
+        return admission.scale * shape[0]
 
     def step_ms(self, batch: int) -> float:
         """The decode step of `batch` sequences, as measured (a frame while nothing is)."""
@@ -619,13 +597,9 @@ class Deadlines:
         return StepPlan(admit=tuple(admit), shed=tuple(shed))
 
     def _saw(self, now_ms: float, running: Sequence[Running]) -> None:
-        """Note when a request was last seen running, and whether the fast figures went
-        stale since."""
-        busy = self._busy_ms
+        """Note when a request was last seen running."""
         if running:
             self._busy_ms = now_ms
-        elif busy is not None and now_ms - busy >= STALE_MS:
-            self._stale = True
 
     def _probes(self, now_ms: float, running: Sequence[Running], throttle: Throttle) -> bool:
         """Whether the box has been idle for `IDLE_PROBE_MS` (no hold): its figures are then
