@@ -143,6 +143,15 @@ def measured_steps(profile: Profile, path: Path) -> Profile:
     return replace(profile, step=step, contention=contention or profile.contention)
 
 
+def steps_label(profile: Profile) -> str:
+    """The step model a row ran on, as its `steps` field says it."""
+    step = profile.step
+    return (
+        f"{step.base_ms:g} + {step.per_decode_seq_ms:g}·n ms, "
+        f"{step.per_prefill_token_ms:g} ms/token"
+    )
+
+
 def framed(profile: Profile, frame_ms: float | None) -> Profile:
     """`profile` with frames of `frame_ms` (None: its own); ValueError if the box cannot keep
     one stream in real time at that frame."""
@@ -397,11 +406,7 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
             line["chunks"] = ",".join(map(str, profile.chunk_schedule))
             line["frame_ms"] = profile.frame_ms
             if args.steps is not None:
-                step = args.engine_profile.step
-                line["steps"] = (
-                    f"{step.base_ms:g} + {step.per_decode_seq_ms:g}·n ms, "
-                    f"{step.per_prefill_token_ms:g} ms/token"
-                )
+                line["steps"] = steps_label(args.engine_profile)
             if realtime is not None:
                 line["lag_max_ms"] = round(realtime.lag_max_ms, 1)
             rows.append(line)

@@ -265,7 +265,8 @@ class Deadlines:
         self._prompt_tokens = Learned(0.0)
         self._step_ms: float | None = None
         self._recent_ms: float | None = None
-        self._busy_ms: float | None = None  # when a request was last seen running
+        self._busy_ms: float | None = None  # when the box last ran: a step's end, or a
+        # decision that saw a running request (for callers that do not tell `end_ms`)
         #: Requests refused at arrival, and queued requests refused since.
         self.shed_at_arrival = 0
         self.shed_queued = 0
