@@ -113,8 +113,9 @@ async def resend_until(
     """Publish `batch(n)` (n = 0, 1, …) every 0.5 s until `found()` gives a throttle object.
 
     The bound is about liveness, not latency: under the flood the broker's own backlog delays
-    every device by seconds (docs/reliability.md), more so on a loaded 2-core CI machine."""
-    async with asyncio.timeout(45):
+    every device by seconds (docs/reliability.md), more so on a loaded 2-core CI machine,
+    where coverage's tracing makes applying a flood's backlog take about 40 s."""
+    async with asyncio.timeout(120):
         for n in itertools.count():
             await client.publish(f"{P}/legit/events", json.dumps(batch(n)), qos=1)
             deadline = time.monotonic() + 0.5
@@ -182,9 +183,15 @@ async def test_a_flood_is_held_back_not_shed_with_bounded_memory(
                 peak = max(peak, rss_mb())
                 cycles.append((on, off, time.monotonic() - began))
             sent = await asyncio.gather(*(batches_sent(p) for p in procs))
-            # The broker's backlog for edgemon drained: a start sent after the flood (queued
-            # behind it for edgemon's session) has been applied. Then the memory is read.
-            marker = {"type": "start", "stream": "after-flood", "t_ms": now_ms()}
+            # The broker's backlog for edgemon drained: a stream started after the flood (queued
+            # behind it for edgemon's session) has been applied. Then the memory is read. Its
+            # ten minutes of audio keep it from expiring however late it comes: a bare start
+            # applied more than `stream_idle_timeout_ms` after its `t_ms` expires at once.
+            t, stream = now_ms(), "after-flood"
+            marker = [
+                {"type": "start", "stream": stream, "t_ms": t},
+                {"type": "chunk", "stream": stream, "t_ms": t, "seq": 0, "audio_ms": 600_000},
+            ]
             await legit.publish(f"{P}/legit/events", json.dumps(marker), qos=1)
             async with asyncio.timeout(120):
                 while not applied(daemon, "legit", "after-flood"):  # noqa: ASYNC110

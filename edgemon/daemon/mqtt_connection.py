@@ -17,7 +17,10 @@ PINGREQ goes out; when nothing answers it within half a keep-alive, the connecti
 broker gone silent (a half-open link, a hung broker whose kernel still ACKs) is noticed within
 1.5 keep-alives of the last thing it said, paused intake or not (a pause that long ends the
 connection too: nothing is lost, what was not acknowledged comes again). A SUBSCRIBE,
-UNSUBSCRIBE or PUBLISH not answered within `ack_timeout_s` ends it as well.
+UNSUBSCRIBE or PUBLISH not answered within `ack_timeout_s` ends it as well, counted from the
+later of its sending and the last message the broker delivered: an answer queued behind a
+backlog the broker is still delivering (a flood read at the speed edgemon applies it) is late,
+not lost, and ending the connection for it would drop the QoS 0 part of that backlog.
 
 The rest: CONNACK (then `on_accepted`, before any message is handled), SUBACK, UNSUBACK and
 PUBACK to whoever waits for them, PUBREL answered with PUBCOMP (a QoS 2 message), and on MQTT 5
@@ -28,6 +31,7 @@ Size, Maximum QoS). The connection ends with `ended`: None after `close()`, else
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections import deque
 from typing import TYPE_CHECKING
@@ -111,6 +115,8 @@ class Connection(asyncio.Protocol):
         #: Bytes of a PUBLISH too large to read that are still to come, to be dropped.
         self._skip = 0
         self._last_write = self._last_read = loop.time()
+        #: When a PUBLISH from the broker was last handled: the broker is delivering.
+        self._last_delivery = float("-inf")
         self._ping_sent: float | None = None
         self._keepalive: asyncio.TimerHandle | None = None
 
@@ -215,6 +221,8 @@ class Connection(asyncio.Protocol):
             return
         finally:
             intake.end_batch()
+        if budget < READ_BUDGET:
+            self._last_delivery = self._loop.time()
         buffer.pos = pos
         if more and not intake.paused:
             self._continue = self._loop.call_soon(self._handle)
@@ -331,9 +339,10 @@ class Connection(asyncio.Protocol):
     async def _request(
         self, packet: Callable[[int], bytes], what: str, *, publish: bool = False
     ) -> bytes:
-        """Send `packet(mid)` and wait for its answer. No answer within `ack_timeout_s` ends
-        the connection. The id stays taken until the answer comes, even if the caller gives
-        up meanwhile (a PUBLISH's counts against the broker's Receive Maximum until then)."""
+        """Send `packet(mid)` and wait for its answer. No answer within `ack_timeout_s` of
+        the later of the sending and the last message delivered ends the connection. The id
+        stays taken until the answer comes, even if the caller gives up meanwhile (a
+        PUBLISH's counts against the broker's Receive Maximum until then)."""
         if self._transport is None:
             raise ConnectionLostError("not connected")
         mid = self._next_mid()
@@ -343,15 +352,7 @@ class Connection(asyncio.Protocol):
         if publish:
             self._in_flight.add(mid)
         self.write(data)
-        try:
-            async with asyncio.timeout(self._ack_timeout_s):
-                answer = await waiter
-        except TimeoutError:
-            lost = ConnectionLostError(
-                f"the broker did not answer a {what} within {self._ack_timeout_s:g} s"
-            )
-            self.fail(lost)
-            raise lost from None
+        answer = await self._answer(waiter, what, sent=self._loop.time())
         if answer is None:
             why = self._lost
             raise ConnectionLostError(
@@ -359,6 +360,24 @@ class Connection(asyncio.Protocol):
                 reason=None if why is None else why.reason,
             )
         return answer
+
+    async def _answer(
+        self, waiter: asyncio.Future[bytes | None], what: str, *, sent: float
+    ) -> bytes | None:
+        """`waiter`'s result, once the broker answered; the connection ends when no answer
+        came within `ack_timeout_s` of the later of `sent` and the last message delivered."""
+        timeout = self._ack_timeout_s
+        while True:
+            due = max(sent, self._last_delivery) + timeout
+            if self._loop.time() >= due:
+                said = f"the broker did not answer a {what} within {timeout:g} s"
+                lost = ConnectionLostError(said)
+                self.fail(lost)
+                raise lost
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(due):
+                    # Shielded: a deadline moved on must not cancel the id's waiter.
+                    return await asyncio.shield(waiter)
 
     async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool) -> int:
         """PUBLISH (at the broker's Maximum QoS if lower); at QoS 1 wait for the PUBACK. The
