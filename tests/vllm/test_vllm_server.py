@@ -6,9 +6,8 @@ A tiny Llama with dummy weights and a word-level tokenizer made here; nothing do
 
 from __future__ import annotations
 
-import contextlib
+import http.client
 import json
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -69,16 +68,21 @@ def _post(port: int, path: str, body: dict[str, Any]) -> tuple[int, dict[str, st
     return post(port, path, body, T)
 
 
-def _fill(port: int) -> None:
-    """A long request taking the only seat (max-num-seqs 1), in the background (cut short
-    when the server stops at the test's end)."""
+@pytest.fixture
+def seat_taken(served: int) -> Iterator[None]:
+    """A long request takes the server's only seat (max-num-seqs 1): sent, its answer never
+    read. Its connection is closed before the server stops, so vLLM aborts it and the server
+    ends at once; left open, vLLM's shutdown (its engine killed first) kept the server waiting
+    30 s for that connection."""
     long = {"model": "m", "prompt": "w1 w2 w3", "max_tokens": 3000, "ignore_eos": True}
-
-    def run() -> None:
-        with contextlib.suppress(OSError):
-            _post(port, "/v1/completions", long)
-
-    threading.Thread(target=run, daemon=True).start()
+    connection = http.client.HTTPConnection("127.0.0.1", served, timeout=T)
+    connection.request(
+        "POST", "/v1/completions", json.dumps(long), {"Content-Type": "application/json"}
+    )
+    try:
+        yield
+    finally:
+        connection.close()
 
 
 SHORT = {"model": "m", "prompt": "w4 w5", "max_tokens": 20, "ignore_eos": True}
@@ -100,12 +104,12 @@ def _eventually(check: Any, timeout: float = T) -> bool:
 
 
 @pytest.mark.parametrize("served", [False], indirect=True, ids=["engine"])
+@pytest.mark.usefixtures("seat_taken")
 def test_what_a_client_sees_of_a_request_ended_before_its_first_token(served: int) -> None:
     """With the only seat taken for tens of seconds, a new request cannot start within 3 s:
     the scheduler ends it at arrival. Not streaming: 200 with an empty text, finish_reason
     abort and stop_reason edgemon:start_deadline; streaming: only `data: [DONE]`; chat
     streaming: the role chunk, then `data: [DONE]` (as docs/client.md says)."""
-    _fill(served)
     assert _eventually(lambda: _full(served))
     status, _, text = _post(served, "/v1/completions", SHORT)
     assert status == 200
@@ -125,11 +129,11 @@ def test_what_a_client_sees_of_a_request_ended_before_its_first_token(served: in
 
 
 @pytest.mark.parametrize("served", [True], indirect=True, ids=["middleware"])
+@pytest.mark.usefixtures("seat_taken")
 def test_the_middleware_answers_503_once_the_box_is_full(served: int) -> None:
     """With `--middleware edgemon.integrations.shed.EdgemonShedMiddleware`, once the
     scheduler's capacity object predicts a start wait over 3 s, completions are refused with
     503, Retry-After and vLLM's error shape."""
-    _fill(served)
     assert _eventually(lambda: _post(served, "/v1/completions", SHORT)[0] == 503)
     status, headers, text = _post(served, "/v1/completions", SHORT)
     assert status == 503
