@@ -38,9 +38,19 @@ class Packet:
         return self.first & 0xF0
 
     @property
+    def topic(self) -> str:
+        """The topic name of a PUBLISH."""
+        return self.body[2 : self._topic_end].decode()
+
+    @property
     def mid(self) -> int:
-        """The packet id of a PUBACK or SUBSCRIBE."""
-        return int.from_bytes(self.body[:2], "big")
+        """The packet id of a PUBACK, SUBSCRIBE or QoS 1 PUBLISH."""
+        start = self._topic_end if self.kind == PUBLISH else 0
+        return int.from_bytes(self.body[start : start + 2], "big")
+
+    @property
+    def _topic_end(self) -> int:
+        return 2 + int.from_bytes(self.body[:2], "big")
 
 
 def _split(buf: bytes) -> tuple[bytes, bytes, bytes] | None:
@@ -206,8 +216,7 @@ class FakeBroker:
             self._send(bytes((0x90, len(head) + len(granted))) + head + bytes(granted))
             self.subscribed.set()
         elif packet.kind == PUBLISH and packet.first & 0x06:
-            name_end = 2 + int.from_bytes(packet.body[:2], "big")
-            self._send(puback_packet(int.from_bytes(packet.body[name_end : name_end + 2], "big")))
+            self._send(puback_packet(packet.mid))
         elif packet.kind == PINGREQ:
             self._send(b"\xd0\x00")
         elif packet.kind == PUBREC:  # a QoS 2 message received: release it

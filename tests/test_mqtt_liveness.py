@@ -122,14 +122,9 @@ async def test_an_unacknowledged_publish_ends_the_connection(
 
 
 def sent_mid(broker: FakeBroker, topic: str) -> int | None:
-    """The packet id of the client's first QoS 1 PUBLISH on `topic` (MQTT 3.1.1), once the
-    broker has it."""
-    name = topic.encode()
-    for packet in list(broker.packets):
-        body = packet.body
-        if packet.kind == PUBLISH and body[2 : 2 + len(name)] == name:
-            return int.from_bytes(body[2 + len(name) : 4 + len(name)], "big")
-    return None
+    """The packet id of the client's first QoS 1 PUBLISH on `topic`, once the broker has it."""
+    sent = (p.mid for p in list(broker.packets) if p.kind == PUBLISH and p.topic == topic)
+    return next(sent, None)
 
 
 async def test_an_answer_behind_a_backlog_being_delivered_is_late_not_lost(

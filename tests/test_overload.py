@@ -195,7 +195,7 @@ async def test_a_flood_is_held_back_not_shed_with_bounded_memory(
             ]
             await legit.publish(f"{P}/legit/events", json.dumps(marker), qos=1)
             async with asyncio.timeout(120):
-                while not applied(daemon, "legit", "after-flood"):  # noqa: ASYNC110
+                while not applied(daemon, "legit", stream):  # noqa: ASYNC110
                     await asyncio.sleep(0.02)
             peak = max(peak, rss_mb())
         assert not task.done()
