@@ -1,15 +1,24 @@
-"""The throttle publisher's `busy`: what a scrape waits for before its next slice."""
+"""The throttle publisher: its `busy` (what a scrape waits for before its next slice), and
+how objects go out: one per topic on its way, topics at once, the newest after a failure."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import TYPE_CHECKING
 
 import pytest
+import pytest_asyncio
 
 from edgemon.adapters.exposition import Slicer
-from edgemon.daemon.publisher import SeqSource, ThrottlePublisher
+from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
 from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine.outputs import ThrottleChanged
+
+from links import until
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 CHANGE = ThrottleChanged(
     "dev", 1.0, active=True, streams=("s",), min_headroom_ms=5.0, margin_ms=80.0
@@ -103,3 +112,148 @@ async def test_a_device_not_owned_gets_no_throttle_object() -> None:
         task.cancel()
     assert sink.sent == ["p/own/throttle"]
     assert publisher.published == 1
+
+
+class HeldSink:
+    """A connected broker link that holds every publish until the test answers it:
+    `answer(i)` acknowledges the i-th call, `answer(i, ok=False)` refuses it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self._answers: list[asyncio.Future[bool]] = []
+
+    async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool) -> None:
+        assert (qos, retain) == (1, True)
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.calls.append((topic, json.loads(payload)["seq"]))
+        self._answers.append(answer)
+        if not await answer:
+            raise PublishError("refused")
+
+    async def wait_connected(self) -> None:
+        return
+
+    def answer(self, call: int, *, ok: bool = True) -> None:
+        """Answer the `call`-th publish."""
+        self._answers[call].set_result(ok)
+
+
+def change(device: str, *, active: bool = True) -> ThrottleChanged:
+    """A throttle change of `device`."""
+    return ThrottleChanged(
+        device, 1.0, active=active, streams=("s",), min_headroom_ms=5.0, margin_ms=80.0
+    )
+
+
+@pytest_asyncio.fixture
+async def held(request: pytest.FixtureRequest) -> AsyncIterator[tuple[ThrottlePublisher, HeldSink]]:
+    """A running publisher (retry after 10 ms; `window` the test's parameter, else 64) on a
+    `HeldSink`."""
+    sink = HeldSink()
+    publisher = ThrottlePublisher(
+        sink, seq=SeqSource(MonotonicWallClock()), topic=lambda d: f"t/{d}", retry_s=0.01,
+        window=getattr(request, "param", 64),
+    )  # fmt: skip
+    task = asyncio.create_task(publisher.run())
+    try:
+        yield publisher, sink
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.asyncio
+async def test_a_device_does_not_wait_for_another_devices_puback(
+    held: tuple[ThrottlePublisher, HeldSink],
+) -> None:
+    """Device a's object is sent and its PUBACK does not come (under a flood it waits behind
+    the broker's whole backlog); device b's object goes out meanwhile and is acknowledged
+    while a's is still on its way: both pending until then, a's alone after."""
+    publisher, sink = held
+    publisher.submit(change("a"))
+    await until(lambda: len(sink.calls) == 1, "a's object sent")
+    publisher.submit(change("b"))
+    await until(lambda: len(sink.calls) == 2, "b's object sent while a's waits")
+    assert [topic for topic, _ in sink.calls] == ["t/a", "t/b"]
+    assert publisher.pending == 2
+    sink.answer(1)
+    await until(lambda: publisher.published == 1, "b's object acknowledged")
+    assert publisher.pending == 1
+    assert publisher.busy
+    sink.answer(0)
+    async with asyncio.timeout(10):
+        await publisher.drain()
+    assert (publisher.published, publisher.pending, publisher.busy) == (2, 0, False)
+
+
+@pytest.mark.asyncio
+async def test_one_object_per_topic_on_its_way_and_the_newest_follows(
+    held: tuple[ThrottlePublisher, HeldSink],
+) -> None:
+    """While a device's object waits for its PUBACK, two newer changes of the device are not
+    sent: the second replaces the first in the outbox, and only it follows the PUBACK. A
+    retained topic only needs the latest, and one object on its way per topic keeps the
+    broker's order the order of `seq`."""
+    publisher, sink = held
+    publisher.submit(change("a"))
+    await until(lambda: len(sink.calls) == 1, "the first object sent")
+    publisher.submit(change("a", active=False))
+    publisher.submit(change("a"))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert len(sink.calls) == 1
+    sink.answer(0)
+    await until(lambda: len(sink.calls) == 2, "the newest object sent")
+    sink.answer(1)
+    async with asyncio.timeout(10):
+        await publisher.drain()
+    (first, one), (second, other) = sink.calls
+    assert (first, second, publisher.published) == ("t/a", "t/a", 2)
+    assert other >= one + 2  # the newest: the one between never went out
+
+
+@pytest.mark.asyncio
+async def test_a_refused_object_is_sent_again_unless_a_newer_one_came(
+    held: tuple[ThrottlePublisher, HeldSink],
+) -> None:
+    """A refused object is sent again after `retry_s`; refused while a newer change of the
+    device came, the newer one is sent instead and the refused one never again."""
+    publisher, sink = held
+    publisher.submit(change("a"))
+    await until(lambda: len(sink.calls) == 1, "sent")
+    sink.answer(0, ok=False)
+    await until(lambda: len(sink.calls) == 2, "sent again")
+    assert sink.calls[1] == sink.calls[0]
+    publisher.submit(change("a", active=False))
+    sink.answer(1, ok=False)
+    await until(lambda: len(sink.calls) == 3, "the newer one sent")
+    assert sink.calls[2][1] > sink.calls[1][1]
+    sink.answer(2)
+    async with asyncio.timeout(10):
+        await publisher.drain()
+    assert (len(sink.calls), publisher.published) == (3, 1)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("held", [2], indirect=True)
+async def test_at_most_window_devices_objects_are_on_their_way(
+    held: tuple[ThrottlePublisher, HeldSink],
+) -> None:
+    """With a window of 2, three devices' objects: two go out, the third once one of them is
+    acknowledged."""
+    publisher, sink = held
+    for device in "abc":
+        publisher.submit(change(device))
+    await until(lambda: len(sink.calls) == 2, "two objects sent")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert [topic for topic, _ in sink.calls] == ["t/a", "t/b"]
+    assert publisher.pending == 3
+    sink.answer(0)
+    await until(lambda: len(sink.calls) == 3, "the third sent")
+    sink.answer(1)
+    sink.answer(2)
+    async with asyncio.timeout(10):
+        await publisher.drain()
+    assert publisher.published == 3

@@ -8,14 +8,19 @@ only break if the system clock were stepped back across a restart by more than t
 (microseconds stay below 2^53, so JSON readers in any language read them exactly).
 
 Publishing never blocks the engine: changes go into an outbox keyed by topic, where a newer
-object replaces one not yet sent (retained topics only need the latest); one task sends them
-while the broker is connected and keeps them while it is not.
+object replaces one not yet sent (retained topics only need the latest); the publisher task
+sends them while the broker is connected and keeps them while it is not. Devices do not wait
+for each other: each topic has at most one object on its way (so a resent older object can
+never land after a newer one), and up to `window` topics are on their way at once. Under a
+flood the broker's PUBACKs queue behind its deliveries; one object at a time would make every
+device's throttle wait for the whole backlog ahead of the previous device's PUBACK.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -86,6 +91,7 @@ class ThrottlePublisher:
     __slots__ = (
         "_devices",
         "_idle",
+        "_on_the_way",
         "_outbox",
         "_owner",
         "_retry_s",
@@ -95,6 +101,7 @@ class ThrottlePublisher:
         "_stalled",
         "_topic",
         "_wake",
+        "_window",
         "published",
     )
 
@@ -107,6 +114,7 @@ class ThrottlePublisher:
         retry_s: float = 0.2,
         devices: frozenset[str] | None = None,
         owner: str | None = None,
+        window: int = 64,
     ) -> None:
         self._sink = sink
         #: The `owner` every object names: this instance's MQTT client id.
@@ -116,11 +124,15 @@ class ThrottlePublisher:
         self._seq = seq
         self._topic = topic
         self._outbox: dict[str, bytes] = {}
+        #: Topics with an object sent and not yet acknowledged, or waiting to be sent again.
+        self._on_the_way: set[str] = set()
+        #: How many of those are sent and not yet acknowledged.
+        self._sending = 0
+        self._window = window
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._retry_s = retry_s
-        self._sending = False
         self._stalled = False
         self.published = 0
 
@@ -143,43 +155,65 @@ class ThrottlePublisher:
     @property
     def pending(self) -> int:
         """Objects not yet acknowledged by the broker."""
-        return len(self._outbox)
+        return len(self._outbox) + self._sending
 
     @property
     def busy(self) -> bool:
         """Whether an object is about to be sent or being sent (until the broker's PUBACK);
         not while the publisher waits for a session or to retry."""
-        return not self._stalled and (self._sending or bool(self._outbox))
+        if self._stalled:
+            return False
+        return self._sending > 0 or any(t not in self._on_the_way for t in self._outbox)
 
     async def drain(self) -> None:
         """Return once everything submitted so far has been published."""
         await self._idle.wait()
 
     async def run(self) -> None:
-        """Send the outbox forever (the `publisher` task)."""
-        outbox = self._outbox
-        while True:
-            if not outbox:
-                self._idle.set()
+        """Send the outbox forever (the `publisher` task; each object is sent by a task of
+        its own, which this one owns)."""
+        outbox, on_the_way = self._outbox, self._on_the_way
+        async with asyncio.TaskGroup() as sends:
+            while True:
                 self._wake.clear()
-                await self._wake.wait()
-                continue
-            self._stalled = True
-            await self._sink.wait_connected()
-            self._stalled = False
-            topic = next(iter(outbox))
-            payload = outbox.pop(topic)
-            self._sending = True
-            try:
-                await self._sink.publish(topic, payload, qos=1, retain=True)
-            except PublishError:
-                self._sending, self._stalled = False, True
-                outbox.setdefault(topic, payload)  # unless a newer one came meanwhile
-                await asyncio.sleep(self._retry_s)
-            else:
+                # Outbox topics on their way are at most `window`: the scan stops early.
+                free = max(0, self._window - len(on_the_way))
+                ready = list(islice((t for t in outbox if t not in on_the_way), free))
+                if not ready:
+                    if not outbox and not on_the_way:
+                        self._idle.set()
+                    await self._wake.wait()
+                    continue
+                self._stalled = True
+                await self._sink.wait_connected()
+                self._stalled = False
+                for topic in ready:
+                    on_the_way.add(topic)
+                    self._sending += 1  # busy from now, before its task first runs
+                    sends.create_task(self._send(topic, outbox.pop(topic)))
+
+    async def _send(self, topic: str, payload: bytes) -> None:
+        """Publish one object; on failure keep it (unless a newer one came meanwhile) and hold
+        the topic back for `retry_s`."""
+        try:
+            if await self._acknowledged(topic, payload):
                 self.published += 1
-            finally:
-                self._sending = self._stalled = False
+            else:
+                self._outbox.setdefault(topic, payload)
+                await asyncio.sleep(self._retry_s)
+        finally:
+            self._on_the_way.discard(topic)
+            self._wake.set()
+
+    async def _acknowledged(self, topic: str, payload: bytes) -> bool:
+        """Whether the broker acknowledged the object (one of `_sending` until then)."""
+        try:
+            await self._sink.publish(topic, payload, qos=1, retain=True)
+        except PublishError:
+            return False
+        finally:
+            self._sending -= 1
+        return True
 
 
 class TopicFor(Protocol):
