@@ -36,11 +36,11 @@ FLEET_TEST = tests/test_e2e_fleet.py tests/test_e2e_haproxy.py
 # writes its JUnit XML report there as RUN.xml; tests/skip_check.py reads the skips from them.
 JUNIT = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
 
-# Two pytest-xdist workers: most tests wait on a broker, a process or a deadline rather than
-# compute, so two at a time take about half the time on two cores (each test still passes on
-# a loaded machine: that is the standard they are written to).
+# Three pytest-xdist workers on two cores: most tests wait on a broker, a process or a deadline
+# rather than compute (with two workers the cores were about half idle), and each test still
+# passes on a loaded machine: that is the standard they are written to.
 unit: $(STAMP)
-	$(BIN)/pytest -n 2 --cov --cov-report=term $(call JUNIT,unit) $(addprefix --ignore=,$(FLEET_TEST))
+	$(BIN)/pytest -n 3 --cov --cov-report=term $(call JUNIT,unit) $(addprefix --ignore=,$(FLEET_TEST))
 
 test-fleet: $(STAMP)
 	$(BIN)/pytest $(FLEET_TEST) -p no:cacheprovider $(call JUNIT,fleet)
@@ -84,7 +84,7 @@ bench-fleet: $(STAMP)
 # edgemon's own runtime dependencies (the end-to-end test runs `edgemon run` from these venvs).
 VLLM_TEST_DEPS = 'paho-mqtt>=2.2,<2.3' pytest pytest-asyncio 'aiohttp>=3.9,<4' \
 	'prometheus-client>=0.20' 'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' \
-	'structlog>=24.1' 'msgspec>=0.18,<1' hypothesis coverage pytest-cov
+	'structlog>=24.1' 'msgspec>=0.18,<1' hypothesis coverage pytest-cov pytest-xdist
 VLLM_UNMATCHED = torchvision torchaudio torchcodec
 VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 
@@ -117,15 +117,19 @@ VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 # that `make coverage` afterwards reports the two combined: the vLLM modules are measured
 # only here.
 VLLM_COV = --cov --cov-append --cov-report= --cov-fail-under=0
+# Two workers, one test module each at a time: most of the tier's time is a server starting (its
+# imports) or a real engine stepping on one core, so the smoke test on one worker and the
+# rest of the tier on the other take about half the time (and each module's fixtures start once).
+VLLM_WORKERS = -n 2 --dist loadfile
 
 # EDGEMON_REQUIRE_MODULES: a test module skipped because one of these does not import fails
 # instead (tests/vllm/conftest.py): each venv must import what it was built for.
 test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	$(VLLM_TEST_ENV) EDGEMON_REQUIRE_MODULES=vllm,tokenizers,transformers \
-	  .venv-vllm/bin/pytest -p no:cacheprovider $(VLLM_COV) $(call JUNIT,vllm) tests/vllm \
+	  .venv-vllm/bin/pytest -p no:cacheprovider $(VLLM_WORKERS) $(VLLM_COV) $(call JUNIT,vllm) tests/vllm \
 	  --ignore=tests/vllm/test_vllm_omni.py --ignore=tests/vllm/test_vllm_omni_realtime.py
 	$(VLLM_TEST_ENV) EDGEMON_REQUIRE_MODULES=vllm,vllm_omni \
-	  .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_COV) $(call JUNIT,omni) tests/vllm \
+	  .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_WORKERS) $(VLLM_COV) $(call JUNIT,omni) tests/vllm \
 	  --ignore=tests/vllm/test_vllm_server.py --ignore=tests/vllm/test_real_engine.py \
 	  --ignore=tests/vllm/test_served_gate.py
 
