@@ -121,7 +121,7 @@ VLLM_COV = --cov --cov-append --cov-report= --cov-fail-under=0
 # Two workers, one test module each at a time (each module's fixtures start once): much of the
 # tier's time is a server starting (its imports) or a real engine stepping on one core, so the
 # smoke test on one worker beside the rest of the tier on the other took the vLLM 0.32 run
-# from 375 s to 239 s on a fresh machine here (the smoke test also went from four points to two).
+# from 375 s to 239–273 s on a fresh machine here (the smoke test also went from four points to two).
 VLLM_WORKERS = -n 2 --dist loadfile
 
 # EDGEMON_REQUIRE_MODULES: a test module skipped because one of these does not import fails
