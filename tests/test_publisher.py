@@ -20,9 +20,21 @@ from links import until
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-CHANGE = ThrottleChanged(
-    "dev", 1.0, active=True, streams=("s",), min_headroom_ms=5.0, margin_ms=80.0
-)
+
+def change(device: str, *, active: bool = True) -> ThrottleChanged:
+    """A throttle change of `device`."""
+    return ThrottleChanged(
+        device, 1.0, active=active, streams=("s",), min_headroom_ms=5.0, margin_ms=80.0
+    )
+
+
+async def settle() -> None:
+    """Let every task that can run do so (before asserting that nothing more happened)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+CHANGE = change("dev")
 
 
 class Sink:
@@ -104,8 +116,7 @@ async def test_a_device_not_owned_gets_no_throttle_object() -> None:
     task = asyncio.create_task(publisher.run())
     try:
         publisher.submit(CHANGE)  # device "dev": not owned
-        publisher.submit(ThrottleChanged("own", 1.0, active=True, streams=("s",),
-                                         min_headroom_ms=5.0, margin_ms=80.0))  # fmt: skip
+        publisher.submit(change("own"))
         async with asyncio.timeout(10):
             await publisher.drain()
     finally:
@@ -136,13 +147,6 @@ class HeldSink:
     def answer(self, call: int, *, ok: bool = True) -> None:
         """Answer the `call`-th publish."""
         self._answers[call].set_result(ok)
-
-
-def change(device: str, *, active: bool = True) -> ThrottleChanged:
-    """A throttle change of `device`."""
-    return ThrottleChanged(
-        device, 1.0, active=active, streams=("s",), min_headroom_ms=5.0, margin_ms=80.0
-    )
 
 
 @pytest_asyncio.fixture
@@ -200,8 +204,7 @@ async def test_one_object_per_topic_on_its_way_and_the_newest_follows(
     await until(lambda: len(sink.calls) == 1, "the first object sent")
     publisher.submit(change("a", active=False))
     publisher.submit(change("a"))
-    for _ in range(10):
-        await asyncio.sleep(0)
+    await settle()
     assert len(sink.calls) == 1
     sink.answer(0)
     await until(lambda: len(sink.calls) == 2, "the newest object sent")
@@ -246,8 +249,7 @@ async def test_at_most_window_devices_objects_are_on_their_way(
     for device in "abc":
         publisher.submit(change(device))
     await until(lambda: len(sink.calls) == 2, "two objects sent")
-    for _ in range(10):
-        await asyncio.sleep(0)
+    await settle()
     assert [topic for topic, _ in sink.calls] == ["t/a", "t/b"]
     assert publisher.pending == 3
     sink.answer(0)

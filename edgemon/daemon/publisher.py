@@ -177,7 +177,7 @@ class ThrottlePublisher:
             while True:
                 self._wake.clear()
                 # Outbox topics on their way are at most `window`: the scan stops early.
-                free = max(0, self._window - len(on_the_way))
+                free = self._window - len(on_the_way)  # never below 0: only this loop adds
                 ready = list(islice((t for t in outbox if t not in on_the_way), free))
                 if not ready:
                     if not outbox and not on_the_way:
