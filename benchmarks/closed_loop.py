@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from edgemon.simulate.policies import Policy
 
 SHIPPED = EDGEMON.format(guard=f"{SHIPPED_GUARD_MS:g}")
+LENGTHS = ("eos", "known")
 GATE_MARGINS_MS = (40.0, 80.0, 150.0)  # x86-gpu's own margin, 50 ms, is in between
 GATE_HOLDS_MS = (500.0, 1000.0, 2000.0, 4000.0)
 MINE = (
@@ -99,15 +100,9 @@ MINE = (
 )
 
 
-def realtime_concurrency(profile: Profile) -> int:
-    """N*: the largest batch whose decode step stays within one codec frame."""
-    step = profile.step
-    return max(1, math.floor((profile.frame_ms - step.base_ms) / step.per_decode_seq_ms))
-
-
 def sweep_policies(profile: Profile) -> list[str]:
     """Every setting the report compares (see the module doc)."""
-    n = realtime_concurrency(profile)
+    n = profile.realtime_concurrency()
     caps = [f"cap:{c}" for c in range(max(1, n - 3), n + 2)]
     gates = [f"gate:{m:g}:{h:g}" for m in GATE_MARGINS_MS for h in GATE_HOLDS_MS]
     mine = [text.format(m=f"{profile.margin_ms:g}") for text in MINE]
@@ -117,7 +112,7 @@ def sweep_policies(profile: Profile) -> list[str]:
 def target_policies(profile: Profile) -> list[str]:
     """The policies the goodput targets compare: open, `cap:N` for N from N*−3 to N*+1,
     `realtime` and `edgemon`."""
-    n = realtime_concurrency(profile)
+    n = profile.realtime_concurrency()
     caps = [f"cap:{c}" for c in range(max(1, n - 3), n + 2)]
     return ["open", *caps, "realtime", "edgemon"]
 
@@ -290,6 +285,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         f"every P s: steps × the profile's measured factor for SHARE ({DEFAULT_CONTENTION}; "
         "benchmarks/real_engine.py runs the same flag on the real engine)",
     )
+    parser.add_argument(
+        "--lengths",
+        choices=LENGTHS,
+        default="eos",
+        help="eos (default): requests end at their end-of-speech and the schedulers predict "
+        "lengths from prompts, as a real server must; known: the deadline policy is shown each "
+        "request's length (an oracle, to see what knowing is worth)",
+    )
+    parser.add_argument(
+        "--drain",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="arrivals stop at --duration and the run goes on until every request has ended "
+        "(default); --no-drain stops the run there and scores requests under way as they are",
+    )
     parser.add_argument("--seeds", default="1-10", help="a list or a range: 1-10, 3,7,9")
     parser.add_argument("--load", default="0.8", help="share(s) of estimated capacity: 0.8,0.9")
     parser.add_argument("--duration", type=float, default=180.0, help="seconds per run")
@@ -376,12 +386,14 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                     duration_s=args.duration,
                     start_slo_ms=args.start_slo_ms,
                     gap_slo_ms=args.gap_slo_ms,
+                    lengths_known=args.lengths == "known",
+                    drain=args.drain,
                 )
                 score, players, origin, end = (
                     result.score,
                     list(result.players),
                     0.0,
-                    args.duration * 1000.0,
+                    result.end_ms,
                 )
             else:
                 score, players, origin, end = realtime.run(
@@ -403,6 +415,8 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                 duration_s=round((end - origin) / 1000.0, 3),
             )
             line["scenario_params"] = scene.describe()
+            line["lengths"] = args.lengths
+            line["drain"] = args.drain
             line["chunks"] = ",".join(map(str, profile.chunk_schedule))
             line["frame_ms"] = profile.frame_ms
             if args.steps is not None:
@@ -439,7 +453,7 @@ def header(args: argparse.Namespace) -> str:
     return (
         f"# closed loop ({'virtual clock' if args.virtual else 'real time, vLLM'}), profile "
         f"{profile.name}: {profile.title}; capacity ≈ {profile.capacity_rps():.2f} req/s "
-        f"(estimate), N* = {realtime_concurrency(profile)}; SLOs: start ≤ "
+        f"(estimate), N* = {profile.realtime_concurrency()}; SLOs: start ≤ "
         f"{args.start_slo_ms:g} ms, longest gap ≤ {args.gap_slo_ms:g} ms; chunks {chunks} "
         f"frames of {profile.frame_ms:g} ms; scenarios {scenes}; load "
         f"{args.load}; seeds {args.seeds}; {args.duration:g} s per run; "

@@ -124,7 +124,7 @@ def test_prefill_cost_and_request_length_are_learned() -> None:
     policy = taught()
     for _ in range(300):
         policy.observe(8, 300, BASE_MS + PER_SEQ_MS * 8 + 0.2 * 300)
-        policy.finished(60)
+        policy.finished(60, 300)
     assert policy.prefill_ms_per_token == pytest.approx(0.2, rel=0.05)
     assert policy.expected_frames == pytest.approx(60, rel=0.05)
 
@@ -135,11 +135,11 @@ def test_the_first_measurements_replace_the_priors_at_once() -> None:
     made a fresh server admit requests that then started late for its first ~50)."""
     policy = taught(DeadlineSettings(prefill_ms_per_token=0.0, expected_frames=100.0))
     policy.observe(8, 300, BASE_MS + PER_SEQ_MS * 8 + 0.2 * 300)
-    policy.finished(60)
+    policy.finished(60, 300)
     assert policy.prefill_ms_per_token == pytest.approx(0.2)
     assert policy.expected_frames == pytest.approx(60.0)
     policy.observe(8, 300, BASE_MS + PER_SEQ_MS * 8 + 0.4 * 300)
-    policy.finished(40)
+    policy.finished(40, 300)
     assert policy.prefill_ms_per_token == pytest.approx(0.3)  # the mean of 0.2 and 0.4
     assert policy.expected_frames == pytest.approx(50.0)
 
@@ -238,7 +238,7 @@ def test_admission_steps_match_a_step_by_step_reference(
     admission = RealtimeAdmission(80.0)
     policy = Deadlines(DeadlineSettings(expected_frames=20.0), admission, max_num_seqs=limit)
     running = [Running(f"r{i}", float(r)) for i, r in enumerate(remaining)]
-    got = policy.admission_steps(running, queued)
+    got = policy.admission_steps(running, [Waiting(f"w{i}", 0.0, 300) for i in range(queued)])
     assert got == reference_steps(limit, remaining, queued, hold=21)
 
 

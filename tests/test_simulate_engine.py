@@ -169,7 +169,11 @@ def test_arrivals_are_seeded_and_in_order() -> None:
     times = [r.arrival_ms for r in one]
     assert times == sorted(times)
     assert 1000 < len(one) < 1400
-    assert all(1 <= r.prompt_tokens <= PROFILE.workload.prompt_max_tokens for r in one)
+    load = PROFILE.workload
+    longest = (
+        load.template_tokens + load.text_max_tokens + load.reference_tokens(load.reference_max_s)
+    )
+    assert all(load.template_tokens < r.prompt_tokens <= longest for r in one)
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))

@@ -19,7 +19,9 @@ FAST = dataclasses.replace(
     chunk_schedule=(2, 5),
     network_ms=1.0,
     network_jitter_ms=0.5,
-    workload=Workload(prompt_median_tokens=50, audio_median_s=0.8, audio_sigma=0.1),
+    workload=Workload(
+        text_median_tokens=3, text_sigma=0.1, frames_sigma=0.05, template_tokens=40, clone_share=0
+    ),
 )
 
 

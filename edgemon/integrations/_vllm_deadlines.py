@@ -235,7 +235,7 @@ class DeadlineDriver:
         """Teach the policy the lengths of `requests` that finished (a step's running ones)."""
         for request in requests:
             if request.is_finished():
-                self.policy.finished(request.num_output_tokens)
+                self.policy.finished(request.num_output_tokens, request.num_prompt_tokens)
 
     # ------------------------------------------------------------------ answers
     def arrive(self, request: Any, running: Iterable[Any], waiting: Iterable[Any]) -> bool:

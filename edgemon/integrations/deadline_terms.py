@@ -51,6 +51,10 @@ class DeadlineSettings:
     order: Order = "fcfs"
     shed: bool = True
     """Refuse what cannot start in time; False: queue it (its hold still ends at its deadline)."""
+    shed_at_arrival: bool = True
+    """With `shed`: refuse at arrival what cannot start in time."""
+    shed_queued: bool = True
+    """With `shed`: refuse a queued request once it cannot start in time."""
     guard_ms: float = 0.0
     """Taken off every start budget, for what the prediction misses."""
     expected_frames: float = EXPECTED_FRAMES
@@ -86,21 +90,28 @@ class DeadlineSettings:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """A request in the waiting queue."""
+    """A request in the waiting queue. `frames`: its length, for a caller that knows it
+    (None, as on a real server: predicted from its prompt)."""
 
     id: str
     arrival_ms: float
     prompt_tokens: int
+    frames: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """A request in the running set: the frames it has left (what the caller expects) and
-    the prompt tokens it still has to prefill (chunked prefill under way)."""
+    """A request in the running set: the frames it has left, for a caller that knows them
+    (None, as on a real server: predicted from its prompt, the frames it emitted and its
+    cap), and the prompt tokens it still has to prefill (chunked prefill under way)."""
 
     id: str
-    remaining_frames: float
+    remaining_frames: float | None
     prefill_tokens: int = 0
+    prompt_tokens: int = 0
+    emitted_frames: int = 0
+    max_frames: int | None = None
+    """The most frames it may emit (its `max_tokens`), when the client set one."""
 
 
 @dataclass(frozen=True, slots=True)

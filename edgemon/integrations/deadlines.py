@@ -85,6 +85,7 @@ from edgemon.integrations.deadline_terms import (
     Verdict,
     Waiting,
 )
+from edgemon.integrations.lengths import LengthModel
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -136,12 +137,12 @@ class Deadlines:
 
     __slots__ = (
         "_busy_ms",
-        "_expected_frames",
         "_prefill_ms_per_token",
         "_prompt_tokens",
         "_recent_ms",
         "_step_ms",
         "admission",
+        "lengths",
         "max_num_seqs",
         "settings",
         "shed_at_arrival",
@@ -160,7 +161,8 @@ class Deadlines:
         if max_num_seqs is not None and max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be ≥ 1, not {max_num_seqs}")
         self.max_num_seqs = max_num_seqs
-        self._expected_frames = Learned(self.settings.expected_frames)
+        #: Request lengths, learned from finished requests' prompts and frames.
+        self.lengths = LengthModel(self.settings.expected_frames)
         self._prefill_ms_per_token = Learned(self.settings.prefill_ms_per_token)
         self._prompt_tokens = Learned(0.0)
         self._step_ms: float | None = None
@@ -199,15 +201,32 @@ class Deadlines:
             return
         self._prefill_ms_per_token.learn(max(0.0, ms - decode_ms) / prefill_tokens)
 
-    def finished(self, frames: int) -> None:
-        """A request finished after `frames` frames (teaches the expected request length)."""
-        if frames > 0:
-            self._expected_frames.learn(frames)
+    def finished(self, frames: int, prompt_tokens: int) -> None:
+        """A request of `prompt_tokens` finished after `frames` frames (teaches the request
+        lengths, `lengths`)."""
+        self.lengths.learn(prompt_tokens, frames)
 
     @property
     def expected_frames(self) -> float:
-        """The frames a request is expected to take (learned from finished ones)."""
-        return self._expected_frames.value
+        """The frames a request of the usual prompt is expected to take (learned from
+        finished ones)."""
+        prompt = self._prompt_tokens
+        return self.lengths.expected(round(prompt.value) if prompt.seen else 1)
+
+    def remaining(self, request: Running) -> float:
+        """The frames `request` has left: as the caller knows them, else as predicted from its
+        prompt, the frames it emitted and its cap (`lengths`)."""
+        if request.remaining_frames is not None:
+            return request.remaining_frames
+        return self.lengths.remaining(
+            request.prompt_tokens, request.emitted_frames, request.max_frames
+        )
+
+    def expected(self, request: Waiting) -> float:
+        """The frames a waiting request will take: as the caller knows them, else predicted."""
+        if request.frames is not None:
+            return request.frames
+        return self.lengths.expected(request.prompt_tokens)
 
     @property
     def prefill_ms_per_token(self) -> float:
@@ -351,25 +370,25 @@ class Deadlines:
 
     # ------------------------------------------------------------------ prediction
 
-    def admission_steps(self, running: Sequence[Running], queued: int) -> list[int]:
-        """For each of `queued` requests in queue order, the decode steps from now until a
+    def admission_steps(self, running: Sequence[Running], queue: Sequence[Waiting]) -> list[int]:
+        """For each request of `queue`, in its order, the decode steps from now until a
         real-time seat is free for it (0: now)."""
         limit = self.limit
         if limit is None:
-            return [0] * queued
-        finishes = [max(0, math.ceil(r.remaining_frames)) for r in running]
+            return [0] * len(queue)
+        finishes = [max(0, math.ceil(self.remaining(r))) for r in running]
         heapq.heapify(finishes)
         free = limit - len(running)
-        hold = max(1, math.ceil(self.expected_frames)) + 1  # its prefill step, then its frames
         now = 0
         out: list[int] = []
-        for _ in range(queued):
+        for request in queue:
             while free <= 0 and finishes:
                 now = max(now, heapq.heappop(finishes))
                 free += 1
             free -= 1
             out.append(now)
-            heapq.heappush(finishes, now + hold)
+            # Its prefill step, then its frames.
+            heapq.heappush(finishes, now + max(1, math.ceil(self.expected(request))) + 1)
         return out
 
     def _ordered(self, waiting: Sequence[Waiting], batch: int) -> list[Waiting]:
@@ -415,7 +434,7 @@ class Deadlines:
         batch = self._joined(len(running))
         queue = self._ordered([*waiting, request], batch)
         position = next(i for i, w in enumerate(queue) if w is request)
-        predicted = self.admission_steps(running, len(queue))
+        predicted = self.admission_steps(running, queue)
         steps = predicted[position]
         ahead = _prefilling(running) + sum(
             w.prompt_tokens for w, n in zip(queue[:position], predicted, strict=False) if n == steps
@@ -424,7 +443,7 @@ class Deadlines:
         late = admit_at > self.deadline_ms(request, batch, ahead, alone=not running)
         if late and self._may_burst(len(running) + position, throttle):
             return "queue"  # the next step admits it beyond the sustained batch
-        if self.settings.shed and late:
+        if self.settings.shed and self.settings.shed_at_arrival and late:
             self.shed_at_arrival += 1
             return "shed"
         if steps == 0 and position == 0 and not waiting and not throttle.held:
@@ -456,7 +475,7 @@ class Deadlines:
         limit = self.limit
         seats = len(queue) if limit is None else limit - len(running)
         step_ms = self.step_ms(joined)
-        predicted = self.admission_steps(running, len(queue))
+        predicted = self.admission_steps(running, queue)
         headroom = throttle.headroom_ms
         batch = len(running)
         admit: list[str] = []
@@ -464,10 +483,11 @@ class Deadlines:
         ahead = _prefilling(running)  # prompt tokens to prefill ahead of the next admission
         self._saw(now_ms, running)
         probe = self._probes(now_ms, running, throttle)  # then the first takes a free seat
+        sheds = self.settings.shed and self.settings.shed_queued
         for request, steps in zip(queue, predicted, strict=True):
             deadline = self.deadline_ms(request, joined, ahead, alone=not running)
             due = now_ms >= deadline
-            late = self.settings.shed and now_ms > deadline + self.settings.guard_ms
+            late = sheds and now_ms > deadline + self.settings.guard_ms
             if late and not (probe and not admit):
                 shed.append(request.id)  # late even if admitted now: it frees its seat
                 continue
@@ -491,7 +511,7 @@ class Deadlines:
                     batch += 1
                     ahead += request.prompt_tokens
                     continue
-            if self.settings.shed and (due or infeasible):
+            if sheds and (due or infeasible):
                 shed.append(request.id)
                 continue
         self.shed_queued += len(shed)
@@ -526,12 +546,14 @@ class Deadlines:
         """What one more request beyond the real-time batch costs each running stream's
         headroom: its prefill, then every step's overrun of a frame until a seat frees."""
         overrun = max(0.0, self.step_ms(batch + 1) - self.settings.frame_ms)
-        soonest = min((r.remaining_frames for r in running), default=0.0)
+        soonest = min((self.remaining(r) for r in running), default=0.0)
         return self.prefill_ms(request.prompt_tokens) + overrun * soonest
 
     def capacity(self, running: Sequence[Running], waiting: Sequence[Waiting]) -> Capacity:
         """The capacity object's figures now."""
-        steps = self.admission_steps(running, len(waiting) + 1)[-1]
+        prompt = self._prompt_tokens
+        usual = Waiting("", 0.0, round(prompt.value) if prompt.seen else 1)
+        steps = self.admission_steps(running, [*waiting, usual])[-1]
         measured = self._decode_ms(self._batch(None)) is not None
         wait = None
         if measured:

@@ -51,11 +51,14 @@ from typing import TYPE_CHECKING
 
 from edgemon.integrations.announced import next_estimate
 from edgemon.integrations.deadlines import OPEN, Running, Throttle, Waiting
+from edgemon.simulate.estimated import Stream
+from edgemon.simulate.serving import OPEN_SERVING, Serving
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from edgemon.integrations.deadlines import Deadlines
+    from edgemon.simulate.estimated import Pacing
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request
 
@@ -106,7 +109,7 @@ class DeadlineHook:
 class Frames:
     """Counts one request's codec frames and cuts them into audio chunks as they come."""
 
-    __slots__ = ("chunks", "emitted", "pending", "profile", "request", "total")
+    __slots__ = ("chunks", "emitted", "first_ms", "pending", "profile", "request", "total")
 
     def __init__(self, profile: Profile, request: str, total: int) -> None:
         self.profile = profile
@@ -115,6 +118,13 @@ class Frames:
         self.emitted = 0
         self.pending = 0
         self.chunks = 0
+        #: When its first chunk was complete (None: not yet).
+        self.first_ms: float | None = None
+
+    @property
+    def sent(self) -> int:
+        """Frames in complete chunks."""
+        return self.emitted - self.pending
 
     @property
     def done(self) -> bool:
@@ -130,6 +140,8 @@ class Frames:
         if not final and self.pending < profile.chunk_size(self.chunks):
             return None
         frames, self.pending = self.pending, 0
+        if self.first_ms is None:
+            self.first_ms = end_ms
         seq = self.chunks
         self.chunks += 1
         eta = None
@@ -147,14 +159,17 @@ class Frames:
 
 
 class _Running:
-    """A request in the running set: its prefill progress and its frames."""
+    """A request in the running set: its prefill progress and its frames (it ends at its
+    end-of-speech, or at its client's cap if that comes first)."""
 
     __slots__ = ("frames", "prefilled", "request")
 
     def __init__(self, request: Request, profile: Profile) -> None:
         self.request = request
         self.prefilled = 0
-        self.frames = Frames(profile, request.id, request.frames)
+        cap = request.max_frames
+        total = request.frames if cap is None else min(request.frames, cap)
+        self.frames = Frames(profile, request.id, total)
 
 
 class TtsEngine:
@@ -162,12 +177,17 @@ class TtsEngine:
 
     __slots__ = (
         "_admitted",
+        "_budget",
         "_deadlines",
         "_fits",
         "_gate",
+        "_held",
+        "_lengths_known",
+        "_pacing",
         "_refused",
         "_running",
         "_seats",
+        "_serving",
         "_step_factor",
         "_waiting",
         "max_num_seqs",
@@ -175,7 +195,7 @@ class TtsEngine:
         "step_estimate_ms",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only parts, each a policy's
         self,
         profile: Profile,
         *,
@@ -186,8 +206,22 @@ class TtsEngine:
         admitted: Callable[[], None] | None = None,
         fits: Callable[[Request, int], bool] | None = None,
         deadlines: DeadlineHook | None = None,
+        lengths_known: bool = False,
+        serving: Serving = OPEN_SERVING,
+        pacing: Pacing | None = None,
     ) -> None:
         self.profile = profile
+        #: vLLM's other flags: the API server's admission limits, the token budget, the
+        #: long-prefill threshold.
+        self._serving = serving
+        self._budget = serving.max_num_batched_tokens or profile.max_num_batched_tokens
+        #: The peers' pacing by estimated buffers (`edgemon.simulate.estimated`), if any, and
+        #: the running streams it holds out of the current step.
+        self._pacing = pacing
+        self._held: frozenset[str] = frozenset()
+        #: The deadline policy is shown each request's length (an oracle no server has);
+        #: False: it sees the prompt, the frames emitted and the client's cap, as vLLM does.
+        self._lengths_known = lengths_known
         self._gate = gate
         self.max_num_seqs = profile.max_num_seqs if max_num_seqs is None else max_num_seqs
         if self.max_num_seqs < 1:
@@ -218,13 +252,18 @@ class TtsEngine:
         return len(self._running)
 
     def submit(self, request: Request, now_ms: float | None = None) -> bool:
-        """Queue a request (it waits for admission); False if the deadline policy refused it
-        (at `now_ms`, default its arrival)."""
+        """Queue a request (it waits for admission); False if vLLM's admission limits or the
+        deadline policy refused it (at `now_ms`, default its arrival)."""
+        serving = self._serving
+        if serving.limits_arrivals and serving.refuses(
+            len(self._running) + len(self._waiting), self._backlog_tokens()
+        ):
+            return False
         hook = self._deadlines
         if hook is not None:
             now = request.arrival_ms if now_ms is None else now_ms
             verdict = hook.policy.arrive(
-                _waiting(request),
+                self._waiting_view(request),
                 now,
                 self._running_views(),
                 self._waiting_views(),
@@ -235,18 +274,38 @@ class TtsEngine:
         self._waiting.append(request)
         return True
 
+    def _backlog_tokens(self) -> int:
+        """The whole prompt of every request that has not produced its first frame yet."""
+        waiting = sum(request.prompt_tokens for request in self._waiting)
+        return waiting + sum(r.request.prompt_tokens for r in self._running if not r.frames.emitted)
+
+    def _occupied(self) -> int:
+        """Batch rows taken: running requests, less those the pacing parked."""
+        pacing = self._pacing
+        held = len(self._held) if pacing is not None and pacing.frees_seats else 0
+        return len(self._running) - held
+
     def _running_views(self) -> list[Running]:
+        known = self._lengths_known
         return [
             Running(
                 r.request.id,
-                r.frames.total - r.frames.emitted,
+                r.frames.total - r.frames.emitted if known else None,
                 r.request.prompt_tokens - r.prefilled,
+                prompt_tokens=r.request.prompt_tokens,
+                emitted_frames=r.frames.emitted,
+                max_frames=r.request.max_frames,
             )
             for r in self._running
         ]
 
+    def _waiting_view(self, request: Request) -> Waiting:
+        """The deadline policy's view of a waiting request."""
+        frames = request.frames if self._lengths_known else None
+        return Waiting(request.id, request.arrival_ms, request.prompt_tokens, frames)
+
     def _waiting_views(self) -> list[Waiting]:
-        return [_waiting(request) for request in self._waiting]
+        return [self._waiting_view(request) for request in self._waiting]
 
     def refused(self) -> list[str]:
         """The waiting requests the deadline policy refused since the last call."""
@@ -291,7 +350,7 @@ class TtsEngine:
         seats = self._seats_now()
         fits = self._fits
         taken = 0
-        while self._waiting and budget > taken and len(self._running) < seats:
+        while self._waiting and budget > taken and self._occupied() < seats:
             if fits is not None and not fits(self._waiting[0], len(self._running)):
                 break
             taken += self._start(self._waiting.popleft(), budget - taken, framed, admitted)
@@ -315,7 +374,8 @@ class TtsEngine:
     ) -> int:
         """Move `request` to the running set and start its prefill; the tokens it takes."""
         run = _Running(request, self.profile)
-        take = min(request.prompt_tokens, budget)
+        alone = not self._running and len(self._waiting) == 0
+        take = self._serving.prefill_chunk(request.prompt_tokens, budget, alone=alone)
         run.prefilled = take
         self._running.append(run)
         admitted.append(request.id)
@@ -323,17 +383,30 @@ class TtsEngine:
             framed.append(run)
         return take
 
+    def _streams(self) -> list[Stream]:
+        """The running requests whose prefill is done, as the pacing sees them."""
+        frame_ms = self.profile.frame_ms
+        return [
+            Stream(r.request.id, r.request.arrival_ms, r.frames.first_ms, r.frames.sent * frame_ms)
+            for r in self._running
+            if r.prefilled >= r.request.prompt_tokens
+        ]
+
     def _continue(self, framed: list[_Running]) -> tuple[int, int, int]:
         """The running requests' share of a step: (prompt tokens, decodes, budget left);
         `framed` gets each request that emits a frame this step."""
-        budget = self.profile.max_num_batched_tokens
+        budget = self._budget
         prefill_tokens = decode_seqs = 0
+        held, serving = self._held, self._serving
+        alone = len(self._running) + len(self._waiting) <= 1
         for run in self._running:
             if budget <= 0:
                 break
+            if run.request.id in held:
+                continue
             remaining = run.request.prompt_tokens - run.prefilled
             if remaining > 0:
-                take = min(remaining, budget)
+                take = serving.prefill_chunk(remaining, budget, alone=alone)
                 run.prefilled += take
                 prefill_tokens += take
                 budget -= take
@@ -349,6 +422,10 @@ class TtsEngine:
         """Plan and account one step starting at `now_ms`; None when there is nothing to run."""
         profile = self.profile
         framed: list[_Running] = []
+        if self._pacing is not None:
+            self._held = self._pacing.held(
+                now_ms, self._streams(), self.max_num_seqs - self._occupied()
+            )
         prefill_tokens, decode_seqs, budget = self._continue(framed)
         held = bool(self._waiting) and self._gate is not None and self._gate()
         admitted: list[str] = []
@@ -368,14 +445,8 @@ class TtsEngine:
         end_ms = now_ms + ms
         estimate = self.step_estimate_ms
         chunks = [c for run in framed if (c := run.frames.add(end_ms, estimate)) is not None]
-        finished = tuple(run.request.id for run in framed if run.frames.done)
         if self._deadlines is not None:
-            policy = self._deadlines.policy
-            policy.observe(decode_seqs, prefill_tokens, ms, end_ms=end_ms)
-            for frames in (run.frames.total for run in framed if run.frames.done):
-                policy.finished(frames)
-        if finished:
-            self._running = [run for run in self._running if not run.frames.done]
+            self._deadlines.policy.observe(decode_seqs, prefill_tokens, ms, end_ms=end_ms)
         return Step(
             t_ms=now_ms,
             ms=ms,
@@ -384,10 +455,19 @@ class TtsEngine:
             admitted=tuple(admitted),
             held=held,
             chunks=tuple(chunks),
-            finished=finished,
+            finished=self._finished(framed),
         )
 
-
-def _waiting(request: Request) -> Waiting:
-    """The deadline policy's view of a waiting request."""
-    return Waiting(request.id, request.arrival_ms, request.prompt_tokens)
+    def _finished(self, framed: list[_Running]) -> tuple[str, ...]:
+        """The requests whose last frame this step made: they leave the running set, and the
+        deadline policy learns their lengths."""
+        done = [run for run in framed if run.frames.done]
+        if not done:
+            return ()
+        self._running = [run for run in self._running if not run.frames.done]
+        for run in done:
+            if self._deadlines is not None:
+                self._deadlines.policy.finished(run.frames.total, run.request.prompt_tokens)
+            if self._pacing is not None:
+                self._pacing.ended(run.request.id)
+        return tuple(run.request.id for run in done)

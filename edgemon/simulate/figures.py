@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from edgemon.simulate.scenarios import Scenario
 
 
-def run_virtual(
+def run_virtual(  # noqa: PLR0913 - keyword-only knobs of one run
     profile: Profile,
     policy: Policy,
     scenario: Scenario,
@@ -42,9 +42,11 @@ def run_virtual(
     duration_s: float,
     start_slo_ms: float = START_SLO_MS,
     gap_slo_ms: float = GAP_SLO_MS,
+    lengths_known: bool = False,
+    drain: bool = True,
 ) -> LoopResult:
     """One run of `policy` under `scenario` with `rate_rps` requests a second, its players
-    scored against the start and gap SLOs."""
+    scored against the start and gap SLOs (`lengths_known`, `drain`: as `LoopPlan`'s)."""
     return run_loop(
         LoopPlan(
             profile=profile,
@@ -56,6 +58,8 @@ def run_virtual(
             max_hold_ms=policy.max_hold_ms,
             lasting=policy.lasting,
             max_num_seqs=policy.max_num_seqs,
+            serving=policy.serving,
+            pacing=policy.pacing,
             realtime=policy.realtime,
             realtime_frames=policy.realtime_frames,
             scenario=scenario,
@@ -63,6 +67,8 @@ def run_virtual(
             deadlines=policy.deadlines,
             start_slo_ms=start_slo_ms,
             gap_slo_ms=gap_slo_ms,
+            lengths_known=lengths_known,
+            drain=drain,
         )
     )
 

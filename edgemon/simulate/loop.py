@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -44,12 +45,14 @@ from edgemon.simulate.budget import BudgetSetting, SpendableBudget
 from edgemon.simulate.engine import DeadlineHook, TtsEngine
 from edgemon.simulate.players import PLAYER_CUSHION_MS, Delivery, Player, Score, score
 from edgemon.simulate.scenarios import STEADY, RequestSource
+from edgemon.simulate.serving import OPEN_SERVING, Serving
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from edgemon.engine.outputs import Output
     from edgemon.simulate.engine import Chunk
+    from edgemon.simulate.estimated import PacingSetting
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.scenarios import Scenario
     from edgemon.simulate.workload import Request
@@ -58,6 +61,9 @@ DEVICE = "box"
 TOPIC = f"edgemon/v1/{DEVICE}/events"
 IDLE_POLL_MS = 5.0
 """How often an engine with everything held asks the gate again."""
+DRAIN_LIMIT_MS = 600_000.0
+"""The longest a draining run goes on after its arrivals stopped (requests then still open
+are scored as they are)."""
 
 
 class HoldGate:
@@ -128,6 +134,8 @@ class LoopResult:
     """Every request's player, in request order (settled at the run's end)."""
     monitor: Monitor | None = None
     """edgemon's monitor as the run left it (its device `box` has the daemon's statistics)."""
+    end_ms: float = 0.0
+    """When the run ended and its players were scored (past the duration when it drained)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +156,10 @@ class LoopPlan:
     """The gate's release after `max_hold_ms` lasts until a step admits."""
     max_num_seqs: int | None = None
     """A static cap (default: the profile's)."""
+    serving: Serving = OPEN_SERVING
+    """vLLM's other flags: admission limits, token budget, long-prefill threshold."""
+    pacing: PacingSetting | None = None
+    """The peers' pacing by estimated buffers (`edgemon.simulate.estimated`)."""
     realtime: bool = False
     """Real-time admission (`edgemon.integrations.realtime`)."""
     realtime_frames: float = 1.0
@@ -159,6 +171,13 @@ class LoopPlan:
     """The deadline policy (its `start_slo_ms` and `prebuffer_ms` are set from this plan)."""
     start_slo_ms: float = START_SLO_MS
     gap_slo_ms: float = GAP_SLO_MS
+    lengths_known: bool = False
+    """The deadline policy is shown each request's length (`--lengths known`, an oracle);
+    False: it predicts lengths from prompts, as a real server must (`--lengths eos`)."""
+    drain: bool = True
+    """Arrivals stop at `duration_ms` and the run goes on until every request has ended
+    (finished or refused), so that none is scored `unfinished`; False: the run stops at
+    `duration_ms` and requests still under way are scored as they are."""
 
 
 def prebuffer_ms(profile: Profile) -> float:
@@ -169,7 +188,8 @@ def prebuffer_ms(profile: Profile) -> float:
 
 
 def run_loop(plan: LoopPlan) -> LoopResult:
-    """Run `plan` to its end; players are scored at `duration_ms`."""
+    """Run `plan` to its end; players are scored then (`duration_ms`, or when the last
+    request ended for a draining run)."""
     return _VirtualLoop(plan).run()
 
 
@@ -187,6 +207,7 @@ class _VirtualLoop:
         "margin_ms",
         "monitor",
         "now",
+        "open",
         "order",
         "peak_running",
         "plan",
@@ -232,9 +253,16 @@ class _VirtualLoop:
             deadlines=None
             if self.deadlines is None
             else DeadlineHook(self.deadlines, self._throttle_state),
+            lengths_known=plan.lengths_known,
+            serving=plan.serving,
+            pacing=None if plan.pacing is None else plan.pacing.make(plan.start_slo_ms),
         )
         self.arrivals = RequestSource(
-            plan.rate_rps, profile.workload, seed=plan.seed, burst=scenario.burst
+            plan.rate_rps,
+            profile.workload,
+            seed=plan.seed,
+            burst=scenario.burst,
+            until_ms=plan.duration_ms if plan.drain else math.inf,
         )
         self.delivery = Delivery(profile.network_ms, profile.network_jitter_ms, plan.seed)
         self.monitor = Monitor(EngineConfig())
@@ -247,6 +275,7 @@ class _VirtualLoop:
         self.steps = 0
         self.peak_running = 0
         self.requests = 0
+        self.open = 0  # requests neither finished nor refused
 
     def _deadlines(self) -> Deadlines | None:
         plan = self.plan
@@ -259,7 +288,7 @@ class _VirtualLoop:
             prebuffer_ms=prebuffer_ms(profile),
             first_chunk_frames=profile.chunk_size(0),
             second_chunk_frames=profile.chunk_size(1),
-            token_budget=profile.max_num_batched_tokens,
+            token_budget=plan.serving.max_num_batched_tokens or profile.max_num_batched_tokens,
             frame_ms=profile.frame_ms,
         )
         cap = profile.max_num_seqs if plan.max_num_seqs is None else plan.max_num_seqs
@@ -281,29 +310,38 @@ class _VirtualLoop:
             "gate": self._gate,
         }
         self._at(0.0, "engine")
+        end = plan.duration_ms
         while self.queue:
             t, _, kind, value = heapq.heappop(self.queue)
-            if t > plan.duration_ms:
+            if t > end and not self._draining(t):
                 break
             self.now = t
             handlers[kind](value)
+        end = max(end, self.now)
         if self.throttle_since is not None:
-            self.throttled_ms += plan.duration_ms - self.throttle_since
+            self.throttled_ms += end - self.throttle_since
         return LoopResult(
             score=score(
                 self.players.values(),
-                plan.duration_ms,
+                end,
                 requests=self.requests,
                 start_slo_ms=plan.start_slo_ms,
                 gap_slo_ms=plan.gap_slo_ms,
             ),
-            throttle_share=self.throttled_ms / plan.duration_ms,
+            throttle_share=self.throttled_ms / end,
             holds=self.gate.holds,
             steps=self.steps,
             peak_running=self.peak_running,
             players=tuple(self.players.values()),
             monitor=self.monitor,
+            end_ms=end,
         )
+
+    def _draining(self, t: float) -> bool:
+        """Whether a run past its duration goes on at `t`: it drains, requests are still
+        open, and the drain has not gone on for `DRAIN_LIMIT_MS`."""
+        plan = self.plan
+        return plan.drain and self.open > 0 and t <= plan.duration_ms + DRAIN_LIMIT_MS
 
     def _at(self, t: float, kind: str, value: Any = None) -> None:
         heapq.heappush(self.queue, (t, next(self.order), kind, value))
@@ -312,6 +350,7 @@ class _VirtualLoop:
         t, engine = self.now, self.engine
         for request in self.arrivals.due(t):
             self.requests += 1
+            self.open += 1
             self.players[request.id] = Player(request.id, request.arrival_ms)
             self._request_made(request.id, request.arrival_ms)
             if not engine.submit(request, t):
@@ -341,12 +380,14 @@ class _VirtualLoop:
         later, and the player ends the stream it reported."""
         at = self.now + self.plan.profile.network_ms
         self.players[stream].refused(at)
+        self.open -= 1
         end = {"type": "end", "stream": stream, "t_ms": at, "reason": "refused"}
         self._at(at + self.plan.report_latency_ms, "message", json.dumps([end]).encode())
 
     def _chunk(self, chunk: Chunk) -> None:
         player = self.players[chunk.request]
         player.receive(chunk, self.now)
+        self.open -= chunk.final
         body = json.dumps(self._report(player, chunk)).encode()
         self._at(self.now + self.plan.report_latency_ms, "message", body)
 

@@ -4,6 +4,19 @@ A policy is written as parts joined by `+`:
 
 - `open`: vLLM's own scheduling with the profile's `max_num_seqs`, no gate;
 - `cap:N`: a static `max_num_seqs = N`, no gate (what an operator can do without edgemon);
+- `queued:N:M`: `--max-num-seqs N --max-num-queued-reqs M`: vLLM's API server refuses (503)
+  a request arriving while M are in flight (`edgemon.simulate.serving`);
+- `tokens:N:T`: `--max-num-seqs N --max-num-queued-tokens T`: it refuses one arriving while
+  the prefill backlog is at least T prompt tokens;
+- `chunked:B` or `chunked:B:L`: `--max-num-batched-tokens B` and
+  `--long-prefill-token-threshold L` (chunked prefill: a step's token budget, and the most
+  prompt tokens one request prefills in a step);
+- `estimated-park` or `estimated-park:PARK_MS:RESUME_MS`: the peers' pacing by the server's
+  estimate of each client's buffer (`edgemon.simulate.estimated`): a stream whose estimated
+  lead passes 1000 ms leaves the batch until it would be down to 400 ms (sglang-omni #1903);
+- `estimated-edf` or `estimated-edf:K`: at most K streams decode a step, earliest estimated
+  run-dry first (vLLM-Omni PR #6600; K defaults to the profile's N*, the largest batch whose
+  step fits a frame);
 - `gate:MARGIN_MS:HOLD_MS`: edgemon's throttle (the seed's rule, players asking for
   `MARGIN_MS`) obeyed through the gate with `max_hold_ms = HOLD_MS`; after a hold of that
   length one step is let through;
@@ -16,28 +29,33 @@ A policy is written as parts joined by `+`:
   its predicted cost (its prefill plus FRAMES more decodes, default 12) fits the spendable
   headroom edgemon's last throttle object carried, plus ALLOW_MS (default 0); MODE `refill`
   (default), `stale` or `fresh` (an upper bound, see there). Measured, not shipped;
-- `deadline`, `deadline:ORDER`, `deadline:ORDER:SHED` or `deadline:ORDER:SHED:GUARD_MS`: the
-  deadline policy (`edgemon.integrations.deadlines`): every waiting request's hold ends at its
-  start deadline; ORDER `fcfs` (default) or `edf` (earliest deadline first); SHED `shed`
-  (default: refuse what cannot start within the start SLO, at arrival or while queued) or
-  `queue`; GUARD_MS taken off every start budget (default 0); BATCH `amortized` (default:
-  the batch whose steps average a frame with prefills spread over requests' frames) or
-  `decode` (the real-time admission's decode-only batch). With `realtime` it uses the
-  measured real-time batch; with a gate, the gate's hold is bounded by each deadline;
+- `deadline`, `deadline:ORDER`, `deadline:ORDER:SHED`, `deadline:ORDER:SHED:GUARD_MS` or
+  `deadline:ORDER:SHED:GUARD_MS:BATCH`: the deadline policy
+  (`edgemon.integrations.deadlines`): every waiting request's hold ends at its start deadline;
+  ORDER `fcfs` (default) or `edf` (earliest deadline first); SHED `shed` (default: refuse what
+  cannot start within the start SLO, at arrival or while queued), `arrival` (at arrival
+  only), `queued` (while queued only) or `queue` (never); GUARD_MS taken off every start
+  budget (default 0); BATCH `amortized` (default: the batch whose steps average a frame with
+  prefills spread over requests' frames) or `decode` (the real-time admission's decode-only
+  batch). With `realtime` it uses the measured real-time batch; with a gate, the gate's hold
+  is bounded by each deadline;
 - `edgemon`: the policy edgemon ships, `EDGEMON` below (also as a part: `edgemon+budget`).
 
-So `cap:11`, `gate:80:2000`, `realtime+lasting:80:2000`. Pure; `policy(text, profile)`
-raises ValueError naming what is wrong (`profile` gives `edgemon` its margin).
+So `cap:11`, `queued:10:12`, `gate:80:2000`, `realtime+lasting:80:2000`. Pure;
+`policy(text, profile)` raises ValueError naming what is wrong (`profile` gives `edgemon`
+its margin, and `estimated-edf` its window).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from edgemon.integrations.deadlines import GUARD_MS, ORDERS, DeadlineSettings
 from edgemon.simulate.budget import AHEAD_FRAMES, BUDGET_MODES, BudgetSetting
+from edgemon.simulate.estimated import PARK_MS, RESUME_MS, PacingSetting
+from edgemon.simulate.serving import OPEN_SERVING, Serving
 
 if TYPE_CHECKING:
     from edgemon.simulate.profiles import Profile
@@ -46,7 +64,8 @@ BUDGET_ARGS = ("FRAMES", "ALLOW_MS", "MODE")
 """What `budget:` takes, in order, each optional."""
 DEADLINE_ARGS = ("ORDER", "SHED", "GUARD_MS", "BATCH")
 """What `deadline:` takes, in order, each optional."""
-SHED_WORDS = ("shed", "queue")
+SHED_WORDS = ("shed", "arrival", "queued", "queue")
+"""`deadline:`'s SHED: at arrival and while queued, at arrival only, while queued only, never."""
 BATCH_WORDS = ("amortized", "decode")
 
 EDGEMON = "realtime+deadline:fcfs:shed:{guard}"
@@ -69,6 +88,10 @@ class Policy:
 
     label: str
     max_num_seqs: int | None = None
+    serving: Serving = OPEN_SERVING
+    """vLLM's other flags (`queued:`, `tokens:`, `chunked:`)."""
+    pacing: PacingSetting | None = None
+    """The peers' pacing by estimated buffers (`estimated-park`, `estimated-edf`)."""
     gated: bool = False
     margin_ms: float | None = None
     max_hold_ms: float = 2000.0
@@ -83,12 +106,84 @@ class Policy:
 
     @property
     def kind(self) -> str:
-        """`open`, `cap`, `gate` or `mine` (the families the report compares)."""
+        """`open`, `cap` (a static configuration of vLLM's flags), `estimated` (the peers'
+        pacing), `gate` or `mine` (the families the report compares)."""
         if self.realtime or self.lasting or self.budget is not None or self.deadlines is not None:
             return "mine"
         if self.gated:
             return "gate"
-        return "cap" if self.max_num_seqs is not None else "open"
+        if self.pacing is not None:
+            return "estimated"
+        if self.max_num_seqs is not None or self.serving != OPEN_SERVING:
+            return "cap"
+        return "open"
+
+
+@dataclass(slots=True)
+class _Parts:
+    """What the parts of one policy text set, as they are read."""
+
+    text: str
+    cap: int | None = None
+    serving: dict[str, int] = field(default_factory=dict)
+    pacing: PacingSetting | None = None
+    gate: tuple[float | None, float, bool] | None = None  # margin, hold, lasting
+    realtime: bool = False
+    frames: float = 1.0
+    budget: BudgetSetting | None = None
+    deadlines: DeadlineSettings | None = None
+
+    def read(self, name: str, args: list[str], profile: Profile) -> bool:
+        """Take the part `name:args`; False if it is no part."""
+        if name == "open" and not args:
+            return True
+        return self._static(name, args, profile) or self._edgemon(name, args)
+
+    def _static(self, name: str, args: list[str], profile: Profile) -> bool:
+        """vLLM's own flags and the peers' pacing; False if `name:args` is neither."""
+        whole = self.text
+        if name == "cap" and len(args) == 1:
+            self.cap = _count(args[0], whole)
+        elif name in {"queued", "tokens"} and len(args) == 2:
+            self.cap = _count(args[0], whole)
+            flag = "max_num_queued_reqs" if name == "queued" else "max_num_queued_tokens"
+            self.serving[flag] = _count(args[1], whole)
+        elif name == "chunked" and 1 <= len(args) <= 2:
+            self.serving["max_num_batched_tokens"] = _count(args[0], whole)
+            if len(args) == 2:
+                self.serving["long_prefill_token_threshold"] = _count(args[1], whole)
+        elif name == "estimated-park" and len(args) in {0, 2}:
+            park, resume = (_number(a, whole) for a in args) if args else (PARK_MS, RESUME_MS)
+            if not resume < park:
+                raise ValueError(f"policy {whole!r}: RESUME_MS must be below PARK_MS")
+            self.pacing = PacingSetting("park", park_ms=park, resume_ms=resume)
+        elif name == "estimated-edf" and len(args) <= 1:
+            window = _count(args[0], whole) if args else profile.realtime_concurrency()
+            self.pacing = PacingSetting("edf", window=window)
+        else:
+            return False
+        return True
+
+    def _edgemon(self, name: str, args: list[str]) -> bool:
+        """edgemon's parts; False if `name:args` is none of them."""
+        whole = self.text
+        if name in {"gate", "lasting"} and len(args) == 2:
+            margin, hold = (_number(a, whole) for a in args)
+            if hold <= 0:
+                raise ValueError(f"policy {whole!r}: the hold must be > 0 ms")
+            self.gate = (margin, hold, name == "lasting")
+        elif name == "realtime" and len(args) <= 1:
+            self.realtime = True
+            self.frames = _number(args[0], whole) if args else 1.0
+            if self.frames <= 0:
+                raise ValueError(f"policy {whole!r}: the frames must be > 0")
+        elif name == "budget" and len(args) <= len(BUDGET_ARGS):
+            self.budget = _budget(args, whole)
+        elif name == "deadline" and len(args) <= len(DEADLINE_ARGS):
+            self.deadlines = _deadlines(args, whole)
+        else:
+            return False
+        return True
 
 
 def policy(text: str, profile: Profile) -> Policy:
@@ -96,51 +191,36 @@ def policy(text: str, profile: Profile) -> Policy:
     label = text.strip()
     shipped = EDGEMON.format(margin=f"{profile.margin_ms:g}", guard=f"{SHIPPED_GUARD_MS:g}")
     expanded = "+".join(shipped if part.strip() == "edgemon" else part for part in label.split("+"))
-    cap: int | None = None
-    gate: tuple[float | None, float, bool] | None = None  # margin, hold, lasting
-    realtime = False
-    frames = 1.0
-    budget: BudgetSetting | None = None
-    deadlines: DeadlineSettings | None = None
+    parts = _Parts(text)
     for part in expanded.split("+"):
         name, _, rest = part.strip().partition(":")
-        args = rest.split(":") if rest else []
-        if name == "open" and not args:
-            continue
-        if name == "cap" and len(args) == 1:
-            cap = _count(args[0], text)
-        elif name in {"gate", "lasting"} and len(args) == 2:
-            margin, hold = (_number(a, text) for a in args)
-            if hold <= 0:
-                raise ValueError(f"policy {text!r}: the hold must be > 0 ms")
-            gate = (margin, hold, name == "lasting")
-        elif name == "realtime" and len(args) <= 1:
-            realtime = True
-            frames = _number(args[0], text) if args else 1.0
-            if frames <= 0:
-                raise ValueError(f"policy {text!r}: the frames must be > 0")
-        elif name == "budget" and len(args) <= len(BUDGET_ARGS):
-            budget = _budget(args, text)
-        elif name == "deadline" and len(args) <= len(DEADLINE_ARGS):
-            deadlines = _deadlines(args, text)
-        else:
+        if not parts.read(name, rest.split(":") if rest else [], profile):
             raise ValueError(
-                f"unknown policy {text!r}: open, cap:N, gate:MARGIN_MS:HOLD_MS, "
+                f"unknown policy {text!r}: open, cap:N, queued:N:M, tokens:N:T, chunked:B[:L], "
+                "estimated-park[:PARK_MS:RESUME_MS], estimated-edf[:K], gate:MARGIN_MS:HOLD_MS, "
                 "lasting:MARGIN_MS:HOLD_MS, realtime[:F], budget[:FRAMES[:ALLOW_MS[:MODE]]], "
-                "deadline[:ORDER[:SHED[:GUARD_MS]]], edgemon, or parts joined by '+'"
+                "deadline[:ORDER[:SHED[:GUARD_MS[:BATCH]]]], edgemon, or parts joined by '+'"
             )
-    gate_margin, gate_hold, gate_lasting = (None, 2000.0, False) if gate is None else gate
+    gate_margin, gate_hold, gate_lasting = (
+        (None, 2000.0, False) if parts.gate is None else parts.gate
+    )
+    try:
+        serving = Serving(**parts.serving)
+    except ValueError as exc:
+        raise ValueError(f"policy {text!r}: {exc}") from None
     return Policy(
         label=label,
-        max_num_seqs=cap,
-        gated=gate is not None,
+        max_num_seqs=parts.cap,
+        serving=serving,
+        pacing=parts.pacing,
+        gated=parts.gate is not None,
         margin_ms=gate_margin,
         max_hold_ms=gate_hold,
         lasting=gate_lasting,
-        realtime=realtime,
-        realtime_frames=frames,
-        budget=budget,
-        deadlines=deadlines,
+        realtime=parts.realtime,
+        realtime_frames=parts.frames,
+        budget=parts.budget,
+        deadlines=parts.deadlines,
     )
 
 
@@ -159,7 +239,12 @@ def _deadlines(args: list[str], whole: str) -> DeadlineSettings:
             f"policy {whole!r}: the deadline's BATCH is one of {', '.join(BATCH_WORDS)}"
         )
     return DeadlineSettings(
-        order=order, shed=word == "shed", guard_ms=guard, amortize=batch == "amortized"
+        order=order,
+        shed=word != "queue",
+        shed_at_arrival=word != "queued",
+        shed_queued=word != "arrival",
+        guard_ms=guard,
+        amortize=batch == "amortized",
     )
 
 

@@ -53,26 +53,61 @@ class StepModel:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
-    """The requests a box serves: Poisson arrivals, log-normal prompt lengths and audio lengths.
+    """The requests a box serves: Poisson arrivals of texts to speak.
 
-    Prompt tokens of a TTS request are its text plus, for voice cloning, the reference audio's
-    codes (12.5 per second of reference): a few hundred tokens, sometimes well over a thousand.
+    A request's **text** is `text_tokens`, log-normal. Its **audio** follows from its text:
+    `frames_per_token` frames per text token, times a log-normal spread (`frames_sigma`: how
+    fast this voice speaks this text, word lengths and pauses; `docs/explanation` cites the
+    data), clipped at `audio_max_s`. The request ends at its end-of-speech token, after that
+    many frames. Its **prompt** is what the engine prefills: the text, a fixed `template`
+    (the chat template, speaker and instruction tokens) and, for the `clone_share` of
+    requests that clone a voice, the reference: its codes (`codes_per_s` a second) and its
+    transcript (text tokens at the voice's rate). A reference adds prompt tokens and no audio,
+    so the prompt predicts the audio only roughly. `max_frames` is what clients send as
+    `max_tokens` (None: nothing, the server's default, the model's whole length).
     """
 
-    prompt_median_tokens: float = 300.0
-    prompt_sigma: float = 0.6
-    prompt_max_tokens: int = 2048
-    audio_median_s: float = 7.0
-    audio_sigma: float = 0.5
+    text_median_tokens: float = 26.0
+    """About 7 s of speech."""
+    text_sigma: float = 0.5
+    text_max_tokens: int = 400
+    frames_per_token: float = 3.4
+    """Median frames (80 ms) per text token: 0.27 s of speech a token (LJSpeech's 0.066 s
+    a character; "3–5 codec tokens per text token" for Qwen3-TTS)."""
+    frames_sigma: float = 0.2
+    """The spread of audio per token between requests (a coefficient of variation of about
+    0.2: 0.11 from the words alone, measured with espeak-ng on 450 sentences, with the
+    speaker's tempo and a model's run-to-run variation on top)."""
+    template_tokens: int = 16
+    clone_share: float = 0.5
+    reference_median_s: float = 8.0
+    reference_sigma: float = 0.4
+    reference_max_s: float = 20.0
+    codes_per_s: float = 12.5
     audio_max_s: float = 30.0
+    max_frames: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.clone_share <= 1:
+            raise ValueError(f"clone_share must be in [0, 1], not {self.clone_share!r}")
+
+    def reference_tokens(self, reference_s: float) -> int:
+        """Prompt tokens of a voice-clone reference of `reference_s` seconds: its codes and
+        its transcript."""
+        frames_per_s = 1000.0 / FRAME_MS
+        return round(reference_s * (self.codes_per_s + frames_per_s / self.frames_per_token))
 
     def mean_prompt_tokens(self) -> float:
-        """Mean prompt length (log-normal mean; the clip at the maximum is ignored)."""
-        return self.prompt_median_tokens * math.exp(self.prompt_sigma**2 / 2)
+        """Mean prompt length (log-normal means; the clips are ignored)."""
+        text = self.text_median_tokens * math.exp(self.text_sigma**2 / 2)
+        reference_s = self.reference_median_s * math.exp(self.reference_sigma**2 / 2)
+        return self.template_tokens + text + self.clone_share * self.reference_tokens(reference_s)
 
     def mean_frames(self, frame_ms: float = FRAME_MS) -> float:
-        """Mean codec frames per request (log-normal mean; the clip is ignored)."""
-        return self.audio_median_s * 1000.0 / frame_ms * math.exp(self.audio_sigma**2 / 2)
+        """Mean codec frames per request (log-normal means; the clip is ignored), in frames
+        of `frame_ms` (the text's audio is counted in 80 ms frames)."""
+        spread = math.exp((self.text_sigma**2 + self.frames_sigma**2) / 2)
+        return self.text_median_tokens * self.frames_per_token * spread * FRAME_MS / frame_ms
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +158,11 @@ class Profile:
             (pair for pair in segments if pair[0][0] <= share <= pair[1][0]), segments[-1]
         )
         return low_f + (high_f - low_f) * (share - low) / (high - low)
+
+    def realtime_concurrency(self) -> int:
+        """N*: the largest batch whose decode step stays within one frame."""
+        step = self.step
+        return max(1, math.floor((self.frame_ms - step.base_ms) / step.per_decode_seq_ms))
 
     def chunk_size(self, index: int) -> int:
         """Frames of a stream's chunk number `index` (0: the first)."""
@@ -212,6 +252,10 @@ CPU_VLLM = Profile(
     network_ms=1.0,
     network_jitter_ms=1.0,
     contention=((0.25, 1.23), (0.5, 1.48), (0.75, 1.81)),
+    # Text-only prompts (a preset voice, no voice-clone reference): on one CPU core a
+    # prompt token costs 3 ms, and a reference of 8 s (128 tokens) would stall every stream
+    # for 0.4 s at each admission.
+    workload=Workload(clone_share=0.0),
 )
 
 PROFILES: dict[str, Profile] = {profile.name: profile for profile in (JETSON, X86_GPU, CPU_VLLM)}

@@ -26,8 +26,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from edgemon.simulate.profiles import FRAME_MS
-from edgemon.simulate.workload import Arrivals, Request
+from edgemon.simulate.workload import Arrivals, Request, draw
 
 if TYPE_CHECKING:
     from edgemon.simulate.profiles import Workload
@@ -193,10 +192,24 @@ class RequestSource:
     what `Arrivals` does.
     """
 
-    __slots__ = ("_burst", "_count", "_next_burst_ms", "_poisson", "_rng", "workload")
+    __slots__ = (
+        "_burst",
+        "_count",
+        "_next_burst_ms",
+        "_poisson",
+        "_rng",
+        "until_ms",
+        "workload",
+    )
 
     def __init__(
-        self, rate_rps: float, workload: Workload, *, seed: int, burst: Burst | None = None
+        self,
+        rate_rps: float,
+        workload: Workload,
+        *,
+        seed: int,
+        burst: Burst | None = None,
+        until_ms: float = math.inf,
     ) -> None:
         self._poisson = Arrivals(rate_rps, workload, seed=seed)
         self.workload = workload
@@ -204,14 +217,18 @@ class RequestSource:
         self._rng = random.Random(f"burst/{seed}")  # noqa: S311 - a simulation
         self._count = 0
         self._next_burst_ms = math.inf if burst is None else burst.every_s * 1000.0
+        #: No request arrives after this (a run that stops its arrivals and drains).
+        self.until_ms = until_ms
 
     @property
     def next_ms(self) -> float:
-        """When the next request arrives."""
-        return min(self._poisson.next_ms, self._next_burst_ms)
+        """When the next request arrives (infinity: none will)."""
+        soonest = min(self._poisson.next_ms, self._next_burst_ms)
+        return soonest if soonest <= self.until_ms else math.inf
 
     def due(self, t_ms: float) -> list[Request]:
         """Every request arriving at or before `t_ms`, in arrival order."""
+        t_ms = min(t_ms, self.until_ms)
         out = self._poisson.due(t_ms)
         burst = self._burst
         if burst is None or self._next_burst_ms > t_ms:
@@ -224,15 +241,6 @@ class RequestSource:
         return out
 
     def _draw(self, at_ms: float) -> Request:
-        rng, load = self._rng, self.workload
-        prompt = rng.lognormvariate(math.log(load.prompt_median_tokens), load.prompt_sigma)
-        audio_s = rng.lognormvariate(math.log(load.audio_median_s), load.audio_sigma)
-        frames = max(1, round(min(audio_s, load.audio_max_s) * 1000.0 / FRAME_MS))
-        request = Request(
-            id=f"b{self._count}",
-            arrival_ms=at_ms,
-            prompt_tokens=max(1, min(load.prompt_max_tokens, round(prompt))),
-            frames=frames,
-        )
+        request = draw(self._rng, self.workload, f"b{self._count}", at_ms)
         self._count += 1
         return request

@@ -1,4 +1,4 @@
-"""TTS requests arriving at a box: a seeded Poisson process with log-normal prompt and audio.
+"""TTS requests arriving at a box: a seeded Poisson process of texts, their prompts and audio.
 
 Pure and deterministic: `Arrivals(rate, workload, seed)` yields the same requests for the same
 seed, on any clock. Two engines fed from two `Arrivals` with one seed see identical requests,
@@ -20,17 +20,42 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One TTS request: when it arrives (ms after the run's start), its prompt and its audio."""
+    """One TTS request: when it arrives (ms after the run's start), its prompt, the frames
+    it will speak before its end-of-speech token, and the cap its client sends
+    (`max_tokens`; None: none)."""
 
     id: str
     arrival_ms: float
     prompt_tokens: int
     frames: int
+    max_frames: int | None = None
 
     @property
     def audio_ms(self) -> float:
         """The audio this request will produce."""
         return self.frames * FRAME_MS
+
+
+def draw(rng: random.Random, workload: Workload, request_id: str, arrival_ms: float) -> Request:
+    """One request of `workload` arriving at `arrival_ms`, drawn from `rng`."""
+    load = workload
+    text = min(
+        load.text_max_tokens, rng.lognormvariate(math.log(load.text_median_tokens), load.text_sigma)
+    )
+    text_tokens = max(1, round(text))
+    per_token = rng.lognormvariate(math.log(load.frames_per_token), load.frames_sigma)
+    audio_frames = min(text_tokens * per_token, load.audio_max_s * 1000.0 / FRAME_MS)
+    prompt = load.template_tokens + text_tokens
+    if rng.random() < load.clone_share:
+        reference_s = rng.lognormvariate(math.log(load.reference_median_s), load.reference_sigma)
+        prompt += load.reference_tokens(min(reference_s, load.reference_max_s))
+    return Request(
+        id=request_id,
+        arrival_ms=arrival_ms,
+        prompt_tokens=prompt,
+        frames=max(1, round(audio_frames)),
+        max_frames=load.max_frames,
+    )
 
 
 class Arrivals:
@@ -61,16 +86,7 @@ class Arrivals:
         return out
 
     def _draw(self, after_ms: float) -> Request:
-        rng, load = self._rng, self.workload
-        gap_ms = rng.expovariate(self.rate_rps) * 1000.0
-        prompt = rng.lognormvariate(math.log(load.prompt_median_tokens), load.prompt_sigma)
-        audio_s = rng.lognormvariate(math.log(load.audio_median_s), load.audio_sigma)
-        frames = max(1, round(min(audio_s, load.audio_max_s) * 1000.0 / FRAME_MS))
-        request = Request(
-            id=f"r{self._count}",
-            arrival_ms=after_ms + gap_ms,
-            prompt_tokens=max(1, min(load.prompt_max_tokens, round(prompt))),
-            frames=frames,
-        )
+        gap_ms = self._rng.expovariate(self.rate_rps) * 1000.0
+        request = draw(self._rng, self.workload, f"r{self._count}", after_ms + gap_ms)
         self._count += 1
         return request

@@ -32,7 +32,7 @@ PROFILE = dataclasses.replace(
     max_num_batched_tokens=256,
     max_num_seqs=6,
     workload=Workload(
-        prompt_median_tokens=200, prompt_max_tokens=600, audio_median_s=4.0, audio_max_s=24.0
+        text_median_tokens=15, text_max_tokens=100, clone_share=1.0, audio_max_s=24.0
     ),
 )
 
