@@ -7,7 +7,8 @@ into the policy's inputs and the policy's answers into queue operations:
   to the next, as real-time admission measures it; a step after which nothing runs is not
   timed, since the engine may then idle until the next request) with what it batched
   (decodes and prompt tokens, from its ``SchedulerOutput``); the running requests and their
-  remaining tokens (``max_tokens − num_output_tokens``, one codec frame each); the waiting
+  prompts, the tokens (one codec frame each) they emitted and their ``max_tokens``, from which
+  the policy predicts what each has left (`edgemon.integrations.lengths`); the waiting
   queue with each request's ``arrival_time`` (the API server's wall clock, seconds) and
   prompt length; the lengths of requests that finished; and whether edgemon's gate holds
   this step.
@@ -207,8 +208,20 @@ class DeadlineDriver:
     # ------------------------------------------------------------------ inputs
     @staticmethod
     def running(requests: Iterable[Any]) -> list[Running]:
-        """The running requests and the frames (tokens) each has left."""
-        return [Running(r.request_id, max(0, r.max_tokens - r.num_output_tokens)) for r in requests]
+        """The running requests: their prompts, the frames (tokens) each has emitted and its
+        cap (``max_tokens``: a client's generous cap, or vLLM's default); the policy predicts
+        what each has left from these (a cap alone predicts nothing)."""
+        return [
+            Running(
+                r.request_id,
+                None,
+                max(0, r.num_prompt_tokens - r.num_computed_tokens),
+                prompt_tokens=r.num_prompt_tokens,
+                emitted_frames=r.num_output_tokens,
+                max_frames=r.max_tokens,
+            )
+            for r in requests
+        ]
 
     @staticmethod
     def waiting(requests: Iterable[Any]) -> list[Waiting]:
