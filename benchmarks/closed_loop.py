@@ -187,6 +187,29 @@ def seeds(text: str) -> list[int]:
     return out
 
 
+def shares(text: str) -> list[float]:
+    """`0.95` or `0.95,0.99`: shares of offered requests, each in (0, 1]."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(0 < v <= 1 for v in values):
+        raise ValueError(f"--slo-capacity takes shares in (0, 1] separated by ',', not {text!r}")
+    return values
+
+
+def bounds(text: str) -> tuple[float, float]:
+    """`LOW:HIGH` loads, 0 < LOW < HIGH."""
+    low, _, high = text.partition(":")
+    try:
+        values = float(low), float(high)
+    except ValueError:
+        values = (math.nan, math.nan)
+    if not (math.isfinite(values[1]) and 0 < values[0] < values[1]):
+        raise ValueError(f"--slo-bounds takes LOW:HIGH loads with 0 < LOW < HIGH, not {text!r}")
+    return values
+
+
 def loads(text: str) -> list[float]:
     """`0.8` or `0.8,0.9`: shares of the profile's estimated capacity."""
     try:
@@ -230,6 +253,27 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "parts joined by '+' (edgemon+budget); repeatable (default edgemon)",
     )
     parser.add_argument("--sweep", action="store_true", help="every policy of the report")
+    parser.add_argument(
+        "--tune-static",
+        action="store_true",
+        help="virtual: choose the one static configuration of vLLM's flags (max-num-seqs with "
+        "max-num-queued-reqs or -tokens, chunked prefill) with the best mean goodput over the "
+        "scenarios, loads and --seeds (training seeds); print it as a policy",
+    )
+    parser.add_argument(
+        "--slo-capacity",
+        help="virtual: TARGET[,TARGET] (0.95): per policy, scenario and seed, the highest load "
+        "at which that share of offered requests is good, by bisection over load",
+    )
+    parser.add_argument(
+        "--slo-bounds", default="0.05:1.5", help="LOW:HIGH loads of the bisection (0.05:1.5)"
+    )
+    parser.add_argument(
+        "--slo-tolerance", type=float, default=0.01, help="the bisection's width (0.01)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="virtual runs at once (processes; default 1)"
+    )
     parser.add_argument(
         "--targets",
         action="store_true",
@@ -318,6 +362,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.steps is not None and not args.virtual:
         parser.error("--steps is for the virtual loop (--virtual)")
+    if (args.tune_static or args.slo_capacity) and not args.virtual:
+        parser.error("--tune-static and --slo-capacity are for the virtual loop (--virtual)")
+    if args.jobs < 1:
+        parser.error("--jobs must be a whole number ≥ 1")
     try:
         args.seed_list = seeds(args.seeds)
         args.load_list = loads(args.load)
@@ -339,6 +387,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             )
             for name in (args.scenario or ["steady"])
         ]
+        args.slo_targets = shares(args.slo_capacity) if args.slo_capacity else []
+        args.slo_low, args.slo_high = bounds(args.slo_bounds)
         texts = sweep_policies(profile) if args.sweep else []
         texts += target_policies(profile) if args.targets else []
         texts += args.policy or ([] if args.sweep or args.targets else ["edgemon"])
@@ -474,11 +524,22 @@ def main(argv: list[str] | None = None) -> int:
             for line in path.read_text(encoding="utf-8").splitlines()
             if line.startswith("{")
         ]
-        print(report(rows, plot_dir=args.plot) if args.report else spot_checks(rows))
+        if args.report:
+            from _worth import worth  # noqa: PLC0415
+
+            plain = [row for row in rows if row.get("kind") is None]
+            print("\n".join([*worth(rows), "", report(plain, plot_dir=args.plot)]))
+        else:
+            print(spot_checks(rows))
         return 0
     if not args.json:
         print(header(args), flush=True)
-    rows = run_all(args, sys.stdout)
+    if args.tune_static or args.slo_targets:
+        from _tuning import run_searches  # noqa: PLC0415
+
+        rows = run_searches(args, sys.stdout)
+    else:
+        rows = run_all(args, sys.stdout)
     if args.out:
         from _loop_report import write_rows  # noqa: PLC0415
 

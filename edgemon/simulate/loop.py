@@ -359,7 +359,9 @@ class _VirtualLoop:
         for stream in engine.refused():
             self._refuse(stream)
         if step is None:
-            self._at(t + IDLE_POLL_MS if engine.waiting else self.arrivals.next_ms, "engine")
+            # Held requests, or running ones a pacing rule parked: ask again shortly.
+            busy = engine.waiting or engine.running
+            self._at(t + IDLE_POLL_MS if busy else self.arrivals.next_ms, "engine")
             return
         self.steps += 1
         self.peak_running = max(self.peak_running, engine.running + len(step.finished))

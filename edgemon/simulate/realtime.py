@@ -167,7 +167,8 @@ class Box:
             if step is None:
                 modelled = None
                 status.held = engine.waiting > 0
-                wait_ms = IDLE_POLL_S * 1000.0 if engine.waiting else self._until_next(now)
+                busy = engine.waiting or engine.running  # held, or parked by a pacing rule
+                wait_ms = IDLE_POLL_S * 1000.0 if busy else self._until_next(now)
                 await self.sleep(stop, min(wait_ms, end - now) / 1000.0)
                 continue
             status.steps += 1

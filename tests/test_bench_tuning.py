@@ -1,0 +1,96 @@
+"""The SLO-capacity bisection and the static tuning (`benchmarks/_tuning.py`), on a synthetic
+goodput curve: the search's bookkeeping, not the simulator, is what is checked here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from edgemon.simulate.profiles import JETSON
+from edgemon.simulate.scenarios import STEADY
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from _tuning import Point, slo_capacities, static_grid, tune
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+
+def base(policy: str, seed: int = 1) -> Point:
+    """A point whose load the search sets."""
+    return Point(JETSON, JETSON, policy, STEADY, 1.0, seed, 60.0)
+
+
+def falling(knee: dict[str, float]) -> tuple[list[Point], Callable[[Iterable[Point]], list[float]]]:
+    """A measure whose goodput is 1 up to the policy's knee, then falls linearly."""
+    seen: list[Point] = []
+
+    def measure(points: Iterable[Point]) -> list[float]:
+        batch = list(points)
+        seen.extend(batch)
+        return [max(0.0, 1.0 - max(0.0, p.load - knee[p.policy])) for p in batch]
+
+    return seen, measure
+
+
+def test_the_bisection_finds_the_highest_load_that_meets_the_target() -> None:
+    """Goodput 1 − (load − knee) meets 0.95 up to knee + 0.05: found within the tolerance,
+    from below, for two policies searched side by side; every load tried is recorded."""
+    seen, measure = falling({"a": 0.5, "b": 0.9})
+    found = slo_capacities(
+        measure,
+        [base("a"), base("b")],
+        0.95,
+        low=0.05,
+        high=1.5,
+        tolerance=0.01,
+    )
+    assert [s.bound for s in found] == ["", ""]
+    assert found[0].capacity == pytest.approx(0.55, abs=0.01)
+    assert found[0].capacity <= 0.55 + 1e-9
+    assert found[1].capacity == pytest.approx(0.95, abs=0.01)
+    assert len(seen) == sum(len(s.tried) for s in found)
+    assert all(g >= 0.95 for s in found for load, g in s.tried.items() if load <= s.capacity)
+
+
+def test_a_target_missed_at_the_low_bound_or_met_at_the_high_one_says_so() -> None:
+    """Below the low bound: `below`, the low load; met at the high bound: `at least`."""
+    _, measure = falling({"never": -1.0, "always": 5.0})
+    low, high = slo_capacities(
+        measure,
+        [base("never"), base("always")],
+        0.95,
+        low=0.05,
+        high=1.5,
+        tolerance=0.01,
+    )
+    assert (low.bound, low.capacity) == ("below", 0.05)
+    assert (high.bound, high.capacity) == ("at least", 1.5)
+
+
+def test_tuning_ranks_by_mean_goodput_and_tries_chunked_prefill_on_the_best() -> None:
+    """The best configuration by mean over its points comes first; chunked prefill is tried
+    on the three best of the grid, and only on them."""
+    grid = ["cap:9", "cap:10", "queued:10:10", "queued:10:12"]
+    score = {"cap:9": 0.5, "cap:10": 0.6, "queued:10:10": 0.8, "queued:10:12": 0.7}
+
+    def measure(points: Iterable[Point]) -> list[float]:
+        return [score.get(p.policy, score.get(p.policy.split("+")[0], 0) + 0.01) for p in points]
+
+    ranked = tune(measure, lambda label: [base(label, s) for s in (1, 2)], grid)
+    assert ranked[0][1].startswith("queued:10:10+chunked")
+    chunked = {label.split("+")[0] for _, label in ranked if "+" in label}
+    assert chunked == {"queued:10:10", "queued:10:12", "cap:10"}
+
+
+def test_the_grid_spans_caps_queues_and_backlogs_around_n_star() -> None:
+    """N from N*−3 to N*+1 (jetson: 9–13), each alone, with M − N in {0, 2, 4, 8, 16}, and
+    with a backlog of 1, 2, 4 and 8 mean prompts."""
+    grid = static_grid(JETSON)
+    assert len(grid) == 5 * (1 + 5 + 4)
+    assert {"cap:9", "cap:13", "queued:12:12", "queued:12:28"} <= set(grid)
+    assert sum(label.startswith("tokens:11:") for label in grid) == 4
