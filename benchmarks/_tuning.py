@@ -199,7 +199,12 @@ def tune(
     over their points (`points_of(policy)`, measured by `measure`), best first."""
     ranked = _ranked(measure, points_of, grid)
     chunked = [f"{label}+{c}" for _, label in ranked[:CHUNKED_ON] for c in CHUNKED]
-    return sorted([*ranked, *_ranked(measure, points_of, chunked)], reverse=True)
+    return _best_first([*ranked, *_ranked(measure, points_of, chunked)])
+
+
+def _best_first(ranked: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """By mean goodput, best first; on a tie, the configuration with fewer flags first."""
+    return sorted(ranked, key=lambda item: (-item[0], item[1].count("+"), item[1]))
 
 
 def _ranked(
@@ -214,7 +219,7 @@ def _ranked(
     for label, points in zip(labels, per, strict=True):
         out.append((statistics.fmean(flat[start : start + len(points)]), label))
         start += len(points)
-    return sorted(out, reverse=True)
+    return _best_first(out)
 
 
 def run_searches(args: Any, say: TextIO) -> list[dict[str, Any]]:

@@ -64,6 +64,9 @@ class DeadlineSettings:
     token_budget: int | None = None
     """Prompt tokens one step may prefill (vLLM's `max_num_batched_tokens`): prefills beyond
     it spill into further steps, each a step later; None: no bound."""
+    estimate_headroom: bool = False
+    """Without edgemon's headroom (its throttle object), estimate the running streams' from
+    the chunks they sent, as the server can (`Deadlines.estimated_headroom_ms`)."""
     amortize: bool = True
     """Count prefills in the batch that keeps up: each request's prefill, spread over its
     frames, lengthens the average step, so the batch whose steps average a frame is smaller
@@ -112,6 +115,8 @@ class Running:
     emitted_frames: int = 0
     max_frames: int | None = None
     """The most frames it may emit (its `max_tokens`), when the client set one."""
+    first_chunk_ms: float | None = None
+    """When its first chunk was complete (None: not yet, or not known)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,7 @@ from edgemon.integrations.deadline_terms import (
     Verdict,
     Waiting,
 )
+from edgemon.integrations.estimates import PlayerEstimates
 from edgemon.integrations.lengths import LengthModel
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class Deadlines:
 
     __slots__ = (
         "_busy_ms",
+        "_players",
         "_prefill_ms_per_token",
         "_prompt_tokens",
         "_recent_ms",
@@ -163,6 +165,13 @@ class Deadlines:
         self.max_num_seqs = max_num_seqs
         #: Request lengths, learned from finished requests' prompts and frames.
         self.lengths = LengthModel(self.settings.expected_frames)
+        settings = self.settings
+        self._players = PlayerEstimates(
+            settings.first_chunk_frames,
+            settings.second_chunk_frames,
+            settings.prebuffer_ms,
+            settings.frame_ms,
+        )
         self._prefill_ms_per_token = Learned(self.settings.prefill_ms_per_token)
         self._prompt_tokens = Learned(0.0)
         self._step_ms: float | None = None
@@ -429,6 +438,7 @@ class Deadlines:
         """
         self._prompt_tokens.learn(request.prompt_tokens)
         self._saw(now_ms, running)
+        self._see(running)
         if self._probes(now_ms, running, throttle) and not waiting:
             return "admit"
         batch = self._joined(len(running))
@@ -443,6 +453,8 @@ class Deadlines:
         late = admit_at > self.deadline_ms(request, batch, ahead, alone=not running)
         if late and self._may_burst(len(running) + position, throttle):
             return "queue"  # the next step admits it beyond the sustained batch
+        if late and self._affordable(request, len(running) + position, running, throttle, now_ms):
+            return "queue"  # its deadline admits it beyond the batch, on the streams' headroom
         if self.settings.shed and self.settings.shed_at_arrival and late:
             self.shed_at_arrival += 1
             return "shed"
@@ -476,7 +488,8 @@ class Deadlines:
         seats = len(queue) if limit is None else limit - len(running)
         step_ms = self.step_ms(joined)
         predicted = self.admission_steps(running, queue)
-        headroom = throttle.headroom_ms
+        self._see(running)
+        headroom = self._headroom(now_ms, running, throttle)
         batch = len(running)
         admit: list[str] = []
         shed: list[str] = []
@@ -511,9 +524,14 @@ class Deadlines:
                     batch += 1
                     ahead += request.prompt_tokens
                     continue
-            if sheds and (due or infeasible):
+            if due and sheds:
                 shed.append(request.id)
-                continue
+            elif (
+                infeasible
+                and sheds
+                and not self._affordable(request, batch, running, throttle, now_ms)
+            ):
+                shed.append(request.id)  # no seat in time, nor headroom to wait for
         self.shed_queued += len(shed)
         return StepPlan(admit=tuple(admit), shed=tuple(shed))
 
@@ -541,6 +559,43 @@ class Deadlines:
             return False
         admission, recent = self.admission, self._recent_ms
         return admission is None or recent is None or recent <= admission.frame_ms
+
+    def _see(self, running: Sequence[Running]) -> None:
+        """Show the player estimates the running streams, with the step announced now."""
+        if self.settings.estimate_headroom:
+            recent = self._recent_ms
+            self._players.see(running, self.step_ms(len(running)) if recent is None else recent)
+
+    def _headroom(
+        self, now_ms: float, running: Sequence[Running], throttle: Throttle
+    ) -> float | None:
+        """The running streams' spendable headroom: edgemon's, from its throttle object, when
+        known; else, with `estimate_headroom`, the server's estimate (`estimated_headroom_ms`)."""
+        if not self.settings.estimate_headroom:
+            return throttle.headroom_ms
+        return self.estimated_headroom_ms(now_ms, running)
+
+    def estimated_headroom_ms(self, now_ms: float, running: Sequence[Running]) -> float | None:
+        """The running streams' spendable headroom as the server can estimate it: the least
+        audio a player holds (`edgemon.integrations.estimates`) less a frame kept in hand
+        (None while no stream has sent a chunk)."""
+        least = self._players.least_held_ms(now_ms, running)
+        return None if least is None else least - self.settings.frame_ms
+
+    def _affordable(
+        self,
+        request: Waiting,
+        batch: int,
+        running: Sequence[Running],
+        throttle: Throttle,
+        now_ms: float,
+    ) -> bool:
+        """Whether the running streams' headroom now covers admitting `request` beyond the
+        real-time batch (`batch` ahead of it), as `plan` does at its deadline."""
+        if self.limit is None or throttle.held or not self.settings.estimate_headroom:
+            return False
+        headroom = self._headroom(now_ms, running, throttle)
+        return headroom is not None and headroom >= self._over_limit_cost(request, batch, running)
 
     def _over_limit_cost(self, request: Waiting, batch: int, running: Sequence[Running]) -> float:
         """What one more request beyond the real-time batch costs each running stream's

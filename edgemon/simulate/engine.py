@@ -295,6 +295,7 @@ class TtsEngine:
                 prompt_tokens=r.request.prompt_tokens,
                 emitted_frames=r.frames.emitted,
                 max_frames=r.request.max_frames,
+                first_chunk_ms=r.frames.first_ms,
             )
             for r in self._running
         ]

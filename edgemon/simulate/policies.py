@@ -49,7 +49,7 @@ its margin, and `estimated-edf` its window).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from edgemon.integrations.deadlines import GUARD_MS, ORDERS, DeadlineSettings
@@ -181,6 +181,10 @@ class _Parts:
             self.budget = _budget(args, whole)
         elif name == "deadline" and len(args) <= len(DEADLINE_ARGS):
             self.deadlines = _deadlines(args, whole)
+        elif name == "headroom" and not args:
+            if self.deadlines is None:
+                raise ValueError(f"policy {whole!r}: `headroom` follows a `deadline` part")
+            self.deadlines = replace(self.deadlines, estimate_headroom=True)
         else:
             return False
         return True
