@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from vllm.v1.request import RequestStatus
 
 from edgemon.integrations._vllm_deadlines import DeadlineDriver, Mode, mode_from_environ
 from edgemon.integrations._vllm_shed import SHED_STOP_REASON
@@ -238,6 +239,33 @@ def test_the_prediction_is_from_prompts_and_frames_emitted_and_max_tokens_only_c
     for name in ("short", "long", "roomier", "capped"):
         assert after[name][1] == before[name][1] + 10
         assert after[name][0] == pytest.approx(before[name][0] - 10), name
+
+
+def test_a_request_whose_client_left_teaches_its_length(
+    tiny_model: Path, flavour: type[Any]
+) -> None:
+    """A running request the engine aborts after 12 frames (its client closed the stream:
+    vLLM ends it through the scheduler's `finish_requests`, FINISHED_ABORTED) teaches the
+    policy a 12-frame request, as one that finished by itself would: the next such request
+    is expected to take 12 frames, not the 100 assumed before any ended. A waiting request
+    edgemon ends (no frame) teaches nothing. (Before, only requests vLLM finished in a step
+    taught it, so a server whose clients close their streams taught it nothing.)"""
+    clock = ModelClock()
+    scheduler = _scheduler(tiny_model, clock, "shed", flavour, max_num_seqs=1)
+    _arrive(scheduler, clock, "left", max_tokens=1000)
+    for _ in steps(scheduler, clock, 40):
+        if scheduler.requests["left"].num_output_tokens >= 12:
+            break
+    assert scheduler.requests["left"].num_output_tokens == 12
+    _arrive(scheduler, clock, "queued")
+    policy = scheduler.edgemon_deadlines.policy
+    assert policy.lengths.finished == 0
+    scheduler.edgemon_end_waiting(["queued"])
+    ended = scheduler.finish_requests(["left"], RequestStatus.FINISHED_ABORTED)
+    assert [r.request_id for r in ended] == ["left"]
+    assert policy.lengths.finished == 1
+    assert policy.lengths.expected(8) == pytest.approx(12.0)
+    assert scheduler.edgemon_stats.errors == 0
 
 
 def test_a_preempted_request_is_resumed_not_ended(tiny_model: Path, flavour: type[Any]) -> None:
