@@ -113,7 +113,8 @@ VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 # The real OpenAI server (tests/vllm/test_vllm_server.py, `python -m vllm.entrypoints.openai.api_server`)
 # runs on vLLM 0.32 only: on 0.30 its ended-request check did not see the request ended. The
 # real engine's smoke test (tests/vllm/test_real_engine.py: two server starts and two 15 s runs
-# of benchmarks/real_engine.py on the tiny generated model, about 3 minutes) also runs there only.
+# of benchmarks/real_engine.py on the tiny generated model, about 3 minutes) and its players
+# against the real server (tests/vllm/test_real_players.py) also run there only.
 # The tier's coverage is appended to the data of `make test` (.coverage, same source tree), so
 # that `make coverage` afterwards reports the two combined: the vLLM modules are measured
 # only here.
@@ -133,7 +134,7 @@ test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	$(VLLM_TEST_ENV) EDGEMON_REQUIRE_MODULES=vllm,vllm_omni \
 	  .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_WORKERS) $(VLLM_COV) $(call JUNIT,omni) tests/vllm \
 	  --ignore=tests/vllm/test_vllm_server.py --ignore=tests/vllm/test_real_engine.py \
-	  --ignore=tests/vllm/test_served_gate.py
+	  --ignore=tests/vllm/test_real_players.py --ignore=tests/vllm/test_served_gate.py
 
 # `make test` then `make test-vllm`, combined: every module of edgemon, the vLLM integrations
 # included (the unit run's own report leaves those out: it cannot import vLLM).
