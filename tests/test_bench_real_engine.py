@@ -1,6 +1,6 @@
 """`benchmarks/real_engine.py`'s parts that need no vLLM: the policies as server options, the
 players' prompts and step estimate, the model's dimensions and its lack of an EOS token,
-its flags, the delaying proxy of its `network`
+its flags, the measured shape that scales its loads, the delaying proxy of its `network`
 scenario and the step measurements' refusal of streams that stopped. (Its players:
 `test_bench_real_players.py`.)
 
@@ -8,6 +8,7 @@ The real loop itself runs in the vLLM tier (`tests/vllm/test_real_engine.py`).""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -26,10 +27,11 @@ from _real_model import SIZES, config  # noqa: E402
 from _real_players import StepEstimate, prompt_ids  # noqa: E402
 from _real_proxy import DelayProxy  # noqa: E402
 from _real_server import MIDDLEWARE, POLICIES, SCHEDULERS, server_options  # noqa: E402
+from _real_shape import Scale  # noqa: E402
 from _real_steps import IncompleteError, measured_gaps  # noqa: E402
 from completions import Streamer, serving  # noqa: E402
 
-from edgemon.simulate.profiles import CPU_VLLM  # noqa: E402
+from edgemon.simulate.profiles import CPU_VLLM, StepModel  # noqa: E402
 from edgemon.simulate.workload import Request  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "real_engine.py"
@@ -140,12 +142,51 @@ def test_the_model_names_no_end_of_sequence_token() -> None:
     assert made["bos_token_id"] == 1
 
 
+def shape_line(base_ms: float, per_seq_ms: float, per_token_ms: float) -> str:
+    """A shape as `--shape --json` prints it (the parts a scale reads)."""
+    fit = {
+        "base_ms": base_ms,
+        "per_decode_seq_ms": per_seq_ms,
+        "per_prefill_token_ms": per_token_ms,
+    }
+    return json.dumps({"model_size": "117m", "measured_at": "2026-12-07T10:00:00Z", "fit": fit})
+
+
+def test_loads_are_shares_of_the_capacity_on_the_measured_steps(tmp_path: Path) -> None:
+    """A shape whose steps are 1.5 times the profile's (base, per-stream and per-token
+    cost): the capacity a load is a share of is the profile's workload on those steps (the
+    fixed profile's is more than 1.5 times it), and the record every row carries gives the fit,
+    that capacity, when the shape was measured and where it came from."""
+    step = CPU_VLLM.step
+    path = tmp_path / "shape.json"
+    slower = (1.5 * step.base_ms, 1.5 * step.per_decode_seq_ms, 1.5 * step.per_prefill_token_ms)
+    path.write_text("# decode steps ...\n" + shape_line(*slower))
+    scale = Scale.of(CPU_VLLM, path, str(path))
+    assert scale.profile.step == StepModel(
+        base_ms=1.5 * step.base_ms,
+        per_decode_seq_ms=1.5 * step.per_decode_seq_ms,
+        per_prefill_token_ms=1.5 * step.per_prefill_token_ms,
+    )
+    assert scale.profile.workload == CPU_VLLM.workload
+    assert 0 < scale.capacity_rps < CPU_VLLM.capacity_rps() / 1.5
+    record = scale.record()
+    assert record["fit"] == json.loads(path.read_text().splitlines()[-1])["fit"]
+    assert record["capacity_rps"] == round(scale.capacity_rps, 4)
+    assert (record["measured_at"], record["source"]) == ("2026-12-07T10:00:00Z", str(path))
+
+
 @pytest.mark.integration  # runs the benchmark as a process
 @pytest.mark.parametrize(
     ("args", "words"),
     [
         (["--policy", "gate:80:2000"], "open, cap:N, queued:N:M, tokens:N:T"),
         (["--policy", "chunked:8"], "below --max-num-seqs"),
+        (["--slo-capacity", "0.95", "--load", "0.5"], "without --load"),
+        (["--slo-capacity", "0.95", "--slo-bounds", "0.9:0.5"], "--slo-bounds"),
+        (["--slo-capacity", "1.5"], "--slo-capacity"),
+        (["--slo-capacity", "0.9", "--slo-tolerance", "0"], "--slo-tolerance"),
+        (["--shape-file", "benchmarks/real_engine.py"], "--shape-file"),
+        (["--drain-limit", "-1"], "--drain-limit"),
         (["--scenario", "contention", "--contention", "20:60:1"], "--contention"),
         (["--contention", "20:60"], "--contention W:P:SHARE"),
         (["--scenario", "network", "--network", "300:5"], "--network D:S:P"),
