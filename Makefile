@@ -113,7 +113,8 @@ VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 # The real OpenAI server (tests/vllm/test_vllm_server.py, `python -m vllm.entrypoints.openai.api_server`)
 # runs on vLLM 0.32 only: on 0.30 its ended-request check did not see the request ended. The
 # real engine's smoke test (tests/vllm/test_real_engine.py: two server starts and two 15 s runs
-# of benchmarks/real_engine.py on the tiny generated model, about 3 minutes) also runs there only.
+# of benchmarks/real_engine.py on the tiny generated model, drained, about 3 minutes) and its
+# players against the real server (tests/vllm/test_real_players.py) also run there only.
 # The tier's coverage is appended to the data of `make test` (.coverage, same source tree), so
 # that `make coverage` afterwards reports the two combined: the vLLM modules are measured
 # only here.
@@ -133,7 +134,7 @@ test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	$(VLLM_TEST_ENV) EDGEMON_REQUIRE_MODULES=vllm,vllm_omni \
 	  .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_WORKERS) $(VLLM_COV) $(call JUNIT,omni) tests/vllm \
 	  --ignore=tests/vllm/test_vllm_server.py --ignore=tests/vllm/test_real_engine.py \
-	  --ignore=tests/vllm/test_served_gate.py
+	  --ignore=tests/vllm/test_real_players.py --ignore=tests/vllm/test_served_gate.py
 
 # `make test` then `make test-vllm`, combined: every module of edgemon, the vLLM integrations
 # included (the unit run's own report leaves those out: it cannot import vLLM).
@@ -207,13 +208,15 @@ bench-loop: $(STAMP) .venv-vllm/.matplotlib
 # with each policy's scheduler, Mosquitto, `edgemon run`, players streaming over HTTP
 # (benchmarks/real_engine.py). 1. The step shape and its fit (the `cpu-vllm` profile's
 # constants), about 3 minutes. 2. The standard points: 5 policies x (steady, contention
-# 20:60:0.5) x loads 0.8 and 0.9 x 3 seeds of 180 s: 60 runs, one server start per policy,
-# about 3 h 15 min of wall clock; run it on a quiet machine (the engine takes one core, the
-# players, edgemon, the API server and vLLM's engine loop the other: anything else running
-# slows the steps). 3. The virtual loop at the same points on the steps measured in 1
-# (`--steps`: this machine as it was that hour; load stays a share of the `cpu-vllm`
-# profile's capacity, so the requests are the same; 10 seeds, seconds), and each real figure
-# beside the same seed's virtual one and the seeds' spread.
+# 20:60:0.5) x loads 0.8 and 0.9 x 3 seeds of 180 s of arrivals, drained: 60 runs, one
+# server start per policy, over 3 h 15 min of wall clock; run it on a quiet machine (the
+# engine takes one core, the players, edgemon, the API server and vLLM's engine loop the
+# other: anything else running slows the steps). Loads are shares of the capacity on the
+# shape measured in 1 (`--shape-file`). 3. The virtual loop at the same points on the steps
+# measured in 1 (`--steps`: this machine as it was that hour; 10 seeds, seconds), and each
+# real figure beside the same seed's virtual one and the seeds' spread. (closed_loop.py
+# keeps its loads a share of the `cpu-vllm` profile's capacity, so its requests are those
+# of a real run only when the measured capacity is the profile's.)
 REAL_ENGINE = benchmarks/real_engine.py
 REAL_POLICIES = --policy open --policy cap:8 --policy cap:10 --policy realtime --policy edgemon
 REAL_POINTS = --scenario steady --scenario contention --contention 20:60:0.5 --load 0.8,0.9 \
@@ -222,7 +225,8 @@ bench-real: $(STAMP) .venv-vllm/.installed
 	mkdir -p $(BENCH_OUT)
 	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(REAL_ENGINE) --shape --json > $(BENCH_OUT)/real-shape.json
 	$(VLLM_TEST_ENV) .venv-vllm/bin/python $(REAL_ENGINE) $(REAL_POLICIES) $(REAL_POINTS) \
-	  --seeds 1-3 --dump $(BENCH_OUT)/loop-real-dump.jsonl --out $(BENCH_OUT)/loop-real.jsonl
+	  --shape-file $(BENCH_OUT)/real-shape.json --seeds 1-3 \
+	  --dump $(BENCH_OUT)/loop-real-dump.jsonl --out $(BENCH_OUT)/loop-real.jsonl
 	$(BIN)/python $(BENCH_LOOP) --virtual --profile cpu-vllm $(REAL_POLICIES) $(REAL_POINTS) \
 	  --steps $(BENCH_OUT)/real-shape.json --seeds 1-10 \
 	  --out $(BENCH_OUT)/loop-real-virtual.jsonl > /dev/null

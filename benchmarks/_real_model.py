@@ -7,9 +7,15 @@ vocabulary `w0 … wN` with the specials `<unk> <s> </s> <pad>`, whitespace pre-
 wrapped in `PreTrainedTokenizerFast` and saved beside them, with a trivial chat template.
 Nothing is downloaded. Needs torch, transformers and tokenizers (`.venv-vllm` has them).
 
-Random weights make meaningless tokens; the benchmark sets each request's length with
-`ignore_eos` and `max_tokens`, and sends its prompt as token ids. What matters is the step
-shape: `SIZES` gives presets named by their parameter count; the default (`117m`, fp32)
+Random weights make meaningless tokens, and the model has **no end-of-sequence token**:
+`config.json` names none (`eos_token_id` null), the tokenizer declares none (`</s>` is an
+ordinary word of its vocabulary) and no `generation_config.json` is written, so vLLM's
+`eos_token_id` is None and no sampled token stops a stream (`check_stop` stops only at an
+EOS id, a requested stop token, `max_tokens` or the model's length). A stream therefore
+ends when its player has what it needs and closes it (vLLM aborts a request whose client
+left), as a TTS stream ends at its end-of-speech token, or at the client's `max_tokens` cap;
+clients send no `ignore_eos` and no length. The prompt is sent as token ids. What matters
+is the step shape: `SIZES` gives presets named by their parameter count; the default (`117m`, fp32)
 is the one whose decode step on one core of the project's VM is nearest the shape of a TTS
 talker near capacity (see `real_engine.py --shape` for the measured steps). Served in fp32
 (`--dtype float32`): a CPU without bf16 instructions (this VM's AVX2 EPYC) emulates bf16
@@ -27,10 +33,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
-"""The tokenizer's special tokens, ids 0 to 3; words `w0 …` follow them."""
+"""The vocabulary's first words, ids 0 to 3 (prompts never use them): `<unk>`, `<s>` and
+`<pad>` are the tokenizer's special tokens; `</s>` is an ordinary word (no EOS, see the
+module doc). Words `w0 …` follow them."""
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 MAX_MODEL_LEN = 4096
-"""Positions the model takes: the workload's longest prompt (2,048) plus 30 s of frames."""
+"""Positions the model takes: the workload's longest prompt plus its longest audio, and
+enough that a step measurement's streams outlast the measurement (`_real_steps`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +53,8 @@ class ModelSize:
     intermediate_size: int
     vocab_size: int
     dtype: str = "float32"
+    max_model_len: int = MAX_MODEL_LEN
+    """Its positions (`max_position_embeddings`): vLLM ends a stream there."""
 
     @property
     def head_dim(self) -> int:
@@ -67,6 +78,8 @@ SIZES: dict[str, ModelSize] = {
         num_key_value_heads=2,
         intermediate_size=256,
         vocab_size=2048,
+        # Steps of 1-2 ms: a step measurement's stream must last longer than 4,096 steps.
+        max_model_len=65_536,
     ),
     "102m": ModelSize(
         hidden_size=768,
@@ -108,19 +121,20 @@ def config(size: ModelSize) -> dict[str, object]:
         "head_dim": size.head_dim,
         "num_hidden_layers": size.num_hidden_layers,
         "vocab_size": size.vocab_size,
-        "max_position_embeddings": MAX_MODEL_LEN,
+        "max_position_embeddings": size.max_model_len,
         "rms_norm_eps": 1e-6,
         "torch_dtype": size.dtype,
         "dtype": size.dtype,
         "bos_token_id": 1,
-        "eos_token_id": 2,
+        "eos_token_id": None,  # no EOS: see the module doc
         "pad_token_id": 3,
         "tie_word_embeddings": False,
     }
 
 
 def write_tokenizer(directory: Path, vocab_size: int) -> None:
-    """A word-level tokenizer of `vocab_size` ids (specials first), saved in `directory`."""
+    """A word-level tokenizer of `vocab_size` ids (specials first), saved in `directory`; it
+    names no end-of-sequence token (`</s>` is an ordinary word)."""
     import tokenizers  # noqa: PLC0415 - only where the model is made
     import transformers  # noqa: PLC0415
 
@@ -132,7 +146,6 @@ def write_tokenizer(directory: Path, vocab_size: int) -> None:
         tokenizer_object=words,
         unk_token="<unk>",
         bos_token="<s>",
-        eos_token="</s>",
         pad_token="<pad>",
     )
     fast.chat_template = CHAT_TEMPLATE
@@ -149,8 +162,10 @@ def write_model(directory: Path, size: str = DEFAULT_SIZE, *, seed: int = 0) -> 
     torch.manual_seed(seed)
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config(dims)))
     llama.to(getattr(torch, dims.dtype)).save_pretrained(directory, safe_serialization=True)
-    # save_pretrained writes transformers' own view of the config; ours is what vLLM reads.
+    # save_pretrained writes transformers' own view of the config; ours is what vLLM reads,
+    # and no generation config (transformers' default would name an EOS id).
     (directory / "config.json").write_text(json.dumps(config(dims), indent=1), encoding="utf-8")
+    (directory / "generation_config.json").unlink(missing_ok=True)
     write_tokenizer(directory, dims.vocab_size)
     return dims
 

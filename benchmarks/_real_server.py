@@ -10,7 +10,13 @@ the other core, as they run on that box's CPU. (Under `taskset -c CORE` for the 
 they share the model's core.) `server_options(policy)` turns a policy of the closed
 loop into the server's options and environment:
 
-- `open`: vLLM's own scheduler; `cap:N`: the same with `--max-num-seqs N`;
+- `open`: vLLM's own scheduler with the profile's `--max-num-seqs` and
+  `--max-num-batched-tokens`; `cap:N`: the same with `--max-num-seqs N`; `queued:N:M`,
+  `tokens:N:T` and `chunked:B[:L]` (parts joined by `+`, as the virtual loop's policies,
+  `edgemon.simulate.policies`): vLLM's own scheduler with its own admission and prefill
+  flags (`--max-num-seqs N` and `--max-num-queued-reqs M`, `--max-num-queued-tokens T`,
+  `--max-num-batched-tokens B`, `--long-prefill-token-threshold L`; `Serving.flags`), as an
+  operator sets them: vLLM answers 503 to what they refuse;
 - `realtime`: `EdgemonRealtimeScheduler`, real-time admission only (no gate, no deadlines);
 - `edgemon`: the policy edgemon ships, as docs/client.md says to run it:
   `EdgemonRealtimeScheduler` with `EDGEMON_DEADLINES=shed`, the gate and capacity topic on
@@ -37,12 +43,16 @@ from typing import TYPE_CHECKING
 
 from _support import stop
 
+from edgemon.simulate.policies import policy
+
 if TYPE_CHECKING:
     from pathlib import Path
 
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.scenarios import Windows
 
+CORE = 1
+"""The engine's core; the other one is left to Mosquitto, edgemon and the players."""
 MODEL_NAME = "talker"
 """The model's name in requests (`--served-model-name`)."""
 START_S = 240.0
@@ -65,23 +75,28 @@ class ServerOptions:
     """The device the gate and the capacity topic follow (None: no gate)."""
 
 
+STATIC_KINDS = ("open", "cap")
+"""The virtual loop's policy kinds that are vLLM's own flags only."""
+POLICIES = (
+    "open, cap:N, queued:N:M, tokens:N:T, chunked:B[:L] (or these joined by '+'), realtime "
+    "or edgemon"
+)
+
+
 def server_options(
     text: str, profile: Profile, *, broker_url: str, device: str, start_slo_ms: float
 ) -> ServerOptions:
-    """The server's options for policy `text` (open, cap:N, realtime, edgemon)."""
+    """The server's options for policy `text` (see the module doc); ValueError naming what
+    is wrong (an unknown policy, or flags vLLM refuses to start with)."""
+    frame = {"EDGEMON_REALTIME_FRAME_MS": f"{profile.frame_ms:g}"}
     limits = (
         "--max-num-batched-tokens",
         str(profile.max_num_batched_tokens),
+        "--max-num-seqs",
+        str(profile.max_num_seqs),
     )
-    seqs = ("--max-num-seqs", str(profile.max_num_seqs))
-    name, _, rest = text.partition(":")
-    if name == "open" and not rest:
-        return ServerOptions((*limits, *seqs))
-    if name == "cap" and rest.isdigit() and int(rest) >= 1:
-        return ServerOptions((*limits, "--max-num-seqs", rest))
-    frame = {"EDGEMON_REALTIME_FRAME_MS": f"{profile.frame_ms:g}"}
     if text == "realtime":
-        return ServerOptions((*limits, *seqs, "--scheduler-cls", SCHEDULERS), frame)
+        return ServerOptions((*limits, "--scheduler-cls", SCHEDULERS), frame)
     if text == "edgemon":
         env = frame | {
             "EDGEMON_GATE_DEVICE": device,
@@ -89,9 +104,31 @@ def server_options(
             "EDGEMON_DEADLINES": "shed",
             "EDGEMON_SLO_START_MS": f"{start_slo_ms:g}",
         }
-        args = (*limits, *seqs, "--scheduler-cls", SCHEDULERS, "--middleware", MIDDLEWARE)
+        args = (*limits, "--scheduler-cls", SCHEDULERS, "--middleware", MIDDLEWARE)
         return ServerOptions(args, env, device)
-    raise ValueError(f"policy {text!r}: the real engine runs open, cap:N, realtime or edgemon")
+    return ServerOptions(static_flags(text, profile))
+
+
+def static_flags(text: str, profile: Profile) -> tuple[str, ...]:
+    """vLLM's flags for a static policy (`open`, `cap:N`, `queued:N:M`, `tokens:N:T`,
+    `chunked:B[:L]`, joined by `+`): the profile's `--max-num-batched-tokens` and
+    `--max-num-seqs` unless the policy sets them, then its admission and prefill flags."""
+    try:
+        parsed = policy(text, profile)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.kind not in STATIC_KINDS:
+        raise ValueError(f"policy {text!r}: the real engine runs {POLICIES}")
+    serving = parsed.serving
+    seqs = parsed.max_num_seqs or profile.max_num_seqs
+    budget = serving.max_num_batched_tokens or profile.max_num_batched_tokens
+    if budget < seqs:  # SchedulerConfig.verify_max_model_len: the server would not start
+        raise ValueError(
+            f"policy {text!r}: vLLM refuses --max-num-batched-tokens {budget} below "
+            f"--max-num-seqs {seqs}"
+        )
+    own = () if serving.max_num_batched_tokens else ("--max-num-batched-tokens", str(budget))
+    return (*own, "--max-num-seqs", str(seqs), *serving.flags().split())
 
 
 def free_port() -> int:
@@ -123,7 +160,7 @@ class VllmServer:
         directory: Path,
         options: ServerOptions,
         *,
-        core: int = 1,
+        core: int = CORE,
         dtype: str = "float32",
     ) -> None:
         self.model = model

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
-from _real_model import SPECIALS
+from _real_model import MAX_MODEL_LEN, SPECIALS
 from _real_server import MODEL_NAME
 
 from edgemon.simulate.players import percentile
@@ -33,7 +33,10 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
 SHORT_PROMPT = 16
-LONG_OUTPUT = 3000
+LONG_OUTPUT = MAX_MODEL_LEN - SHORT_PROMPT
+"""A measurement stream's `max_tokens` (vLLM refuses more than the model's length): all the
+model's length leaves, so that the stream outlasts the measurement (4,080 steps of the 117m
+model are minutes; the tiny model, whose steps take 1-2 ms, is given a longer length)."""
 SETTLE_S = 1.5
 """Gaps before every stream has started are left out."""
 LATE_TOKEN_MS = 2000.0
@@ -87,7 +90,7 @@ async def _stream(
 
 @contextlib.asynccontextmanager
 async def _decoding(
-    url: str, n: int, rng: random.Random, vocab: int
+    url: str, n: int, rng: random.Random, vocab: int, output: int
 ) -> AsyncIterator[tuple[aiohttp.ClientSession, list[list[float]]]]:
     """`n` long streams decoding in the background, each logging its token arrivals; the
     session and the logs. The streams are cancelled on the way out."""
@@ -95,7 +98,7 @@ async def _decoding(
     async with aiohttp.ClientSession() as session:
         tasks = [
             asyncio.create_task(
-                _stream(session, url, _prompt(rng, SHORT_PROMPT, vocab), LONG_OUTPUT, log)
+                _stream(session, url, _prompt(rng, SHORT_PROMPT, vocab), output, log)
             )
             for log in logs
         ]
@@ -113,11 +116,14 @@ class IncompleteError(RuntimeError):
     """A measurement some of whose streams did not run all along (refused, cut or failed)."""
 
 
-async def measured_gaps(url: str, n: int, seconds: float, vocab: int, seed: int) -> list[float]:
+async def measured_gaps(
+    url: str, n: int, seconds: float, vocab: int, seed: int, *, output: int = LONG_OUTPUT
+) -> list[float]:
     """n streams for `seconds`: every gap after all of them started. Raises `IncompleteError`
     unless every stream ran to the end (a stream that ended early leaves fewer streams in
     the steps measured, which would then be measured at the wrong concurrency)."""
-    async with _decoding(url, n, random.Random(f"shape/{seed}/{n}"), vocab) as (_session, logs):
+    rng = random.Random(f"shape/{seed}/{n}")
+    async with _decoding(url, n, rng, vocab, output) as (_session, logs):
         await asyncio.sleep(seconds + SETTLE_S)
         ended = time.monotonic() * 1000.0
     ran = sum(1 for log in logs if log and log[-1] >= ended - LATE_TOKEN_MS)
@@ -128,20 +134,26 @@ async def measured_gaps(url: str, n: int, seconds: float, vocab: int, seed: int)
 
 
 def decode_shape(
-    url: str, counts: list[int], *, seconds: float = 6.0, vocab: int, seed: int = 0
+    url: str,
+    counts: list[int],
+    *,
+    seconds: float = 6.0,
+    vocab: int,
+    seed: int = 0,
+    output: int = LONG_OUTPUT,
 ) -> list[Shape]:
-    """The decode step at each concurrency of `counts`."""
+    """The decode step at each concurrency of `counts` (streams of `output` tokens)."""
     out = []
     for n in counts:
-        gaps = asyncio.run(measured_gaps(url, n, seconds, vocab, seed))
+        gaps = asyncio.run(measured_gaps(url, n, seconds, vocab, seed, output=output))
         if gaps:
             out.append(Shape(n, _q(gaps, 0.5), _q(gaps, 0.9), len(gaps)))
     return out
 
 
-async def _stall(url: str, n: int, prompt_tokens: int, vocab: int, seed: int) -> float:
+async def _stall(url: str, n: int, prompt_tokens: int, vocab: int, seed: int, output: int) -> float:
     rng = random.Random(f"stall/{seed}/{n}/{prompt_tokens}")
-    async with _decoding(url, n, rng, vocab) as (session, logs):
+    async with _decoding(url, n, rng, vocab, output) as (session, logs):
         await asyncio.sleep(SETTLE_S + 1.0)
         asked = time.monotonic() * 1000.0
         await _stream(session, url, _prompt(rng, prompt_tokens, vocab), 1, [])
@@ -151,11 +163,20 @@ async def _stall(url: str, n: int, prompt_tokens: int, vocab: int, seed: int) ->
 
 
 def prefill_stall(
-    url: str, n: int, prompt_tokens: int, *, vocab: int, seed: int = 0, repeat: int = 3
+    url: str,
+    n: int,
+    prompt_tokens: int,
+    *,
+    vocab: int,
+    seed: int = 0,
+    repeat: int = 3,
+    output: int = LONG_OUTPUT,
 ) -> float:
     """The median over `repeat` tries of the longest gap a `prompt_tokens` prefill causes to
-    `n` decoding streams."""
-    stalls = [asyncio.run(_stall(url, n, prompt_tokens, vocab, seed + i)) for i in range(repeat)]
+    `n` decoding streams (of `output` tokens)."""
+    stalls = [
+        asyncio.run(_stall(url, n, prompt_tokens, vocab, seed + i, output)) for i in range(repeat)
+    ]
     return _q(stalls, 0.5)
 
 
@@ -186,15 +207,16 @@ def slowdown(
     *,
     seconds: float = 5.0,
     vocab: int,
+    output: int = LONG_OUTPUT,
 ) -> tuple[float, float, float]:
     """(step without, step with the co-tenant on, their ratio): median gaps of `n` streams;
     `contend()` starts the co-tenant and returns what stops it. Raises `IncompleteError` when a
     stream did not run all along: a server whose policy refuses streams under the co-tenant
     measures its policy, not the co-tenant."""
-    alone = _q(asyncio.run(measured_gaps(url, n, seconds, vocab, 1)), 0.5)
+    alone = _q(asyncio.run(measured_gaps(url, n, seconds, vocab, 1, output=output)), 0.5)
     stop = contend()
     try:
-        shared = _q(asyncio.run(measured_gaps(url, n, seconds, vocab, 2)), 0.5)
+        shared = _q(asyncio.run(measured_gaps(url, n, seconds, vocab, 2, output=output)), 0.5)
     finally:
         stop()
     return alone, shared, shared / alone

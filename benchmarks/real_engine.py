@@ -2,38 +2,62 @@
 
 Per policy, one `python -m vllm.entrypoints.openai.api_server` (kept up across that policy's
 runs; a start took 33-47 s on the busy VM) serves a model generated here (`_real_model.py`,
-`--model-size`, random weights, nothing downloaded) on one core, with the policy's scheduler
-(`_real_server.py`: `open`, `cap:N`, `realtime`, `edgemon` = `EdgemonRealtimeScheduler` with
-`EDGEMON_DEADLINES=shed`, the gate and the shedding middleware on the run's device); one real
-Mosquitto and one `edgemon run` serve every run. Players (`_real_players.py`) make the
-virtual loop's requests (same generator, same seeds: runs compare) on the wall clock, stream
-them with `stream=true`, turn each token into a codec frame of `--frame-ms`, play them with
-the README's prebuffer and report through `edgemon.client.Reporter`. Every step is the
-engine's own: its scheduling, batching, KV cache and timing, with jitter, HTTP and all.
+`--model-size`, random weights, no EOS token, nothing downloaded) on one core, with the
+policy's scheduler and flags (`_real_server.py`: `open`, `cap:N`, vLLM's own admission and
+prefill flags `queued:N:M`, `tokens:N:T`, `chunked:B[:L]`, `realtime`, `edgemon` =
+`EdgemonRealtimeScheduler` with `EDGEMON_DEADLINES=shed`, the gate and the shedding
+middleware on the run's device); one real Mosquitto and one `edgemon run` serve every run.
+Players (`_real_players.py`) make the virtual loop's requests (same generator, same seeds:
+runs compare) on the wall clock, stream them with `stream=true` and a generous `max_tokens`
+cap (no length, no `ignore_eos`: lengths are unknown to the server), close each stream once
+they have its frames (vLLM aborts the request), turn each token into a codec frame of
+`--frame-ms`, play them with the README's prebuffer and report through
+`edgemon.client.Reporter`. A 503 (vLLM's admission limits, edgemon's middleware) is `shed`.
+Every step is the engine's own: its scheduling, batching, KV cache and timing, with jitter,
+HTTP and all.
+
+**Load** is a share of the capacity measured on this box just before the runs
+(`_real_shape.Scale`): `--profile`'s workload and frames on the step model fitted to the
+engine's steps (decode steps at 1-16 streams and a prefill's stall, on a server of its own
+with vLLM's scheduler, about 2 minutes for the default model), or on the shape in
+`--shape-file` (a `--shape --json` line; when the file does not exist yet, the shape is
+measured and written there). Every row records it (`scale`: the fit, `capacity_rps`, when
+and where from) and its `rate_rps`.
+
+**Drain** (`--drain`, the default): arrivals stop at `--duration` and the run goes on until
+every stream has ended (at most `--drain-limit` s), so no request is `unfinished`;
+`--no-drain` stops the run at `--duration` and scores streams under way as they are.
+
+**SLO capacity** (`--slo-capacity 0.95`): instead of fixed loads, the highest load (a share
+of the measured capacity) at which at least 95 % of offered requests are good, per policy,
+scenario and seed, by bisection between `--slo-bounds LO:HI` (default 0.2:1.2) to within
+`--slo-tolerance` (default 0.05; `_slo_capacity.py`: 5 or 6 runs); one JSON row each with the
+loads tried and their goodput.
 
 Scenarios: `steady`; `burst` (`--burst K:T`, as the virtual loop's); `network`
 (`--network D:S:P`, as the virtual loop's): the players reach the server through a delaying
 proxy (`_real_proxy.py`) that holds the server's bytes D ms in the last S s of every P s;
 `contention` (`--contention W:P:SHARE`): a CPU-bound co-tenant on the engine's core takes
 SHARE of it for the last W s of every P s. The step slowdown it causes is measured first, on
-a server of its own with vLLM's scheduler (8 streams, co-tenant off then on), and printed;
+a server with vLLM's scheduler (8 streams, co-tenant off then on), and printed;
 each run's row gives the step inside its windows against outside (`window_step_ratio`).
 
 Each run prints one JSON row with the virtual loop's fields (`edgemon.simulate.figures.row`:
 silence, SLO outcomes, goodput; `mode` `real`), plus `model_size`, `frame_ms`, `step_p50_ms`
-(the median token gap of the run's streams), `cut` (streams ended after some frames);
-`--dump FILE` writes one line per request (`dump_lines`). Load is a share of the profile's
-estimated capacity (`--profile`, default `cpu-vllm`, fitted on this engine).
+(the median token gap of the run's streams), `cut` (streams ended before their last frame),
+`server_flags`, `drain`, `rate_rps` and `scale`; `--dump FILE` writes one line per request
+(`dump_lines`, with its run's `load`).
 
 `--shape` measures the engine's step shape instead (token gaps at 1-16 streams, the stall a
 prefill causes, the slowdown a co-tenant taking 0.25, 0.5 and 0.75 of the core causes) and
 prints the fitted `StepModel`: how `cpu-vllm` was derived.
 
-    .venv-vllm/bin/python benchmarks/real_engine.py --policy open --policy edgemon \\
-        --scenario steady --load 0.9 --seeds 1-3 --duration 180
-    .venv-vllm/bin/python benchmarks/real_engine.py --policy edgemon --scenario contention \\
-        --contention 20:60:0.5 --load 0.8 --seeds 1 --duration 120
-    .venv-vllm/bin/python benchmarks/real_engine.py --shape
+    .venv-vllm/bin/python benchmarks/real_engine.py --shape --json > shape.json
+    .venv-vllm/bin/python benchmarks/real_engine.py --shape-file shape.json \\
+        --policy open --policy queued:10:10 --policy edgemon \\
+        --scenario steady --load 0.5,1.0 --seeds 1-3 --duration 180
+    .venv-vllm/bin/python benchmarks/real_engine.py --slo-capacity 0.95 --seeds 1-3 \\
+        --policy queued:10:10 --policy edgemon --scenario contention --contention 20:60:0.5
 """
 
 from __future__ import annotations
@@ -59,10 +83,11 @@ sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
 from _real_model import DEFAULT_SIZE, SIZES, write_model  # noqa: E402
-from _real_players import Streams, TokenLog, wall_ms  # noqa: E402
+from _real_players import DRAIN_LIMIT_S, Streams, TokenLog, wall_ms  # noqa: E402
 from _real_proxy import DelayProxy  # noqa: E402
-from _real_server import CoTenant, VllmServer, server_options  # noqa: E402
-from _real_steps import decode_shape, fit, prefill_stall, shape_json, slowdown  # noqa: E402
+from _real_server import CORE, POLICIES, CoTenant, VllmServer, server_options  # noqa: E402
+from _real_shape import Scale, calibrate, measure  # noqa: E402
+from _slo_capacity import DEFAULT_BOUNDS, DEFAULT_TOLERANCE, Bisection, parse_bounds  # noqa: E402
 from _support import Edgemon, mosquitto  # noqa: E402
 from closed_loop import framed, loads, seeds  # noqa: E402
 
@@ -89,15 +114,12 @@ if TYPE_CHECKING:
     from edgemon.simulate.scenarios import Scenario
 
 SCENES = ("steady", "burst", "network", "contention")
-POLICY_HELP = "open | cap:N | realtime | edgemon (the shipped policy); repeatable (default edgemon)"
-SHAPE_COUNTS = [1, 2, 4, 8, 10, 12, 16]
-STALL_STREAMS = 8
-STALL_PROMPT = 300
-CALIBRATION_STREAMS = 8
-SHAPE_SHARES = (0.25, 0.5, 0.75)
-"""The co-tenant's shares `--shape` measures the slowdown of (the profile's `contention`)."""
-CORE = 1
-"""The engine's core; the other one is left to Mosquitto, edgemon and the players."""
+POLICY_HELP = f"{POLICIES} (the shipped policy); repeatable (default edgemon)"
+TRIED_FIGURES = (
+    "offered", "good", "late", "gappy", "shed", "unfinished", "cut", "step_p50_ms",
+    "duration_s", "rate_rps",
+)  # fmt: skip
+"""A run's figures an SLO capacity row keeps for each load tried."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,12 +132,58 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--policy", action="append", help=POLICY_HELP)
     parser.add_argument("--scenario", action="append", choices=SCENES, help="default steady")
-    parser.add_argument("--load", default="0.8", help="share(s) of the profile's capacity")
+    parser.add_argument(
+        "--load", help="share(s) of the capacity measured on this box (default 0.8)"
+    )
     parser.add_argument("--seeds", default="1")
-    parser.add_argument("--duration", type=float, default=180.0, help="seconds per run")
+    parser.add_argument("--duration", type=float, default=180.0, help="seconds of arrivals")
+    parser.add_argument(
+        "--drain",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="arrivals stop at --duration and the run goes on until every stream has ended "
+        "(default); --no-drain stops the run there",
+    )
+    parser.add_argument(
+        "--drain-limit",
+        type=float,
+        default=DRAIN_LIMIT_S,
+        help=f"the longest a run drains, seconds ({DRAIN_LIMIT_S:g})",
+    )
+    parser.add_argument(
+        "--shape-file",
+        type=Path,
+        help="scale loads by the step shape in this file (a `--shape --json` line); if it "
+        "does not exist, the shape is measured at the start and written there (default: "
+        "measured at the start)",
+    )
+    parser.add_argument(
+        "--slo-capacity",
+        type=float,
+        metavar="TARGET",
+        help="find, per policy, scenario and seed, the highest load at which at least TARGET "
+        "(e.g. 0.95) of offered requests are good, by bisection (instead of --load)",
+    )
+    parser.add_argument(
+        "--slo-bounds",
+        default=":".join(f"{b:g}" for b in DEFAULT_BOUNDS),
+        help="LO:HI, the loads the bisection searches between",
+    )
+    parser.add_argument(
+        "--slo-tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="the bisection stops once the capacity is known to within this load",
+    )
     parser.add_argument("--model-size", choices=sorted(SIZES), default=DEFAULT_SIZE)
     parser.add_argument("--frame-ms", type=float, default=80.0, help="audio of one token")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="cpu-vllm")
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="cpu-vllm",
+        help="the workload, frames, chunks, margin and vLLM limits (its step model is replaced "
+        "by the one measured)",
+    )
     parser.add_argument("--burst", default=DEFAULT_BURST, help="K:T, K requests every T s")
     parser.add_argument(
         "--network",
@@ -135,19 +203,38 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shape", action="store_true", help="measure the step shape, fit it")
     args = parser.parse_args(argv)
     try:
-        args.seed_list = seeds(args.seeds)
-        args.load_list = loads(args.load)
-        args.windows, args.share = parse_contention(args.contention)
-        args.profile_used = framed(PROFILES[args.profile], args.frame_ms)
-        args.scenes = [_scene(name, args) for name in args.scenario or ["steady"]]
-        args.policies = list(dict.fromkeys(args.policy or ["edgemon"]))
-        for text in args.policies:
-            server_options(text, args.profile_used, broker_url="", device="", start_slo_ms=1)
+        _check(args)
     except ValueError as exc:
         parser.error(str(exc))
-    if not (math.isfinite(args.duration) and args.duration > 0):
-        parser.error("--duration must be a number of seconds > 0")
     return args
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Read and check what the flags say; ValueError naming the flag otherwise."""
+    args.seed_list = seeds(args.seeds)
+    if args.slo_capacity is not None and args.load is not None:
+        raise ValueError("--slo-capacity searches the load: give it without --load")
+    args.load_list = loads(args.load or "0.8")
+    args.windows, args.share = parse_contention(args.contention)
+    args.profile_used = framed(PROFILES[args.profile], args.frame_ms)
+    args.scenes = [_scene(name, args) for name in args.scenario or ["steady"]]
+    args.policies = list(dict.fromkeys(args.policy or ["edgemon"]))
+    for text in args.policies:
+        server_options(text, args.profile_used, broker_url="", device="", start_slo_ms=1)
+    if args.slo_capacity is not None:
+        low, high = parse_bounds(args.slo_bounds)
+        try:  # the search's own checks, with the flags' names
+            Bisection(args.slo_capacity, low, high, args.slo_tolerance)
+        except ValueError as exc:
+            raise ValueError(f"--slo-capacity/--slo-tolerance: {exc}") from None
+        args.bounds = (low, high)
+    if not (math.isfinite(args.duration) and args.duration > 0):
+        raise ValueError("--duration must be a number of seconds > 0")
+    if not (math.isfinite(args.drain_limit) and args.drain_limit >= 0):
+        raise ValueError("--drain-limit must be a number of seconds ≥ 0")
+    args.scale = None
+    if args.shape_file is not None and args.shape_file.exists():
+        args.scale = Scale.of(args.profile_used, args.shape_file, str(args.shape_file))
 
 
 def _scene(name: str, args: argparse.Namespace) -> Scenario:
@@ -168,29 +255,45 @@ class Stack:
     dtype: str
 
 
+@dataclass(slots=True)
+class Context:
+    """What every run of one invocation shares: the flags, the stack, the scale, the
+    co-tenant's measured slowdown, where the rows and dump lines go."""
+
+    args: argparse.Namespace
+    stack: Stack
+    scale: Scale
+    say: TextIO
+    dump: Any
+    measured: dict[str, float] | None
+
+
+@dataclass(slots=True)
+class PolicyServer:
+    """One policy's server and the run's device its gate follows."""
+
+    text: str
+    server: VllmServer
+    device: str
+    started_s: float
+
+
 def points(args: argparse.Namespace) -> Iterator[tuple[Scenario, float, int]]:
-    """A policy's runs, in order."""
+    """A policy's runs at fixed loads, in order."""
     for scene in args.scenes:
         for load in args.load_list:
             for seed in args.seed_list:
                 yield scene, load, seed
 
 
-def run_policy(
-    args: argparse.Namespace,
-    stack: Stack,
-    text: str,
-    index: int,
-    say: TextIO,
-    dump: Any,
-    measured: dict[str, float] | None,
-) -> list[dict[str, Any]]:
-    """Start the policy's server, run its points, stop it; the rows."""
-    profile: Profile = args.profile_used
+def run_policy(context: Context, text: str, index: int) -> list[dict[str, Any]]:
+    """Start the policy's server, run its points (or search its SLO capacity), stop it; the
+    rows."""
+    args, stack = context.args, context.stack
     device = f"real-{index}"
     options = server_options(
         text,
-        profile,
+        args.profile_used,
         broker_url=stack.broker_url,
         device=device,
         start_slo_ms=args.start_slo_ms,
@@ -200,31 +303,79 @@ def run_policy(
         stack.model, stack.directory / f"server-{index}", options, core=CORE, dtype=stack.dtype
     )
     server.start()
-    started_s = round(time.monotonic() - began, 1)
-    rows: list[dict[str, Any]] = []
+    served = PolicyServer(text, server, device, round(time.monotonic() - began, 1))
     try:
+        if args.slo_capacity is not None:
+            return [
+                _search(context, served, scene, seed)
+                for scene in args.scenes
+                for seed in args.seed_list
+            ]
+        rows = []
         for scene, load, seed in points(args):
-            server.wait_idle()
-            line, players, origin, end = _run(args, stack, server, device, scene, load, seed)
-            line |= {"policy": text, "server_start_s": started_s}
-            if scene.name == "contention" and measured is not None:
-                line["contention_slowdown"] = measured["ratio"]
+            line = _point(context, served, scene, load, seed)
+            print(json.dumps(line), file=context.say, flush=True)
             rows.append(line)
-            print(json.dumps(line), file=say, flush=True)
-            if dump is not None:
-                for item in dump_lines(
-                    players,
-                    policy=text,
-                    scenario=scene.name,
-                    seed=seed,
-                    origin_ms=origin,
-                    end_ms=end,
-                    start_slo_ms=args.start_slo_ms,
-                ):
-                    dump.write(json.dumps(item) + "\n")
+        return rows
     finally:
         server.close()
-    return rows
+
+
+def _point(
+    context: Context, served: PolicyServer, scene: Scenario, load: float, seed: int
+) -> dict[str, Any]:
+    """One run at `load` on the policy's server: its row (the dump lines written)."""
+    args = context.args
+    served.server.wait_idle()
+    line, players, origin, end = _run(context, served, scene, load, seed)
+    line |= {"policy": served.text, "server_start_s": served.started_s}
+    if scene.name == "contention" and context.measured is not None:
+        line["contention_slowdown"] = context.measured["ratio"]
+    if context.dump is not None:
+        for item in dump_lines(
+            players,
+            policy=served.text,
+            scenario=scene.name,
+            seed=seed,
+            origin_ms=origin,
+            end_ms=end,
+            start_slo_ms=args.start_slo_ms,
+        ):
+            context.dump.write(json.dumps(item | {"load": load}) + "\n")
+    return line
+
+
+def _search(context: Context, served: PolicyServer, scene: Scenario, seed: int) -> dict[str, Any]:
+    """The SLO capacity of the policy at one scenario and seed (see the module doc): its row."""
+    args = context.args
+    low, high = args.bounds
+    search = Bisection(args.slo_capacity, low, high, args.slo_tolerance)
+    last: dict[str, Any] = {}
+    while (load := search.next_load()) is not None:
+        last = _point(context, served, scene, load, seed)
+        search.record(load, last["goodput"], {k: last.get(k) for k in TRIED_FIGURES})
+    capacity = search.capacity
+    rps = None if capacity is None else round(capacity * context.scale.capacity_rps, 4)
+    line = {
+        "mode": "real",
+        "kind": "slo_capacity",
+        "profile": last.get("profile"),
+        "policy": served.text,
+        "scenario": scene.name,
+        "scenario_params": last.get("scenario_params"),
+        "seed": seed,
+        **search.fields(),
+        "slo_capacity_rps": rps,
+        **{k: last.get(k) for k in ("duration_s", "drain", "start_slo_ms", "gap_slo_ms")},
+        "arrivals_s": args.duration,
+        "model_size": args.model_size,
+        "frame_ms": args.profile_used.frame_ms,
+        "server_flags": " ".join(served.server.options.args),
+        "server_start_s": served.started_s,
+        "scale": context.scale.record(),
+    }
+    print(json.dumps(line), file=context.say, flush=True)
+    return line
 
 
 def open_server(args: argparse.Namespace, stack: Stack, name: str) -> VllmServer:
@@ -235,46 +386,50 @@ def open_server(args: argparse.Namespace, stack: Stack, name: str) -> VllmServer
     ).start()
 
 
-def calibration(args: argparse.Namespace, stack: Stack, say: TextIO) -> dict[str, float] | None:
-    """The co-tenant's slowdown, when a contention point runs: measured once, on a server of
-    its own with vLLM's scheduler. On the policy's server the policy would refuse streams
-    under the co-tenant, and start its first run with what it learned from the slow steps."""
-    if not any(scene.name == "contention" for scene in args.scenes):
-        return None
-    server = open_server(args, stack, "calibration")
+def measurements(
+    args: argparse.Namespace, stack: Stack, say: TextIO
+) -> tuple[Scale, dict[str, float] | None]:
+    """Before the runs, on a server of its own with vLLM's scheduler: the step shape the
+    loads are shares of (unless read from `--shape-file`) and, when a contention point runs,
+    the co-tenant's slowdown (on the policy's server the policy would refuse streams under
+    the co-tenant, and start its first run with what it learned from the slow steps)."""
+    scale: Scale | None = args.scale
+    contended = any(scene.name == "contention" for scene in args.scenes)
+    if scale is not None and not contended:
+        return scale, None
+    server = open_server(args, stack, "measurements")
+    measured = None
     try:
-        measured = _calibrate(args.share, server, stack.vocab_size)
+        if scale is None:
+            path = args.shape_file or stack.directory / "shape.json"
+            _say(args, say, f"# measuring the step shape (into {path})")
+            shape = measure(
+                server,
+                vocab=stack.vocab_size,
+                model_size=args.model_size,
+                shares=(),
+                say=lambda text: _say(args, say, text),
+            )
+            path.write_text(json.dumps(shape) + "\n", encoding="utf-8")
+            scale = Scale.of(args.profile_used, path, "measured")
+        if contended:
+            measured = calibrate(args.share, server, stack.vocab_size, args.model_size)
+            _say(args, say, f"# contention {args.contention}: {measured}")
     finally:
         server.close()
-    _say(args, say, f"# contention {args.contention}: {measured}")
-    return measured
-
-
-def _calibrate(share: float, server: VllmServer, vocab: int) -> dict[str, float]:
-    """The decode step of 8 streams without and with a co-tenant taking `share`."""
-
-    def contend() -> Any:
-        always = Windows(1.0, 1.0)  # on all the time while measuring
-        tenant = CoTenant(CORE, share, always, time.time()).start()
-        return tenant.close
-
-    alone, shared, ratio = slowdown(server.url, CALIBRATION_STREAMS, contend, vocab=vocab)
-    server.wait_idle()
-    return {"step_ms": alone, "contended_step_ms": shared, "ratio": round(ratio, 3)}
+    _say(args, say, f"# scale: {json.dumps(scale.record())}")
+    return scale, measured
 
 
 def _run(
-    args: argparse.Namespace,
-    stack: Stack,
-    server: VllmServer,
-    device: str,
-    scene: Scenario,
-    load: float,
-    seed: int,
+    context: Context, served: PolicyServer, scene: Scenario, load: float, seed: int
 ) -> tuple[dict[str, Any], list[Any], float, float]:
     """One run: its row (without the policy), players, origin and end (wall ms)."""
+    args, stack = context.args, context.stack
     profile: Profile = args.profile_used
-    reporter = Reporter(stack.broker_url, device).open()
+    server = served.server
+    rate = load * context.scale.capacity_rps
+    reporter = Reporter(stack.broker_url, served.device).open()
     origin = wall_ms() + 200.0
     tenant = proxy = None
     if scene.name == "contention":
@@ -284,16 +439,15 @@ def _run(
     streams = Streams(
         url=server.url if proxy is None else proxy.url,
         profile=profile,
-        arrivals=RequestSource(
-            load * profile.capacity_rps(), profile.workload, seed=seed, burst=scene.burst
-        ),
+        arrivals=RequestSource(rate, profile.workload, seed=seed, burst=scene.burst),
         seed=seed,
         vocab_size=stack.vocab_size,
         reporter=reporter,
         margin_ms=profile.margin_ms,
+        drain_limit_s=args.drain_limit,
     )
     try:
-        score = asyncio.run(streams.run(args.duration, origin_ms=origin))
+        score = asyncio.run(streams.run(args.duration, origin_ms=origin, drain=args.drain))
     finally:
         if tenant is not None:
             tenant.close()
@@ -316,6 +470,10 @@ def _run(
         "frame_ms": profile.frame_ms,
         "chunks": ",".join(map(str, profile.chunk_schedule)),
         "cut": streams.log.cut,
+        "drain": args.drain,
+        "rate_rps": round(rate, 4),
+        "server_flags": " ".join(server.options.args),
+        "scale": context.scale.record(),
         **_steps(streams.log, origin, args.windows if scene.name == "contention" else None),
     }
     return line, list(streams.players.values()), origin, streams.end_ms
@@ -365,13 +523,14 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                 stack = Stack(directory, url, model, dims.vocab_size, dims.dtype)
                 if args.shape:
                     return [shape(args, stack, say)]
+                scale, measured = measurements(args, stack, say)
                 dump = args.dump.open("w", encoding="utf-8") if args.dump else None
                 try:
-                    measured = calibration(args, stack, say)
+                    context = Context(args, stack, scale, say, dump, measured)
                     return [
                         line
                         for index, text in enumerate(args.policies)
-                        for line in run_policy(args, stack, text, index, say, dump, measured)
+                        for line in run_policy(context, text, index)
                     ]
                 finally:
                     if dump is not None:
@@ -381,44 +540,38 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
 
 
 def shape(args: argparse.Namespace, stack: Stack, say: TextIO) -> dict[str, Any]:
-    """Measure the decode steps and a prefill's stall on the open server; fit them."""
+    """Measure the decode steps, a prefill's stall and the co-tenant's slowdowns on the open
+    server; fit them."""
     server = open_server(args, stack, "shape")
     try:
-        shapes = decode_shape(server.url, SHAPE_COUNTS, vocab=stack.vocab_size)
-        _say(args, say, f"# decode steps (ms: median, p90, gaps): {shape_json(shapes)}")
-        stall = prefill_stall(server.url, STALL_STREAMS, STALL_PROMPT, vocab=stack.vocab_size)
-        contention = {}
-        for share in SHAPE_SHARES:
-            measured = _calibrate(share, server, stack.vocab_size)
-            _say(args, say, f"# a co-tenant taking {share:g} of the core: {measured}")
-            contention[share] = measured["ratio"]
+        return measure(
+            server,
+            vocab=stack.vocab_size,
+            model_size=args.model_size,
+            say=lambda text: _say(args, say, text),
+        )
     finally:
         server.close()
-    model = fit(shapes, stall, stall_streams=STALL_STREAMS, prompt_tokens=STALL_PROMPT)
-    return {
-        "model_size": args.model_size,
-        "decode_ms": {s.streams: [s.median_ms, s.p90_ms] for s in shapes},
-        "stall_ms": {"streams": STALL_STREAMS, "prompt": STALL_PROMPT, "ms": stall},
-        "contention": contention,
-        "fit": {
-            "base_ms": model.base_ms,
-            "per_decode_seq_ms": model.per_decode_seq_ms,
-            "per_prefill_token_ms": model.per_prefill_token_ms,
-        },
-    }
 
 
 def header(args: argparse.Namespace) -> str:
     """What is about to run, in one comment line."""
     profile: Profile = args.profile_used
+    loads_text = (
+        f"SLO capacity ≥ {args.slo_capacity:g} good between loads {args.slo_bounds} "
+        f"(± {args.slo_tolerance:g})"
+        if args.slo_capacity is not None
+        else f"load {','.join(f'{x:g}' for x in args.load_list)}"
+    )
     what = (
         "step shape"
         if args.shape
         else (
-            f"profile {profile.name} (capacity ≈ {profile.capacity_rps():.3f} req/s), frame "
-            f"{profile.frame_ms:g} ms; scenarios {', '.join(s.name for s in args.scenes)}; "
-            f"load {args.load}; seeds {args.seeds}; {args.duration:g} s per run; policies "
-            f"{', '.join(args.policies)}"
+            f"profile {profile.name}'s workload, frame {profile.frame_ms:g} ms, loads as shares "
+            f"of the capacity measured on this box; scenarios "
+            f"{', '.join(s.name for s in args.scenes)}; {loads_text}; seeds {args.seeds}; "
+            f"{args.duration:g} s of arrivals per run{', drained' if args.drain else ''}; "
+            f"policies {', '.join(args.policies)}"
         )
     )
     return (

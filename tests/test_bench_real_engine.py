@@ -1,13 +1,15 @@
 """`benchmarks/real_engine.py`'s parts that need no vLLM: the policies as server options, the
-players' prompts and step estimate, the model's dimensions, its flags, the delaying proxy
-of its `network` scenario and the step measurements' refusal of streams that stopped.
+players' prompts and step estimate, the model's dimensions and its lack of an EOS token,
+its flags, the measured shape that scales its loads, the delaying proxy of its `network`
+scenario and the step measurements' refusal of streams that stopped. (Its players:
+`test_bench_real_players.py`.)
 
 The real loop itself runs in the vLLM tier (`tests/vllm/test_real_engine.py`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -16,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -25,10 +26,12 @@ from _loop_report import spot_checks  # noqa: E402
 from _real_model import SIZES, config  # noqa: E402
 from _real_players import StepEstimate, prompt_ids  # noqa: E402
 from _real_proxy import DelayProxy  # noqa: E402
-from _real_server import MIDDLEWARE, SCHEDULERS, server_options  # noqa: E402
+from _real_server import MIDDLEWARE, POLICIES, SCHEDULERS, server_options  # noqa: E402
+from _real_shape import Scale  # noqa: E402
 from _real_steps import IncompleteError, measured_gaps  # noqa: E402
+from completions import Streamer, serving  # noqa: E402
 
-from edgemon.simulate.profiles import CPU_VLLM  # noqa: E402
+from edgemon.simulate.profiles import CPU_VLLM, StepModel  # noqa: E402
 from edgemon.simulate.workload import Request  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "real_engine.py"
@@ -64,9 +67,36 @@ def test_each_policy_becomes_the_server_a_user_would_run() -> None:
         "EDGEMON_SLO_START_MS": "3000",
     }
     assert device == "box"
-    for text in ("cap:0", "gate:80:2000", "edgemon+budget"):
-        with pytest.raises(ValueError, match="open, cap:N, realtime or edgemon"):
+    for text in ("cap:0", "gate:80:2000", "edgemon+budget", "estimated-park", "queued:4"):
+        with pytest.raises(ValueError, match=re.escape(POLICIES)):
             options(text)
+
+
+def test_vllms_own_admission_and_prefill_flags_are_passed_to_vllms_scheduler() -> None:
+    """queued:N:M, tokens:N:T and chunked:B[:L] (and them joined by '+') become vLLM's own
+    flags, with vLLM's scheduler and no edgemon part; a token budget below the batch, which
+    vLLM refuses to start with, is refused naming both flags."""
+    assert options("queued:10:12") == (
+        ("--max-num-batched-tokens", "512", "--max-num-seqs", "10", "--max-num-queued-reqs", "12"),
+        {},
+        None,
+    )
+    args, _, _ = options("tokens:8:900")
+    assert args == (
+        "--max-num-batched-tokens", "512", "--max-num-seqs", "8", "--max-num-queued-tokens", "900",
+    )  # fmt: skip
+    args, _, _ = options("chunked:64:32")
+    assert args == (
+        "--max-num-seqs", "16", "--max-num-batched-tokens", "64",
+        "--long-prefill-token-threshold", "32",
+    )  # fmt: skip
+    args, _, _ = options("queued:10:10+chunked:128")
+    assert args == (
+        "--max-num-seqs", "10", "--max-num-queued-reqs", "10", "--max-num-batched-tokens", "128",
+    )  # fmt: skip
+    assert "--scheduler-cls" not in args
+    with pytest.raises(ValueError, match="--max-num-batched-tokens 8 below --max-num-seqs 16"):
+        options("chunked:8")
 
 
 def test_prompts_are_the_request_length_seeded_per_request_and_never_specials() -> None:
@@ -104,11 +134,59 @@ def test_the_default_model_is_a_117m_llama_in_fp32() -> None:
     assert (made["dtype"], made["num_hidden_layers"], made["vocab_size"]) == ("float32", 14, 8192)
 
 
+def test_the_model_names_no_end_of_sequence_token() -> None:
+    """Its config names no EOS id (vLLM then stops a stream only at its cap, or when its
+    client leaves: no sampled token ends it early)."""
+    made = config(SIZES["tiny"])
+    assert made["eos_token_id"] is None
+    assert made["bos_token_id"] == 1
+
+
+def shape_line(base_ms: float, per_seq_ms: float, per_token_ms: float) -> str:
+    """A shape as `--shape --json` prints it (the parts a scale reads)."""
+    fit = {
+        "base_ms": base_ms,
+        "per_decode_seq_ms": per_seq_ms,
+        "per_prefill_token_ms": per_token_ms,
+    }
+    return json.dumps({"model_size": "117m", "measured_at": "2026-12-07T10:00:00Z", "fit": fit})
+
+
+def test_loads_are_shares_of_the_capacity_on_the_measured_steps(tmp_path: Path) -> None:
+    """A shape whose steps are 1.5 times the profile's (base, per-stream and per-token
+    cost): the capacity a load is a share of is the profile's workload on those steps (the
+    fixed profile's is more than 1.5 times it), and the record every row carries gives the fit,
+    that capacity, when the shape was measured and where it came from."""
+    step = CPU_VLLM.step
+    path = tmp_path / "shape.json"
+    slower = (1.5 * step.base_ms, 1.5 * step.per_decode_seq_ms, 1.5 * step.per_prefill_token_ms)
+    path.write_text("# decode steps ...\n" + shape_line(*slower))
+    scale = Scale.of(CPU_VLLM, path, str(path))
+    assert scale.profile.step == StepModel(
+        base_ms=1.5 * step.base_ms,
+        per_decode_seq_ms=1.5 * step.per_decode_seq_ms,
+        per_prefill_token_ms=1.5 * step.per_prefill_token_ms,
+    )
+    assert scale.profile.workload == CPU_VLLM.workload
+    assert 0 < scale.capacity_rps < CPU_VLLM.capacity_rps() / 1.5
+    record = scale.record()
+    assert record["fit"] == json.loads(path.read_text().splitlines()[-1])["fit"]
+    assert record["capacity_rps"] == round(scale.capacity_rps, 4)
+    assert (record["measured_at"], record["source"]) == ("2026-12-07T10:00:00Z", str(path))
+
+
 @pytest.mark.integration  # runs the benchmark as a process
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--policy", "gate:80:2000"], "open, cap:N, realtime or edgemon"),
+        (["--policy", "gate:80:2000"], "open, cap:N, queued:N:M, tokens:N:T"),
+        (["--policy", "chunked:8"], "below --max-num-seqs"),
+        (["--slo-capacity", "0.95", "--load", "0.5"], "without --load"),
+        (["--slo-capacity", "0.95", "--slo-bounds", "0.9:0.5"], "--slo-bounds"),
+        (["--slo-capacity", "1.5"], "--slo-capacity"),
+        (["--slo-capacity", "0.9", "--slo-tolerance", "0"], "--slo-tolerance"),
+        (["--shape-file", "benchmarks/real_engine.py"], "--shape-file"),
+        (["--drain-limit", "-1"], "--drain-limit"),
         (["--scenario", "contention", "--contention", "20:60:1"], "--contention"),
         (["--contention", "20:60"], "--contention W:P:SHARE"),
         (["--scenario", "network", "--network", "300:5"], "--network D:S:P"),
@@ -223,49 +301,17 @@ def test_each_real_figure_is_put_beside_the_same_seeds_virtual_one() -> None:
     assert "| steady | 0.8 | edgemon | 2 | 32.00 / 15.00 (+113%) |" in text
 
 
-class Streamer:
-    """A completions endpoint streaming as vLLM does, one token per 20 ms until the client
-    leaves; the first `refuse` requests end at once without a token (as a shedding server
-    ends them)."""
-
-    def __init__(self, refuse: int) -> None:
-        self.refuse = refuse
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        """The stream, or a refusal."""
-        answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await answer.prepare(request)
-        if self.refuse > 0:
-            self.refuse -= 1
-            await answer.write(b"data: [DONE]\n\n")
-            return answer
-        for made in range(1, 10_000):
-            chunk = {"choices": [{"text": "x"}], "usage": {"completion_tokens": made}}
-            await answer.write(f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode())
-            await asyncio.sleep(0.02)
-        return answer
-
-
 async def gaps_from(streamer: Streamer, streams: int) -> list[float]:
     """`measured_gaps` of `streams` streams for half a second against `streamer`."""
-    app = web.Application()
-    app.router.add_post("/v1/completions", streamer.completions)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = runner.addresses[0][1]
-        return await measured_gaps(f"http://127.0.0.1:{port}", streams, 0.5, 64, 0)
-    finally:
-        await runner.cleanup()
+    async with serving(streamer) as url:
+        return await measured_gaps(url, streams, 0.5, 64, 0)
 
 
 @pytest.mark.asyncio
 async def test_a_step_measurement_takes_every_gap_once_all_streams_run() -> None:
     """Three streams that all run to the end: gaps from each of them (20 ms apart by the
     server's clock, so positive), nothing refused."""
-    gaps = await gaps_from(Streamer(refuse=0), 3)
+    gaps = await gaps_from(Streamer(), 3)
     assert len(gaps) >= 3
     assert all(gap > 0 for gap in gaps)
 
@@ -276,4 +322,4 @@ async def test_a_step_measurement_with_a_refused_stream_is_refused() -> None:
     streams): the measurement is refused, not taken from two streams as if from three (the
     calibration printed ×0.92 and ×0.0 so)."""
     with pytest.raises(IncompleteError, match="1 of 3 streams stopped"):
-        await gaps_from(Streamer(refuse=1), 3)
+        await gaps_from(Streamer(refusals=["done"]), 3)

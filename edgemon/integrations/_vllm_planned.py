@@ -13,7 +13,9 @@ inputs and answers).
   runs, `_edgemon_planning` is set, so that a hook asked inside vLLM's step (vLLM-Omni's
   ``_should_defer_waiting_admission``) does not hold the planned requests again.
 - **At arrival** (``add_request``) a request the policy refuses is ended at once; after each
-  ``update_from_output`` the finished requests' lengths teach the policy.
+  ``update_from_output`` the finished requests' lengths teach the policy, and so do those of
+  running requests ended from outside (``finish_requests``: the API server aborts a request
+  whose client closed its stream, and its seat is free from then on).
 
 Every step of this is guarded: an exception is answered as vLLM's own step would be, counted
 in ``edgemon_stats.errors`` and logged once.
@@ -128,6 +130,18 @@ class DeadlineScheduling:
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self._edgemon.failed("teaching the deadline policy")
         return outputs
+
+    def finish_requests(self, request_ids: Any, finished_status: Any) -> list[Any]:
+        """vLLM's (the engine ends requests through it when the API server aborts them,
+        and edgemon ends waiting ones), then the lengths of the requests it ended taught to
+        the deadline policy: a stream whose client closed it took its seat that long (a
+        request ended before its first frame teaches nothing)."""
+        ended: list[Any] = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
+        try:
+            self._edgemon_driver.finished(ended or ())
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self._edgemon.failed("teaching the deadline policy")
+        return ended
 
     def _edgemon_planned_step(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A step whose admissions the deadline policy chose: the gate's hold ends at each

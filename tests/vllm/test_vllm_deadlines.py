@@ -1,7 +1,14 @@
 """The deadline policy on vLLM's real V1 scheduler: bounded holds, requests ended when they
 cannot start in time (at arrival, and while queued when the box slows down), and the
 predicted start wait published for the shedding middleware. An injected clock plays the
-model's step times and the requests' arrival clock."""
+model's step times and the requests' arrival clock.
+
+The policy knows no request's length: it predicts what a running request has left from its
+prompt and the frames it emitted, by the lengths of requests that finished
+(`edgemon.integrations.lengths`), and `max_tokens` only caps that. A test that needs
+requests to be long first lets requests that long finish; one that needs a request to end
+soon gives it a `max_tokens` below the prediction. (Here a request ends at its
+`max_tokens`: the harness's model never samples an end-of-sequence token.)"""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from vllm.v1.request import RequestStatus
 
 from edgemon.integrations._vllm_deadlines import DeadlineDriver, Mode, mode_from_environ
 from edgemon.integrations._vllm_shed import SHED_STOP_REASON
@@ -78,10 +86,25 @@ def _scheduler(
     )
 
 
-def _arrive(scheduler: Any, clock: ModelClock, request_id: str, *, max_tokens: int = 50) -> None:
+def _arrive(
+    scheduler: Any, clock: ModelClock, request_id: str, *, max_tokens: int = 50, prompt: int = 8
+) -> None:
     scheduler.add_request(
-        make_request(request_id, 8, max_tokens=max_tokens, arrival_time=clock.now_s)
+        make_request(request_id, prompt, max_tokens=max_tokens, arrival_time=clock.now_s)
     )
+
+
+def _teach(scheduler: Any, clock: ModelClock, lengths: dict[str, tuple[int, int]]) -> None:
+    """Requests of these (prompt tokens, frames) arrive and run to their end (each ends at
+    its `max_tokens` here): the policy learns their lengths as it learns any finished
+    request's."""
+    for name, (prompt, frames) in lengths.items():
+        _arrive(scheduler, clock, name, max_tokens=frames, prompt=prompt)
+    for _ in steps(scheduler, clock, 20 * max(frames for _, frames in lengths.values())):
+        if not scheduler.has_unfinished_requests():
+            break
+    assert not scheduler.has_unfinished_requests(), "the teaching requests never finished"
+    assert scheduler.edgemon_deadlines.policy.lengths.finished == len(lengths)
 
 
 def test_a_hold_ends_at_the_requests_start_deadline(tiny_model: Path, flavour: type[Any]) -> None:
@@ -109,14 +132,17 @@ def test_a_hold_ends_at_the_requests_start_deadline(tiny_model: Path, flavour: t
 def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(
     tiny_model: Path, flavour: type[Any]
 ) -> None:
-    """Two long requests fill the batch (max_num_seqs 2): a third one's seat frees only after
-    hundreds of steps, past its start deadline, so mode `shed` ends it at arrival (abort,
-    edgemon:start_deadline) while the running requests go on; mode `hold` queues it."""
+    """Two requests of 500 frames ran to their end first, so the policy expects requests
+    like them to take 500. Two more fill the batch (max_num_seqs 2, a generous cap of 2,000
+    `max_tokens` each): a third one's seat frees only after hundreds of steps, past its start
+    deadline, so mode `shed` ends it at arrival (abort, edgemon:start_deadline) while the
+    running requests go on; mode `hold` queues it."""
     for mode, expected in (("shed", ENDED), ("hold", None)):
         clock = ModelClock()
         scheduler = _scheduler(tiny_model, clock, mode, flavour, max_num_seqs=2)  # type: ignore[arg-type]
+        _teach(scheduler, clock, {"t1": (8, 500), "t2": (8, 500)})
         for name in ("a", "b"):
-            _arrive(scheduler, clock, name, max_tokens=500)
+            _arrive(scheduler, clock, name, max_tokens=2000)
         list(steps(scheduler, clock, 6))
         _arrive(scheduler, clock, "late")
         (step,) = steps(scheduler, clock, 1)
@@ -129,9 +155,11 @@ def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(
 def test_a_queued_request_is_ended_once_the_box_slows_down(
     tiny_model: Path, flavour: type[Any]
 ) -> None:
-    """A request queued behind a full batch whose seats free in time is kept; when every step
-    becomes 8 times longer, its start can no longer be met and it is ended at once (before
-    its deadline passes), while the running requests keep decoding."""
+    """A request queued behind a full batch whose seats free in time is kept (one running
+    request's `max_tokens`, 30, is below what the policy expects of a request before any
+    finished, 100 frames: it frees its seat within about 30 steps); when every step becomes
+    8 times longer, its start can no longer be met and it is ended at once (before its
+    deadline passes), while the running requests keep decoding."""
     clock = ModelClock()
     scheduler = _scheduler(tiny_model, clock, "shed", flavour, max_num_seqs=2)
     for name, tokens in (("a", 30), ("b", 400)):
@@ -174,6 +202,70 @@ def test_an_idle_box_is_no_step_to_the_policy(tiny_model: Path, flavour: type[An
     assert "c" not in step.reasons
     assert set(step.produced) >= {"b"}
     assert scheduler._edgemon_report.shed_reasons["arrival"] == 0
+
+
+def test_the_prediction_is_from_prompts_and_frames_emitted_and_max_tokens_only_caps_it(
+    tiny_model: Path,
+) -> None:
+    """Eight requests finish first, each speaking twice its prompt (8 to 64 tokens). Then,
+    running: requests of 8 and of 64 prompt tokens with a generous cap (1,000 `max_tokens`)
+    are predicted to have their learned length (16 and 128) less what they emitted, and
+    after ten more steps ten frames fewer; a cap twice as generous changes nothing; a cap
+    below the prediction (40) bounds it. (Before, the driver showed `max_tokens − output` as
+    what each had left: 1,000 minus what it emitted.)"""
+    clock = ModelClock()
+    scheduler = _scheduler(tiny_model, clock, "hold", max_num_seqs=8, max_num_batched_tokens=512)
+    lengths = {f"t{i}": (prompt, 2 * prompt) for i, prompt in enumerate((8, 16, 32, 64) * 2)}
+    _teach(scheduler, clock, lengths)
+    for name, prompt, cap in (
+        ("short", 8, 1000), ("long", 64, 1000), ("roomier", 8, 2000), ("capped", 64, 40),
+    ):  # fmt: skip
+        _arrive(scheduler, clock, name, max_tokens=cap, prompt=prompt)
+    list(steps(scheduler, clock, 5))
+    policy = scheduler.edgemon_deadlines.policy
+
+    def predicted() -> dict[str, tuple[float, int]]:
+        shown = DeadlineDriver.running(scheduler.running)
+        return {r.id: (policy.remaining(r), r.emitted_frames) for r in shown}
+
+    before = predicted()
+    assert set(before) == {"short", "long", "roomier", "capped"}
+    for name, learned in (("short", 16), ("long", 128), ("roomier", 16), ("capped", 40)):
+        left, emitted = before[name]
+        assert emitted > 0
+        assert left == pytest.approx(learned - emitted), name
+    list(steps(scheduler, clock, 10))
+    after = predicted()
+    for name in ("short", "long", "roomier", "capped"):
+        assert after[name][1] == before[name][1] + 10
+        assert after[name][0] == pytest.approx(before[name][0] - 10), name
+
+
+def test_a_request_whose_client_left_teaches_its_length(
+    tiny_model: Path, flavour: type[Any]
+) -> None:
+    """A running request the engine aborts after 12 frames (its client closed the stream:
+    vLLM ends it through the scheduler's `finish_requests`, FINISHED_ABORTED) teaches the
+    policy a 12-frame request, as one that finished by itself would: the next such request
+    is expected to take 12 frames, not the 100 assumed before any ended. A waiting request
+    edgemon ends (no frame) teaches nothing. (Before, only requests vLLM finished in a step
+    taught it, so a server whose clients close their streams taught it nothing.)"""
+    clock = ModelClock()
+    scheduler = _scheduler(tiny_model, clock, "shed", flavour, max_num_seqs=1)
+    _arrive(scheduler, clock, "left", max_tokens=1000)
+    for _ in steps(scheduler, clock, 40):
+        if scheduler.requests["left"].num_output_tokens >= 12:
+            break
+    assert scheduler.requests["left"].num_output_tokens == 12
+    _arrive(scheduler, clock, "queued")
+    policy = scheduler.edgemon_deadlines.policy
+    assert policy.lengths.finished == 0
+    scheduler.edgemon_end_waiting(["queued"])
+    ended = scheduler.finish_requests(["left"], RequestStatus.FINISHED_ABORTED)
+    assert [r.request_id for r in ended] == ["left"]
+    assert policy.lengths.finished == 1
+    assert policy.lengths.expected(8) == pytest.approx(12.0)
+    assert scheduler.edgemon_stats.errors == 0
 
 
 def test_a_preempted_request_is_resumed_not_ended(tiny_model: Path, flavour: type[Any]) -> None:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 T = 60.0
+TEACH_S = 600.0
+"""How long the request that teaches the policy may take on a loaded machine."""
 DEVICE = "server-box"
 REASON = "edgemon:start_deadline"
 SCHEDULER = "edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler"
@@ -68,16 +70,25 @@ def _post(port: int, path: str, body: dict[str, Any]) -> tuple[int, dict[str, st
     return post(port, path, body, T)
 
 
+LONG = {"model": "m", "prompt": "w1 w2 w3", "max_tokens": 3000, "ignore_eos": True}
+"""A request that runs its 3,000 tokens (`ignore_eos`: the test model's dummy weights may
+sample its EOS)."""
+
+
 @pytest.fixture
 def seat_taken(served: int) -> Iterator[None]:
     """A long request takes the server's only seat (max-num-seqs 1): sent, its answer never
-    read. Its connection is closed before the server stops, so vLLM aborts it and the server
-    ends at once; left open, vLLM's shutdown (its engine killed first) kept the server waiting
-    30 s for that connection."""
-    long = {"model": "m", "prompt": "w1 w2 w3", "max_tokens": 3000, "ignore_eos": True}
+    read. The deadline policy predicts lengths from finished requests, not from `max_tokens`,
+    so one such request runs to its end first: the policy then expects the one holding the
+    seat to run as long. Its connection is closed before the server stops, so vLLM aborts it
+    and the server ends at once; left open, vLLM's shutdown (its engine killed first) kept the
+    server waiting 30 s for that connection."""
+    status, _, text = post(served, "/v1/completions", LONG, TEACH_S)
+    assert status == 200, text
+    assert json.loads(text)["usage"]["completion_tokens"] == LONG["max_tokens"]
     connection = http.client.HTTPConnection("127.0.0.1", served, timeout=T)
     connection.request(
-        "POST", "/v1/completions", json.dumps(long), {"Content-Type": "application/json"}
+        "POST", "/v1/completions", json.dumps(LONG), {"Content-Type": "application/json"}
     )
     try:
         yield
@@ -106,7 +117,7 @@ def _eventually(check: Any, timeout: float = T) -> bool:
 @pytest.mark.parametrize("served", [False], indirect=True, ids=["engine"])
 @pytest.mark.usefixtures("seat_taken")
 def test_what_a_client_sees_of_a_request_ended_before_its_first_token(served: int) -> None:
-    """With the only seat taken for tens of seconds, a new request cannot start within 3 s:
+    """With the only seat taken for thousands of steps, a new request cannot start within 3 s:
     the scheduler ends it at arrival. Not streaming: 200 with an empty text, finish_reason
     abort and stop_reason edgemon:start_deadline; streaming: only `data: [DONE]`; chat
     streaming: the role chunk, then `data: [DONE]` (as docs/client.md says)."""
