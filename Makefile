@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: docs test test-fast test-fleet test-vllm coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput bench-real clean
+.PHONY: docs test test-fast test-fleet test-vllm coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput bench-real bench-worth clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -185,6 +185,46 @@ bench-goodput: $(STAMP) .venv-vllm/.matplotlib
 	done; done; wait
 	.venv-vllm/bin/python $(BENCH_LOOP) --report $(BENCH_OUT)/goodput-*-$(GOODPUT_SEEDS).jsonl \
 	  --plot $(BENCH_OUT)
+
+# Is edgemon worth it against what an operator would configure? (issue 37; docs/explanation/
+# does-it-help.md) Per profile: 1. the one static line of vLLM's flags with the best mean
+# goodput on the training seeds (--tune-static: 62 configurations x 4 scenarios x 4 loads x 5
+# seeds); 2. on held-out seeds, the SLO capacity at 95 % and 99 % (bisection over load) and
+# goodput at fixed loads of open, the tuned configuration and the next best of its grid, the
+# peers' estimated-park and -edf, edgemon and edgemon without each part; 3. edgemon and the
+# tuned configuration with --lengths known (what knowing lengths is worth); 4. the report.
+# jetson about 15 minutes on two cores, x86-gpu about 90 (its runs carry 5 times the requests).
+# 10 held-out seeds rather than 5: the SLO capacity of one seed moves by 0.05 from seed to seed.
+WORTH_TRAIN ?= 601-605
+WORTH_SEEDS ?= 606-615
+WORTH_PROFILES ?= jetson x86-gpu
+WORTH_TUNE = --scenario steady --scenario slowdown --scenario burst --scenario network \
+  --load 0.5,0.8,1.0,1.2
+WORTH_POINTS = $(WORTH_TUNE) --scenario contention --duration 180 --jobs 2 --json
+bench-worth: $(STAMP)
+	mkdir -p $(BENCH_OUT)
+	for profile in $(WORTH_PROFILES); do \
+	  out=$(BENCH_OUT)/worth-$$profile; \
+	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --tune-static $(WORTH_TUNE) \
+	    --seeds $(WORTH_TRAIN) --duration 180 --jobs 2 --json --out $$out-tuned.jsonl > /dev/null && \
+	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --worth $$out-tuned.jsonl \
+	    $(WORTH_POINTS) --slo-capacity 0.95 --seeds $(WORTH_SEEDS) --out $$out-slo.jsonl > /dev/null && \
+	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --worth $$out-tuned.jsonl \
+	    $(WORTH_POINTS) --load 0.5,0.6,0.8,0.9,1.0,1.2 --seeds $(WORTH_SEEDS) \
+	    --out $$out-goodput.jsonl > /dev/null && \
+	  tuned=$$($(BIN)/python -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1]["policy"])' $$out-tuned.jsonl) && \
+	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --policy open --policy $$tuned \
+	    --policy edgemon --policy estimated-park --policy estimated-edf $(WORTH_POINTS) \
+	    --slo-capacity 0.99 --seeds $(WORTH_SEEDS) --out $$out-slo99.jsonl > /dev/null && \
+	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --policy edgemon --policy $$tuned \
+	    $(WORTH_POINTS) --lengths known --slo-capacity 0.95 --load 1.0,1.2 --seeds $(WORTH_SEEDS) \
+	    --out $$out-known.jsonl > /dev/null || exit 1; \
+	done
+	$(BIN)/python $(BENCH_LOOP) --report $(BENCH_OUT)/worth-*-tuned.jsonl \
+	  $(BENCH_OUT)/worth-*-slo.jsonl $(BENCH_OUT)/worth-*-slo99.jsonl \
+	  $(BENCH_OUT)/worth-*-goodput.jsonl > $(BENCH_OUT)/worth.md
+	$(BIN)/python $(BENCH_LOOP) --report $(BENCH_OUT)/worth-*-tuned.jsonl \
+	  $(BENCH_OUT)/worth-*-known.jsonl > $(BENCH_OUT)/worth-known.md
 
 bench-loop: $(STAMP) .venv-vllm/.matplotlib
 	mkdir -p $(BENCH_OUT)

@@ -1,12 +1,9 @@
 """What an operator would configure, and the load a box serves within its SLO.
 
-**SLO capacity** (`slo_capacity`): the highest load (a share of the profile's estimated
+**SLO capacity** (`slo_capacities`): the highest load (a share of the profile's estimated
 capacity) at which at least `target` of the offered requests are good: DistServe's goodput,
-the rate a box can be sized for. Found by bisection over load for one seed: the load
-`low` must meet the target and `high` miss it (else the figure is `low`'s "below" or
-`high`'s "at least"), then the interval is halved until it is `tolerance` wide. Goodput
-against load is not strictly monotone from one seed's requests to another's, so the figure
-is a crossing, the highest load found to meet the target with a higher one found to miss.
+the rate a box can be sized for. Found by bisection over load for each seed
+(`_slo_capacity.Bisection`, the real engine's search too), many searches side by side.
 
 **The tuned static configuration** (`static_grid`, `tune`): the one line of vLLM flags an
 operator could set without edgemon (`--max-num-seqs N` with `--max-num-queued-reqs M`, or
@@ -25,12 +22,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from edgemon.simulate.figures import run_virtual
-from edgemon.simulate.policies import policy
+from _points import Point, Runner
+from _slo_capacity import Bisection
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -49,80 +45,6 @@ CHUNKED_ON = 3
 """How many of the best configurations chunked prefill is tried on."""
 
 
-@dataclass(frozen=True, slots=True)
-class Point:
-    """One virtual run: what it is run on, and how."""
-
-    profile: Profile
-    engine_profile: Profile
-    """The profile the engine steps by (`--steps`), load staying a share of `profile`'s."""
-    policy: str
-    scenario: Scenario
-    load: float
-    seed: int
-    duration_s: float
-    lengths_known: bool = False
-    start_slo_ms: float | None = None
-
-
-def goodput(point: Point) -> float:
-    """The goodput of one run (in a worker process)."""
-    options: dict[str, Any] = {}
-    if point.start_slo_ms is not None:
-        options["start_slo_ms"] = point.start_slo_ms
-    result = run_virtual(
-        point.engine_profile,
-        policy(point.policy, point.profile),
-        point.scenario,
-        rate_rps=point.load * point.profile.capacity_rps(),
-        seed=point.seed,
-        duration_s=point.duration_s,
-        lengths_known=point.lengths_known,
-        **options,
-    )
-    return result.score.goodput
-
-
-class Runner:
-    """Runs points, `jobs` at a time, and remembers each goodput (a point runs once)."""
-
-    __slots__ = ("_done", "_pool")
-
-    def __init__(self, jobs: int) -> None:
-        self._pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
-        self._done: dict[Point, float] = {}
-
-    def __enter__(self) -> Runner:  # noqa: PYI034 - a final class
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-
-    def run(self, points: Iterable[Point]) -> list[float]:
-        """The goodput of each point, in order."""
-        wanted = list(points)
-        todo = list(dict.fromkeys(p for p in wanted if p not in self._done))
-        if self._pool is None:
-            results: Iterable[float] = map(goodput, todo)
-        else:
-            results = self._pool.map(goodput, todo, chunksize=max(1, len(todo) // 64))
-        self._done.update(zip(todo, results, strict=True))
-        return [self._done[p] for p in wanted]
-
-
-@dataclass(slots=True)
-class Search:
-    """One bisection: the loads tried and their goodput."""
-
-    target: float
-    tried: dict[float, float] = field(default_factory=dict)
-    capacity: float = 0.0
-    bound: str = ""
-    """`below` (not even the low bound met the target), `at least` (the high bound did), or
-    empty: a crossing was found."""
-
-
 def slo_capacities(
     measure: Callable[[Iterable[Point]], list[float]],
     base: Sequence[Point],
@@ -131,50 +53,14 @@ def slo_capacities(
     low: float,
     high: float,
     tolerance: float,
-) -> list[Search]:
-    """Each base point's SLO capacity at `target` (their `load` is replaced), searched side by
-    side so that each round of bisection runs as one batch."""
-    searches = [Search(target) for _ in base]
-    bounds = [[low, high] for _ in base]
-
-    def at(index: int, load: float) -> Point:
-        point = base[index]
-        return Point(
-            point.profile,
-            point.engine_profile,
-            point.policy,
-            point.scenario,
-            round(load, 4),
-            point.seed,
-            point.duration_s,
-            point.lengths_known,
-            point.start_slo_ms,
-        )
-
-    edges = measure([at(i, x) for i in range(len(base)) for x in (low, high)])
-    open_ = []
-    for i, search in enumerate(searches):
-        g_low, g_high = edges[2 * i], edges[2 * i + 1]
-        search.tried.update({low: g_low, high: g_high})
-        if g_low < target:
-            search.capacity, search.bound = low, "below"
-        elif g_high >= target:
-            search.capacity, search.bound = high, "at least"
-        else:
-            open_.append(i)
-    while open_:
-        mids = [round((bounds[i][0] + bounds[i][1]) / 2, 4) for i in open_]
-        found = measure([at(i, mid) for i, mid in zip(open_, mids, strict=True)])
-        still = []
-        for i, mid, got in zip(open_, mids, found, strict=True):
-            searches[i].tried[mid] = got
-            bounds[i][0 if got >= target else 1] = mid
-            if bounds[i][1] - bounds[i][0] > tolerance:
-                still.append(i)
-        open_ = still
-    for i, search in enumerate(searches):
-        if not search.bound:
-            search.capacity = bounds[i][0]
+) -> list[Bisection]:
+    """Each base point's SLO capacity at `target` (`_slo_capacity.Bisection`; their `load`
+    is replaced), the searches run side by side so that each round is one batch of runs."""
+    searches = [Bisection(target, low, high, tolerance) for _ in base]
+    while asked := [(i, load) for i, s in enumerate(searches) if (load := s.next_load())]:
+        found = measure(replace(base[i], load=load) for i, load in asked)
+        for (i, load), got in zip(asked, found, strict=True):
+            searches[i].record(load, got)
     return searches
 
 
@@ -222,6 +108,24 @@ def _ranked(
     return _best_first(out)
 
 
+def point_of(args: Any, label: str, scene: Scenario, load: float, seed: int) -> Point:
+    """The run of `closed_loop.py`'s arguments `args` with this policy, scenario, load and
+    seed."""
+    return Point(
+        args.profile_used,
+        args.engine_profile,
+        label,
+        scene,
+        load,
+        seed,
+        args.duration,
+        lengths_known=args.lengths == "known",
+        start_slo_ms=args.start_slo_ms,
+        gap_slo_ms=args.gap_slo_ms,
+        drain=args.drain,
+    )
+
+
 def run_searches(args: Any, say: TextIO) -> list[dict[str, Any]]:
     """`closed_loop.py --tune-static` and `--slo-capacity`: print and return their rows."""
     rows: list[dict[str, Any]] = []
@@ -236,17 +140,7 @@ def run_searches(args: Any, say: TextIO) -> list[dict[str, Any]]:
     }
 
     def point(label: str, scene: Scenario, load: float, seed: int) -> Point:
-        return Point(
-            args.profile_used,
-            args.engine_profile,
-            label,
-            scene,
-            load,
-            seed,
-            args.duration,
-            args.lengths == "known",
-            args.start_slo_ms,
-        )
+        return point_of(args, label, scene, load, seed)
 
     with Runner(args.jobs) as runner:
         if args.tune_static:
@@ -259,7 +153,7 @@ def run_searches(args: Any, say: TextIO) -> list[dict[str, Any]]:
                     for seed in args.seed_list
                 ]
 
-            ranked = tune(runner.run, points_of, static_grid(args.profile_used))
+            ranked = tune(runner.goodput, points_of, static_grid(args.profile_used))
             rows.append(
                 {
                     "kind": "tuned",
@@ -280,7 +174,7 @@ def run_searches(args: Any, say: TextIO) -> list[dict[str, Any]]:
                 for seed in args.seed_list
             ]
             searches = slo_capacities(
-                runner.run,
+                runner.goodput,
                 base,
                 target,
                 low=args.slo_low,
@@ -296,10 +190,7 @@ def run_searches(args: Any, say: TextIO) -> list[dict[str, Any]]:
                         "scenario": at.scenario.name,
                         "scenario_params": at.scenario.describe(),
                         "seed": at.seed,
-                        "target": target,
-                        "slo_capacity": search.capacity,
-                        "bound": search.bound,
-                        "tried": sorted([load, round(g, 4)] for load, g in search.tried.items()),
+                        **search.fields(),
                     }
                 )
                 print(json.dumps(rows[-1]), file=say, flush=True)

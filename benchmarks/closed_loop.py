@@ -61,8 +61,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _slo_capacity import parse_bounds  # noqa: E402
+
 from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS  # noqa: E402
-from edgemon.simulate.figures import dump_lines, row, run_virtual  # noqa: E402
+from edgemon.simulate.figures import dump_lines, row  # noqa: E402
 from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS, policy  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile, StepModel  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
@@ -77,9 +79,10 @@ from edgemon.simulate.scenarios import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
     from typing import TextIO
 
+    from edgemon.simulate.players import Player
     from edgemon.simulate.policies import Policy
 
 SHIPPED = EDGEMON.format(guard=f"{SHIPPED_GUARD_MS:g}")
@@ -117,6 +120,20 @@ def target_policies(profile: Profile) -> list[str]:
     return ["open", *caps, "realtime", "edgemon"]
 
 
+def worth_policies(profile: Profile, path: Path) -> list[str]:
+    """`--worth`: the comparison's policies for `profile`, from the tuning rows in `path`."""
+    from _worth import comparison  # noqa: PLC0415
+
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--worth {path}: {exc}") from None
+    tuned = [r for r in rows if r.get("kind") == "tuned" and r.get("profile") == profile.name]
+    if not tuned:
+        raise ValueError(f"--worth {path}: no --tune-static row for profile {profile.name}")
+    return comparison(profile, [label for label, _ in tuned[-1]["ranking"]])
+
+
 def measured_steps(profile: Profile, path: Path) -> Profile:
     """`profile` with the steps of a shape `real_engine.py --shape --json` measured (its last
     JSON line): the fitted step model and the co-tenant's slowdowns; ValueError otherwise."""
@@ -136,15 +153,6 @@ def measured_steps(profile: Profile, path: Path) -> Profile:
             f"--steps {path}: not a shape from real_engine.py --shape ({exc})"
         ) from exc
     return replace(profile, step=step, contention=contention or profile.contention)
-
-
-def steps_label(profile: Profile) -> str:
-    """The step model a row ran on, as its `steps` field says it."""
-    step = profile.step
-    return (
-        f"{step.base_ms:g} + {step.per_decode_seq_ms:g}·n ms, "
-        f"{step.per_prefill_token_ms:g} ms/token"
-    )
 
 
 def framed(profile: Profile, frame_ms: float | None) -> Profile:
@@ -198,18 +206,6 @@ def shares(text: str) -> list[float]:
     return values
 
 
-def bounds(text: str) -> tuple[float, float]:
-    """`LOW:HIGH` loads, 0 < LOW < HIGH."""
-    low, _, high = text.partition(":")
-    try:
-        values = float(low), float(high)
-    except ValueError:
-        values = (math.nan, math.nan)
-    if not (math.isfinite(values[1]) and 0 < values[0] < values[1]):
-        raise ValueError(f"--slo-bounds takes LOW:HIGH loads with 0 < LOW < HIGH, not {text!r}")
-    return values
-
-
 def loads(text: str) -> list[float]:
     """`0.8` or `0.8,0.9`: shares of the profile's estimated capacity."""
     try:
@@ -259,6 +255,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="virtual: choose the one static configuration of vLLM's flags (max-num-seqs with "
         "max-num-queued-reqs or -tokens, chunked prefill) with the best mean goodput over the "
         "scenarios, loads and --seeds (training seeds); print it as a policy",
+    )
+    parser.add_argument(
+        "--worth",
+        type=Path,
+        help="the policies that say whether edgemon is worth it, given the rows of "
+        "--tune-static in this file: open, the tuned static configuration and the next best "
+        "of its grid, the peers' estimated-park and estimated-edf, edgemon, and edgemon "
+        "without each part (benchmarks/_worth.py)",
     )
     parser.add_argument(
         "--slo-capacity",
@@ -345,7 +349,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "(default); --no-drain stops the run there and scores requests under way as they are",
     )
     parser.add_argument("--seeds", default="1-10", help="a list or a range: 1-10, 3,7,9")
-    parser.add_argument("--load", default="0.8", help="share(s) of estimated capacity: 0.8,0.9")
+    parser.add_argument(
+        "--load",
+        help="share(s) of estimated capacity: 0.8,0.9 (default 0.8; with --slo-capacity, "
+        "these loads are run as well)",
+    )
     parser.add_argument("--duration", type=float, default=180.0, help="seconds per run")
     parser.add_argument("--json", action="store_true", help="JSON lines only")
     parser.add_argument("--dump", type=Path, help="one JSON line per request to this file")
@@ -368,7 +376,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--jobs must be a whole number ≥ 1")
     try:
         args.seed_list = seeds(args.seeds)
-        args.load_list = loads(args.load)
+        args.load_list = loads(args.load or "0.8")
         args.profile_used = replace(
             framed(PROFILES[args.profile], args.frame_ms),
             chunk_schedule=chunk_schedule(args.chunks),
@@ -388,10 +396,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             for name in (args.scenario or ["steady"])
         ]
         args.slo_targets = shares(args.slo_capacity) if args.slo_capacity else []
-        args.slo_low, args.slo_high = bounds(args.slo_bounds)
+        args.slo_low, args.slo_high = parse_bounds(args.slo_bounds)
         texts = sweep_policies(profile) if args.sweep else []
         texts += target_policies(profile) if args.targets else []
-        texts += args.policy or ([] if args.sweep or args.targets else ["edgemon"])
+        texts += worth_policies(profile, args.worth) if args.worth else []
+        chosen = args.sweep or args.targets or args.worth
+        texts += args.policy or ([] if chosen else ["edgemon"])
         args.policies = [policy(text, profile) for text in dict.fromkeys(texts)]
     except ValueError as exc:
         parser.error(str(exc))
@@ -415,48 +425,26 @@ def points(args: argparse.Namespace) -> Iterator[tuple[Scenario, float, Policy, 
 
 def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
     """Run every point of `args` in the chosen mode; print and return the rows."""
+    if args.virtual:
+        return run_virtual_points(args, say)
     profile = args.profile_used
-    mode = "virtual" if args.virtual else "realtime"
     dump = args.dump.open("w", encoding="utf-8") if args.dump else None
     rows: list[dict[str, Any]] = []
-    realtime: Any = None
-    if not args.virtual:
-        # Needs vLLM (and is not type-checked in the project's venv, which has none).
-        stack = importlib.import_module("_realtime_loop").RealtimeStack
-        realtime = stack(profile).open()
+    # Needs vLLM (and is not type-checked in the project's venv, which has none).
+    realtime = importlib.import_module("_realtime_loop").RealtimeStack(profile).open()
     try:
         for scene, load, setting, seed in points(args):
-            if realtime is None:
-                result = run_virtual(
-                    args.engine_profile,
-                    setting,
-                    scene,
-                    rate_rps=load * profile.capacity_rps(),
-                    seed=seed,
-                    duration_s=args.duration,
-                    start_slo_ms=args.start_slo_ms,
-                    gap_slo_ms=args.gap_slo_ms,
-                    lengths_known=args.lengths == "known",
-                    drain=args.drain,
-                )
-                score, players, origin, end = (
-                    result.score,
-                    list(result.players),
-                    0.0,
-                    result.end_ms,
-                )
-            else:
-                score, players, origin, end = realtime.run(
-                    setting,
-                    scene,
-                    load=load,
-                    seed=seed,
-                    duration_s=args.duration,
-                    start_slo_ms=args.start_slo_ms,
-                )
+            score, players, origin, end = realtime.run(
+                setting,
+                scene,
+                load=load,
+                seed=seed,
+                duration_s=args.duration,
+                start_slo_ms=args.start_slo_ms,
+            )
             line = row(
                 score,
-                mode=mode,
+                mode="realtime",
                 profile=profile.name,
                 policy=setting.label,
                 scenario=scene.name,
@@ -465,34 +453,69 @@ def run_all(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
                 duration_s=round((end - origin) / 1000.0, 3),
             )
             line["scenario_params"] = scene.describe()
-            line["lengths"] = args.lengths
-            line["drain"] = args.drain
             line["chunks"] = ",".join(map(str, profile.chunk_schedule))
             line["frame_ms"] = profile.frame_ms
-            if args.steps is not None:
-                line["steps"] = steps_label(args.engine_profile)
-            if realtime is not None:
-                line["lag_max_ms"] = round(realtime.lag_max_ms, 1)
+            line["lag_max_ms"] = round(realtime.lag_max_ms, 1)
             rows.append(line)
             print(json.dumps(line), file=say, flush=True)
             if dump is not None:
-                for item in dump_lines(
-                    players,
-                    policy=setting.label,
-                    scenario=scene.name,
-                    seed=seed,
-                    origin_ms=origin,
-                    end_ms=end,
-                    start_slo_ms=args.start_slo_ms,
-                    gap_slo_ms=args.gap_slo_ms,
-                ):
-                    dump.write(json.dumps(item) + "\n")
+                _dump(dump, args, players, setting.label, scene.name, seed, origin, end)
     finally:
         if dump is not None:
             dump.close()
-        if realtime is not None:
-            realtime.close()
+        realtime.close()
     return rows
+
+
+def run_virtual_points(args: argparse.Namespace, say: TextIO) -> list[dict[str, Any]]:
+    """The virtual runs, `--jobs` at a time; print and return the rows."""
+    from _points import Runner, point_row, run_point  # noqa: PLC0415
+    from _tuning import point_of  # noqa: PLC0415
+
+    wanted = [point_of(args, p.label, scene, load, seed) for scene, load, p, seed in points(args)]
+    rows: list[dict[str, Any]] = []
+    if args.dump is None:
+        with Runner(args.jobs) as runner:
+            rows = runner.rows(wanted)
+        for line in rows:
+            print(json.dumps(line), file=say, flush=True)
+        return rows
+    with args.dump.open("w", encoding="utf-8") as dump:
+        for point in wanted:
+            result = run_point(point)
+            rows.append(point_row(point, result))
+            print(json.dumps(rows[-1]), file=say, flush=True)
+            _dump(
+                dump, args, result.players, point.policy, point.scenario.name, point.seed, 0.0,
+                result.end_ms,
+            )  # fmt: skip
+    return rows
+
+
+def _dump(
+    dump: TextIO,
+    args: argparse.Namespace,
+    players: Iterable[Player],
+    label: str,
+    scenario: str,
+    seed: int,
+    origin: float,
+    end: float,
+) -> None:
+    """One dump line per request of a run."""
+    dump.writelines(
+        json.dumps(item) + "\n"
+        for item in dump_lines(
+            players,
+            policy=label,
+            scenario=scenario,
+            seed=seed,
+            origin_ms=origin,
+            end_ms=end,
+            start_slo_ms=args.start_slo_ms,
+            gap_slo_ms=args.gap_slo_ms,
+        )
+    )
 
 
 def header(args: argparse.Namespace) -> str:
@@ -518,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report or args.spots:
         from _loop_report import report, spot_checks  # noqa: PLC0415
 
-        rows = [
+        read = [
             json.loads(line)
             for path in args.report or args.spots
             for line in path.read_text(encoding="utf-8").splitlines()
@@ -527,19 +550,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.report:
             from _worth import worth  # noqa: PLC0415
 
-            plain = [row for row in rows if row.get("kind") is None]
-            print("\n".join([*worth(rows), "", report(plain, plot_dir=args.plot)]))
+            plain = [row for row in read if row.get("kind") is None]
+            print("\n".join([*worth(read), "", report(plain, plot_dir=args.plot)]))
         else:
-            print(spot_checks(rows))
+            print(spot_checks(read))
         return 0
     if not args.json:
         print(header(args), flush=True)
+    rows: list[dict[str, Any]] = []
     if args.tune_static or args.slo_targets:
         from _tuning import run_searches  # noqa: PLC0415
 
-        rows = run_searches(args, sys.stdout)
-    else:
-        rows = run_all(args, sys.stdout)
+        rows += run_searches(args, sys.stdout)
+    if not (args.tune_static or args.slo_targets) or args.load is not None:
+        rows += run_all(args, sys.stdout)
     if args.out:
         from _loop_report import write_rows  # noqa: PLC0415
 

@@ -163,13 +163,14 @@ def settings_from_environ(
         frame_ms=frame_ms,
         shed=mode == "shed",
         token_budget=token_budget,
+        estimate_headroom=True,
     )
 
 
 class DeadlineDriver:
     """The deadline policy of one vLLM scheduler; see the module doc."""
 
-    __slots__ = ("_last", "_wall", "mode", "policy")
+    __slots__ = ("_first_chunk", "_last", "_wall", "mode", "policy")
 
     def __init__(
         self, policy: Deadlines, mode: Mode, *, wall: Callable[[], float] | None = None
@@ -178,6 +179,7 @@ class DeadlineDriver:
         self.mode = mode
         self._wall = wall or time.time
         self._last: tuple[float, int, int] | None = None  # when, decodes, prompt tokens
+        self._first_chunk: dict[str, float] = {}  # request -> when its first chunk was out
 
     @classmethod
     def from_environ(
@@ -206,22 +208,31 @@ class DeadlineDriver:
         return self._wall() * 1000.0
 
     # ------------------------------------------------------------------ inputs
-    @staticmethod
-    def running(requests: Iterable[Any]) -> list[Running]:
+    def running(self, requests: Iterable[Any]) -> list[Running]:
         """The running requests: their prompts, the frames (tokens) each has emitted and its
-        cap (``max_tokens``: a client's generous cap, or vLLM's default); the policy predicts
-        what each has left from these (a cap alone predicts nothing)."""
-        return [
-            Running(
-                r.request_id,
-                None,
-                max(0, r.num_prompt_tokens - r.num_computed_tokens),
-                prompt_tokens=r.num_prompt_tokens,
-                emitted_frames=r.num_output_tokens,
-                max_frames=r.max_tokens,
+        cap (``max_tokens``: a client's generous cap, or vLLM's default), from which the
+        policy predicts what each has left (a cap alone predicts nothing); and when each first
+        had its first chunk's frames (noted here when first seen so: a step late at most)."""
+        first = self.policy.settings.first_chunk_frames
+        now = self.now_ms()
+        seen, self._first_chunk = self._first_chunk, {}
+        shown: list[Running] = []
+        for r in requests:
+            started = None
+            if r.num_output_tokens >= first:
+                started = self._first_chunk[r.request_id] = seen.get(r.request_id, now)
+            shown.append(
+                Running(
+                    r.request_id,
+                    None,
+                    max(0, r.num_prompt_tokens - r.num_computed_tokens),
+                    prompt_tokens=r.num_prompt_tokens,
+                    emitted_frames=r.num_output_tokens,
+                    max_frames=r.max_tokens,
+                    first_chunk_ms=started,
+                )
             )
-            for r in requests
-        ]
+        return shown
 
     @staticmethod
     def waiting(requests: Iterable[Any]) -> list[Waiting]:

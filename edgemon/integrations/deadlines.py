@@ -124,6 +124,9 @@ IDLE_PROBE_MS = 30_000.0
 prediction (`Deadlines.arrive`): long enough that a loaded box's decisions never change (the
 virtual sweeps are identical with 30 s; with 3 s, `cpu-vllm` lost 1–2 points of goodput to
 requests admitted late), short enough to measure again within half a minute."""
+OVER_LIMIT = 1
+"""How many requests may run beyond the sustained batch on the running streams' headroom (a
+request at its deadline, no seat free): more, and in overload every stream pays for them."""
 STEP_ALPHA = 0.2
 """Weight of the newest step in the fallback step estimate (used while the shape is unknown)."""
 
@@ -516,7 +519,7 @@ class Deadlines:
                 batch += 1
                 ahead += request.prompt_tokens
                 continue
-            if due and seats <= 0 and limit is not None:
+            if due and seats <= 0 and limit is not None and batch < limit + OVER_LIMIT:
                 cost = self._over_limit_cost(request, batch, running)
                 if headroom is not None and not throttle.held and headroom >= cost:
                     admit.append(request.id)
@@ -592,7 +595,10 @@ class Deadlines:
     ) -> bool:
         """Whether the running streams' headroom now covers admitting `request` beyond the
         real-time batch (`batch` ahead of it), as `plan` does at its deadline."""
-        if self.limit is None or throttle.held or not self.settings.estimate_headroom:
+        limit = self.limit
+        if limit is None or batch >= limit + OVER_LIMIT or throttle.held:
+            return False
+        if not self.settings.estimate_headroom:
             return False
         headroom = self._headroom(now_ms, running, throttle)
         return headroom is not None and headroom >= self._over_limit_cost(request, batch, running)

@@ -68,7 +68,7 @@ SHED_WORDS = ("shed", "arrival", "queued", "queue")
 """`deadline:`'s SHED: at arrival and while queued, at arrival only, while queued only, never."""
 BATCH_WORDS = ("amortized", "decode")
 
-EDGEMON = "realtime+deadline:fcfs:shed:{guard}"
+EDGEMON = "realtime+deadline:fcfs:shed:{guard}+headroom"
 """The shipped policy: real-time admission with steps up to a frame, as the schedulers allow,
 and the deadline policy: the batch whose steps average a frame with
 prefills counted, waiting requests admitted in arrival order, every hold bounded by the

@@ -225,7 +225,7 @@ def test_the_prediction_is_from_prompts_and_frames_emitted_and_max_tokens_only_c
     policy = scheduler.edgemon_deadlines.policy
 
     def predicted() -> dict[str, tuple[float, int]]:
-        shown = DeadlineDriver.running(scheduler.running)
+        shown = scheduler.edgemon_deadlines.running(scheduler.running)
         return {r.id: (policy.remaining(r), r.emitted_frames) for r in shown}
 
     before = predicted()
