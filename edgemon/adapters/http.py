@@ -4,7 +4,7 @@
 |---|---|
 | `/metrics` | the registry, in the Prometheus text format or OpenMetrics (by `Accept`) |
 | `/healthz` | 200 `ok` while the event loop answers |
-| `/readyz` | 200 once connected to the broker and subscribed (saying why if degraded), else 503 |
+| `/readyz` | 200 once subscribed (saying why if degraded), else 503; 503 while the log fails |
 | `/api/v1/streams` | devices and their streams at each device's current time (`streams_view`) |
 | `/api/v1/capacity` | per device: its engine's capacity object, its age, spare real-time streams |
 
@@ -80,13 +80,17 @@ def create_app(
     basic_auth: tuple[str, str] | None = None,
     slice_budget_s: float = SLICE_BUDGET_S,
     publishing: Callable[[], bool] | None = None,
+    durability: Callable[[], str | None] = lambda: None,
 ) -> web.Application:
     """The application; `wall_clock` is edgemon's wall time in ms, `basic_auth` (user, password);
     a request yields to the event loop after each `slice_budget_s` of work, and starts no
-    slice while `publishing()` (a throttle object is on its way out)."""
+    slice while `publishing()` (a throttle object is on its way out); `durability()` says
+    why messages cannot be made durable now (None while they can)."""
     middlewares = [] if basic_auth is None else [_basic_auth(*basic_auth)]
     app = web.Application(middlewares=middlewares)
-    views = _Views(registry, monitor, connection, wall_clock, slice_budget_s, publishing)
+    views = _Views(
+        registry, monitor, connection, wall_clock, slice_budget_s, publishing, durability
+    )
     app.router.add_get("/metrics", views.metrics)
     app.router.add_get("/healthz", views.healthz)
     app.router.add_get("/readyz", views.readyz)
@@ -96,7 +100,15 @@ def create_app(
 
 
 class _Views:
-    __slots__ = ("_budget", "_connection", "_monitor", "_publishing", "_registry", "_wall_clock")
+    __slots__ = (
+        "_budget",
+        "_connection",
+        "_durability",
+        "_monitor",
+        "_publishing",
+        "_registry",
+        "_wall_clock",
+    )
 
     def __init__(
         self,
@@ -106,8 +118,10 @@ class _Views:
         wall_clock: Callable[[], float],
         budget: float,
         publishing: Callable[[], bool] | None,
+        durability: Callable[[], str | None],
     ) -> None:
         self._budget = budget
+        self._durability = durability
         self._publishing = publishing
         self._registry = registry
         self._monitor = monitor
@@ -151,6 +165,12 @@ class _Views:
             return web.Response(status=503, text="not ready: not connected to the MQTT broker\n")
         if not connection.subscribed:
             return web.Response(status=503, text="not ready: subscriptions not acknowledged\n")
+        failure = self._durability()
+        if failure is not None:
+            return web.Response(
+                status=503,
+                text=f"not ready: {failure}; messages are not acknowledged until it can\n",
+            )
         if connection.degraded is not None:
             return web.Response(text=f"ready, degraded: {connection.degraded}\n")
         return web.Response(text="ready\n")

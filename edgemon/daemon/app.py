@@ -313,6 +313,7 @@ class Daemon:
             wall_clock=self.clock.now_ms,
             basic_auth=basic_auth_from_settings(http),
             publishing=lambda: self.publisher.busy,
+            durability=lambda: None if self.state is None else self.state.failure,
         )
         async with serve(
             app, host=host, port=port, ssl_context=ssl_context, shutdown_timeout=1.0
