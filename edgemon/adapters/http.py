@@ -16,6 +16,9 @@
 With `basic_auth`, every path but `/healthz` needs the credentials: a liveness probe carries
 none and learns nothing from `ok`, while readiness says whether the broker is reachable.
 
+Connections are bounded (`edgemon.adapters.connection_guard`): at most `limit` open, and each
+must bring a complete request within a few seconds.
+
 Everything runs on the event loop thread, which owns the engine: a request reads the engine
 in place, one whole device between two messages, so it never sees half an update. Large
 answers are built and encoded a slice at a time, yielding to the loop in between, and no
@@ -25,6 +28,7 @@ no request holds up a deadline (README).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import bisect
 import functools
@@ -38,6 +42,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 
 from edgemon.adapters.capacity import capacity_entry
+from edgemon.adapters.connection_guard import (
+    BACKLOG,
+    ConnectionGuard,
+    GuardedProtocol,
+    guard_middleware,
+    limits_for,
+)
 from edgemon.adapters.exposition import Slicer, render_parts
 from edgemon.engine.views import device_view, device_views
 
@@ -344,17 +355,35 @@ async def serve(
     port: int,
     ssl_context: ssl.SSLContext | None = None,
     shutdown_timeout: float = 5.0,
+    guard: ConnectionGuard | None = None,
 ) -> AsyncIterator[int]:
     """Serve `app` on `host:port` and yield the port bound (port 0 picks a free one).
 
-    On exit, stops listening, gives requests in progress `shutdown_timeout` seconds, and
-    closes every connection. No access log: scrapes every few seconds are not news.
+    Connections are bounded by `guard` (by default one sized by `limits_for`), which the app's
+    first middleware tells when each request begins and ends. On exit, stops listening, gives
+    requests in progress `shutdown_timeout` seconds, and closes every connection. No access
+    log: scrapes every few seconds are not news.
     """
+    if guard is None:
+        guard = ConnectionGuard(limits_for()[0])
+    app.middlewares.insert(0, guard_middleware(guard))
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
+    server: asyncio.Server | None = None
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-        await site.start()
-        yield runner.addresses[0][1]
+        handler = runner.server
+        assert handler is not None
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: GuardedProtocol(handler, guard), host, port, ssl=ssl_context,
+            reuse_address=True, backlog=BACKLOG,
+        )  # fmt: skip
+        bound: int = server.sockets[0].getsockname()[1]
+        yield bound
     finally:
+        if server is not None:
+            server.close()
         await runner.cleanup()
+        guard.close_all()
+        if server is not None:
+            await server.wait_closed()
