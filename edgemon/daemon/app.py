@@ -145,6 +145,13 @@ class Daemon:
                 lambda: self.connection.sessions_lost,
             )
         )
+        self.registry.register(
+            CallbackCounter(
+                "edgemon_mqtt_subscriptions_refused",
+                "Topic filters the broker refused in a SUBACK (its ACL).",
+                lambda: self.connection.subscriptions_refused,
+            )
+        )
         owned = settings.mqtt.devices
         self.publisher = ThrottlePublisher(
             self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle,
