@@ -336,9 +336,9 @@ class Daemon:
         address = http.agent_address
         assert address is not None
         host, port = address
-        engine, device = self.monitor, http.agent_device
+        monitor, device, clock = self.monitor, http.agent_device, self.clock
         async with serve_agent(
-            lambda: agent_answer(engine.engine, device), host=host, port=port
+            lambda: agent_answer(monitor.engine, device, clock.now_ms()), host=host, port=port
         ) as bound:
             self.agent_port = bound
             self.log.info("agent_listening", host=host, port=bound, device=device)
