@@ -437,12 +437,14 @@ def test_a_subscription_the_broker_refuses_is_said_and_shown(
 ) -> None:
     """A broker whose ACL denies the gate's throttle topic answers its SUBSCRIBE with 0x80 for
     that filter: the gate logs one error naming the filter, shows it in `state.refused` (the
-    status filter, granted, is not there), and still fails open."""
+    status filter, granted, is not there) and counts it (`stats.subscriptions_refused`),
+    and still fails open."""
     host, port = subscriptions_denied_broker
     with caplog.at_level(logging.ERROR, logger="edgemon.client"):
         with ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
             assert gate.wait_until(lambda s: s.refused != (), T)
             assert gate.state.refused == (THROTTLE,)
+            assert gate.stats.subscriptions_refused == 1
             assert not gate.should_throttle_prefills()
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1
