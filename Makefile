@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: docs test test-fast test-fleet test-vllm coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput bench-real bench-worth clean
+.PHONY: docs test test-fast test-fleet test-vllm test-hostile coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput bench-real bench-worth clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,15 @@ test-fleet: $(STAMP)
 	$(BIN)/pytest $(FLEET_TEST) -p no:cacheprovider $(call JUNIT,fleet)
 
 test: lint typecheck unit
+
+# The daemon under hostile clients (docs/reliability.md, "Hostile clients"): a real Mosquitto
+# with the shipped config and ACL and a real `edgemon run` under `ulimit -n 256`: 1,000 idle
+# and slow-header connections on each listener for 30 s and a SIGKILL right after, 2,000
+# payloads of 256 KiB from one device, forged, stale, huge and malformed capacity objects from
+# a player's and the engine's logins. Prints each figure; exits 1 when one is out of bounds.
+# About 90 s.
+test-hostile: $(STAMP)
+	$(BIN)/python benchmarks/hostile.py --check
 
 # The quick tier a newcomer runs first: no broker, no process (a test starting one fails here:
 # it belongs under the `integration` marker), nothing marked `slow`. Under a minute.

@@ -7,10 +7,12 @@ Linux only: CPU time and RSS come from /proc (utime + stime, VmRSS), the way `to
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import multiprocessing as mp
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -91,6 +93,11 @@ def samples(text: str, name: str) -> dict[str, float]:
     return samples_by_label_text(text, name)
 
 
+def _limit_files(limit: int) -> None:
+    """In the child before it runs edgemon: `ulimit -n limit` (soft and hard)."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
 class Edgemon:
     """`python -m edgemon run` as a subprocess, its CPU time, memory and message counts."""
 
@@ -104,16 +111,25 @@ class Edgemon:
         mqtt: str = "",
         client_id: str = "edgemon-bench",
         log_level: str = "warning",
+        http: str = "",
+        nofile: int | None = None,
+        agent: bool = False,
     ) -> None:
         """Start it on the broker at 127.0.0.1:`broker_port`, HTTP on a free port, logging
         at `log_level` (warnings only by default) to `directory/edgemon.log`, state in
         `directory`; `config` adds lines to `[state]` and then TOML sections, `mqtt` lines to
-        `[mqtt]`; `profile` runs it under cProfile."""
+        `[mqtt]`, `http` lines to `[http]`; `profile` runs it under cProfile; `nofile` is its
+        limit of open files (`ulimit -n`); `agent` answers the agent check on a free port."""
         self.http_port = free_port()
+        #: The agent check's port (`agent`), else None.
+        self.agent_port = free_port() if agent else None
+        if self.agent_port is not None:
+            http += f'agent_listen = "127.0.0.1:{self.agent_port}"\n'
+
         config_path = directory / "edgemon.toml"
         config_path.write_text(
             f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "{client_id}"\n{mqtt}'
-            f'[http]\nlisten = "127.0.0.1:{self.http_port}"\n'
+            f'[http]\nlisten = "127.0.0.1:{self.http_port}"\n{http}'
             f'[log]\nlevel = "{log_level}"\nformat = "json"\n'
             f'[state]\ndir = "{directory}"\n{config}',
             encoding="utf-8",
@@ -126,6 +142,7 @@ class Edgemon:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=self._log,
+            preexec_fn=None if nofile is None else functools.partial(_limit_files, nofile),  # noqa: PLW1509 - setrlimit only
         )
         self.pid = self.process.pid
         self.log_path = directory / "edgemon.log"

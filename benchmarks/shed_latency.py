@@ -27,6 +27,8 @@ from typing import Any
 import paho.mqtt.publish as mqtt_publish
 from _support import mosquitto
 
+from edgemon.protocol import CAPACITY_REFRESH_S
+
 DEVICE = "shed-bench"
 
 
@@ -80,6 +82,24 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _engine(broker_port: int, done: threading.Event) -> None:
+    """The engine's capacity object, stamped now, every `CAPACITY_REFRESH_S` until `done`
+    (readers ignore an older one, docs/protocol.md)."""
+    while True:
+        capacity = {
+            "t_ms": time.time() * 1000.0, "running": 12, "waiting": 9, "start_wait_ms": 6400
+        }  # fmt: skip
+        mqtt_publish.single(
+            f"edgemon/v1/{DEVICE}/capacity",
+            json.dumps(capacity),
+            qos=1,
+            retain=True,
+            port=broker_port,
+        )
+        if done.wait(CAPACITY_REFRESH_S):
+            return
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=2000)
@@ -90,14 +110,9 @@ def main() -> None:
         os.environ["EDGEMON_GATE_DEVICE"] = DEVICE
         os.environ["EDGEMON_GATE_BROKER"] = f"mqtt://127.0.0.1:{broker_port}"
         os.environ["EDGEMON_SLO_START_MS"] = "3000"
-        capacity = {"t_ms": 1, "running": 12, "waiting": 9, "start_wait_ms": 6400}
-        mqtt_publish.single(
-            f"edgemon/v1/{DEVICE}/capacity",
-            json.dumps(capacity),
-            qos=1,
-            retain=True,
-            port=broker_port,
-        )
+        done = threading.Event()
+        engine = threading.Thread(target=_engine, args=(broker_port, done), daemon=True)
+        engine.start()
         from vllm.entrypoints.launchers.app import build_app  # noqa: PLC0415
         from vllm.entrypoints.launchers.cli_args import make_arg_parser  # noqa: PLC0415
         from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: PLC0415
@@ -119,6 +134,7 @@ def main() -> None:
             results = asyncio.run(_load(port, args.requests, args.rate, args.seed))
         finally:
             server.should_exit = True
+            done.set()
     refused = [ms for status, ms in results if status == 503]
     print(
         json.dumps(

@@ -428,7 +428,8 @@ def fleet() -> Json:
             "EdgemonInputRejected section of the runbook for what each reason means.",
             [
                 target(
-                    'sum by (result) (result:edgemon_messages:rate5m{result!~"accepted|gap"})',
+                    "sum by (result) "
+                    '(result:edgemon_messages:rate5m{result!~"accepted|gap|deleted"})',
                     "{{result}}",
                 )
             ],

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output
 
-#: Results that mean "applied" (a gap is applied, and counted as a gap).
+#: Results that mean "applied" (a gap is applied, and counted as a gap). An emptied retained
+#: topic is neither applied nor rejected: `deleted`.
 APPLIED = frozenset({"accepted", "gap"})
 
 
@@ -127,11 +128,16 @@ class Monitor:
         recv_ms: float,
         out: list[Output],
     ) -> None:
-        """An engine or a capacity object: decoded, then given to the engine (or rejected)."""
+        """An engine or a capacity object: decoded, then given to the engine (or rejected); an
+        empty payload removes the object."""
+        if not payload:
+            self._delete(kind, device, recv_ms, out)
+            return
         max_bytes = self.engine.config.limits.max_payload_bytes
         if kind == "capacity":
             capacity = decode_capacity(payload, max_bytes=max_bytes)
-            if isinstance(capacity, Problem):
+            if isinstance(capacity, Problem):  # the device's last object is void too
+                self.engine.void_capacity(device, recv_ms)
                 self._reject(recv_ms, topic, device, capacity, out)
                 return
             result = self.engine.apply_capacity(device, capacity, recv_ms)
@@ -144,6 +150,15 @@ class Monitor:
             return
         result = self.engine.apply_engine_info(device, info, recv_ms, out)
         self._count(result, recv_ms, topic, device, out)
+
+    def _delete(self, kind: Kind, device: str, recv_ms: float, out: list[Output]) -> None:
+        """An empty payload on an engine or capacity topic: the retained object removed
+        (docs/protocol.md), counted `deleted`, never rejected. It no longer applies."""
+        if kind == "capacity":
+            self.engine.void_capacity(device, recv_ms)
+        else:
+            self.engine.forget_engine_info(device, recv_ms, out)
+        self.results["deleted"] += 1
 
     def snapshot(self, wall_ms: float) -> dict[str, Any]:
         """Everything needed to continue after a restart: the engine and the counts."""

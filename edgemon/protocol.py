@@ -49,6 +49,25 @@ MAX_BATCH_EVENTS: Final = 1_000
 MAX_PAYLOAD_BYTES: Final = 262_144
 MAX_STREAMS_PER_DEVICE: Final = 256
 
+#: The capacity object's power is bounded (docs/protocol.md, "Capacity object"). Its publisher
+#: publishes it again at least every `CAPACITY_REFRESH_S` while it runs; a reader ignores an
+#: object older than `CAPACITY_MAX_AGE_MS` (three refreshes), by its `t_ms` and by when the
+#: reader received it (`capacity_age_ms`), so one left behind by a dead engine, or stamped in
+#: the past, says nothing.
+CAPACITY_REFRESH_S: Final = 5.0
+CAPACITY_MAX_AGE_MS: Final = 15_000.0
+#: `start_wait_ms` is read as at most this (10 minutes); the `Retry-After` of a refusal is at
+#: most `RETRY_AFTER_MAX_SLOS` start SLOs.
+MAX_START_WAIT_MS: Final = 600_000.0
+RETRY_AFTER_MAX_SLOS: Final = 4
+#: Sequences an engine runs at once, as far as a reader counts them when the engine object
+#: (`max_num_seqs`) does not say.
+DEFAULT_MAX_SEQS: Final = 1024
+#: `shed_total` moves a reader's count by plausible steps only: at most `SHED_BURST` at once,
+#: refilled at `SHED_RATE_PER_S` (refusals a second); what lies beyond is not counted.
+SHED_BURST: Final = 5_000
+SHED_RATE_PER_S: Final = 1_000.0
+
 
 def valid_device_id(device: object) -> bool:
     """Whether `device` can name a device: the pattern, and not the reserved `_edgemon`."""
@@ -75,6 +94,14 @@ def topic_prefix_problem(prefix: object) -> str | None:
     if prefix.startswith("$"):
         return "must not start with '$' (reserved by brokers)"
     return None
+
+
+def capacity_age_ms(now_ms: float, received_ms: float, t_ms: float | None) -> float:
+    """A capacity object's age at `now_ms` for a reader that received it at `received_ms`:
+    the longer of the time since then and the time since its own `t_ms` (when it has one).
+    A reader ignores it once this exceeds `CAPACITY_MAX_AGE_MS`."""
+    age = now_ms - received_ms
+    return age if t_ms is None else max(age, now_ms - t_ms)
 
 
 def check_topic_prefix(prefix: str) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,6 +16,7 @@ from structlog.testing import capture_logs
 
 from amqtt_broker import AmqttStartError, launch_amqtt
 from brokers import (
+    RUN_AS_ROOT,
     MosquittoStartError,
     accepts,
     end_process,
@@ -26,7 +29,6 @@ from tools import require_tool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, MutableMapping
-    from pathlib import Path
     from typing import Any
 
     from structlog.typing import EventDict, WrappedLogger
@@ -49,7 +51,9 @@ settings.load_profile("edgemon")
 #: Set by `make test-fast`: no test there may start a process.
 FAST_ENV = "EDGEMON_TEST_FAST"
 #: Fixtures that start external programs: a test using one is an integration test.
-_PROGRAM_FIXTURES = frozenset({"mosquitto_broker", "mosquitto_server", "servers", "any_broker"})
+_PROGRAM_FIXTURES = frozenset(
+    {"mosquitto_broker", "mosquitto_server", "servers", "any_broker", "subscriptions_denied_broker"}
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -124,6 +128,49 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
     require_tool("mosquitto")
     try:
         process, (port,) = launch_mosquitto(tmp_path, lambda ports: plain_listener(ports[0]))
+    except MosquittoStartError as error:
+        pytest.fail(str(error))
+    try:
+        yield "127.0.0.1", port
+    finally:
+        end_process(process)
+
+
+# ------------------------------------------------------------------ subscriptions_denied_broker
+#: Mosquitto's dynamic security plugin (Debian's `mosquitto` ships it). Its ACL refuses a
+#: subscription in the SUBACK; Mosquitto 2.0's `acl_file` grants every subscription and only
+#: withholds the messages, so no client can tell.
+DYNSEC = Path("/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so")
+#: Anonymous clients may subscribe to edgemon's statuses and the devices' events and engine
+#: objects, and to nothing else (throttle and capacity topics are refused).
+SOME_SUBSCRIPTIONS = {
+    "defaultACLAccess": {
+        "publishClientSend": True, "publishClientReceive": True,
+        "subscribe": False, "unsubscribe": True,
+    },
+    "clients": [],
+    "groups": [{"groupname": "anonymous", "roles": [{"rolename": "some"}], "clients": []}],
+    "roles": [{"rolename": "some", "acls": [
+        {"acltype": "subscribePattern", "topic": "edgemon/v1/_edgemon/+/status", "allow": True},
+        {"acltype": "subscribePattern", "topic": "edgemon/v1/+/events", "allow": True},
+        {"acltype": "subscribePattern", "topic": "edgemon/v1/+/engine", "allow": True},
+    ]}],
+    "anonymousGroup": "anonymous",
+}  # fmt: skip
+
+
+@pytest.fixture
+def subscriptions_denied_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A Mosquitto whose ACL (dynamic security) lets anonymous clients subscribe to edgemon's
+    statuses, events and engine topics and refuses every other subscription in its SUBACK
+    (0x80): a throttle or capacity filter is refused. `(host, port)`."""
+    require_tool("mosquitto")
+    assert DYNSEC.is_file(), f"{DYNSEC} is missing (Debian's mosquitto package ships it)"
+    acl = tmp_path / "dynsec.json"
+    acl.write_text(json.dumps(SOME_SUBSCRIPTIONS), encoding="utf-8")
+    plugin = f"plugin {DYNSEC}\nplugin_opt_config_file {acl}\n{RUN_AS_ROOT}"
+    try:
+        process, (port,) = launch_mosquitto(tmp_path, lambda p: plain_listener(p[0]) + plugin)
     except MosquittoStartError as error:
         pytest.fail(str(error))
     try:

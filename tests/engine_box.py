@@ -20,7 +20,8 @@ HTTP, shaped like an OpenAI completions server that streams:
 - `GET /stats`: what the box served, refused and how long each start took (JSON).
 
 The engine publishes its capacity object (docs/protocol.md) retained on
-`P/{device}/capacity`, at most once a second and on change, for the box's edgemon.
+`P/{device}/capacity`, at most once a second and on change, and again every 5 s, for the
+box's edgemon.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from edgemon.integrations.deadlines import (
     Waiting,
 )
 from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.protocol import CAPACITY_REFRESH_S
 from edgemon.simulate.engine import DeadlineHook, TtsEngine
 from edgemon.simulate.profiles import FRAME_MS, Profile, StepModel
 from edgemon.simulate.workload import Request
@@ -197,7 +199,8 @@ class EngineBox:
                 self.changed.set()
 
     async def publish(self, broker: str, topic: str) -> None:
-        """The capacity object, retained, at most once a second and on change, forever."""
+        """The capacity object, retained, at most once a second and on change, and again every
+        `CAPACITY_REFRESH_S` (readers ignore an older one), forever."""
         host, _, port = broker.removeprefix("mqtt://").partition(":")
         last: dict[str, Any] | None = None
         async with aiomqtt.Client(host, int(port)) as client:
@@ -208,7 +211,11 @@ class EngineBox:
                     await client.publish(topic, json.dumps(now), qos=1, retain=True)
                     last = now
                 await asyncio.sleep(PUBLISH_EVERY_S)
-                await self.changed.wait()
+                try:
+                    async with asyncio.timeout(CAPACITY_REFRESH_S - PUBLISH_EVERY_S):
+                        await self.changed.wait()
+                except TimeoutError:
+                    last = None  # unchanged: published again, stamped now
 
 
 @dataclass(slots=True)

@@ -80,9 +80,9 @@ def _remaining(length: int) -> bytes:
 
 
 def publish_packet(topic: str, payload: bytes, mid: int, *, qos: int = 1) -> bytes:
-    """A PUBLISH at QoS 1 (or `qos`) (MQTT 3.1.1)."""
+    """A PUBLISH at QoS 1 (or `qos`; at QoS 0 without the packet id) (MQTT 3.1.1)."""
     name = topic.encode()
-    body = len(name).to_bytes(2, "big") + name + mid.to_bytes(2, "big") + payload
+    body = len(name).to_bytes(2, "big") + name + (mid.to_bytes(2, "big") if qos else b"") + payload
     return bytes((PUBLISH | qos << 1,)) + _remaining(len(body)) + body
 
 

@@ -1,10 +1,12 @@
-"""A test's own MQTT client (paho on its network thread): watches topics, publishes objects."""
+"""A test's own MQTT client (paho on its network thread): watches topics, publishes objects;
+and `eventually`, waiting for what such threads change."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -99,3 +101,14 @@ def probe(host: str, port: int, *topics: str, session: str | None = None) -> Ite
         yield watcher
     finally:
         watcher.close()
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Whether `check()` became true within `timeout` seconds (polled; a generous default:
+    only waited in full when a test fails on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -1,5 +1,7 @@
 """The capacity object (docs/protocol.md): decoded, kept per device, counted like any message,
-carried through snapshots and replay, and exported as metrics (docs/metrics.md)."""
+carried through snapshots and replay, and exported as metrics (docs/metrics.md); its power
+bounded: an emptied topic is a deletion, an unreadable object voids the last one, the
+refusals counted move by plausible steps only, the predicted wait is clamped."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from prometheus_client import generate_latest
 from edgemon.adapters.metrics import ConnectionState, build_registry
 from edgemon.engine.capacity import Capacity, CapacityRecord
 from edgemon.engine.config import EngineConfig, Limits
+from edgemon.engine.outputs import Rejected
 from edgemon.monitor import Monitor
+from edgemon.protocol import MAX_START_WAIT_MS, SHED_BURST, SHED_RATE_PER_S
 from edgemon.replay import replay
 from edgemon.trace import TraceRecord
 from edgemon.wire.decode import Problem, decode_capacity
@@ -92,6 +96,7 @@ def test_the_last_object_is_kept_per_device() -> None:
     d1, d2 = record(monitor, "d1"), record(monitor, "d2")
     assert d1 is not None
     assert d2 is not None
+    assert d1.last is not None
     assert (d1.last.running, d1.last.waiting, d1.received_wall_ms) == (12, 5, T0 + 2000)
     assert (d2.last, d2.received_wall_ms) == (Capacity(running=3), T0 + 1000)
     assert monitor.results == {"accepted": 3}
@@ -209,3 +214,93 @@ def test_metrics_appear_with_the_first_object() -> None:
     assert samples(text, "edgemon_engine_waiting") == {}
     assert samples(text, "edgemon_engine_start_wait_seconds") == {}
     assert sample(text, "edgemon_engine_shed_total", labels) == 5.0
+
+
+def test_an_emptied_topic_is_a_deletion_never_a_rejection() -> None:
+    """The empty retained payload an engine leaves at a restart (or its will) removes the
+    device's capacity object or engine object: counted `deleted`, never rejected (before, it
+    was `invalid_json` and counted toward `EdgemonInputRejected`); the refusals counted stay;
+    an emptied topic of a device not known makes no device."""
+    monitor = Monitor(EngineConfig())
+    out: list[Any] = []
+    monitor.handle("edgemon/v1/d1/engine", json.dumps({"margin_ms": 300}).encode(), T0, out)
+    send(monitor, {**FULL, "shed_total": 7}, T0 + 1)
+    device = monitor.engine.device("d1")
+    assert device is not None
+    assert device.engine_info is not None
+    for topic in (C1, "edgemon/v1/d1/engine", "edgemon/v1/d9/capacity"):
+        monitor.handle(topic, b"", T0 + 2, out)
+    found = record(monitor)
+    assert found is not None
+    assert (found.last, found.shed) == (None, 7)
+    assert device.engine_info is None
+    assert monitor.results == {"accepted": 2, "deleted": 3}
+    assert not [o for o in out if isinstance(o, Rejected)]
+    assert monitor.engine.device("d9") is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b'{"start_wait_ms": ' + b"9" * 400 + b"}", b"[" * 100_000 + b"]" * 100_000, b"\xff"],
+    ids=["400-digit integer", "nested 100,000 deep", "not UTF-8"],
+)
+def test_an_unreadable_object_voids_the_last_one(payload: bytes) -> None:
+    """After a refusing object, an unreadable one (rejected and counted as before) leaves
+    nothing known of the engine: the gauges go, the refusals counted stay (before, the
+    refusing object stayed in force)."""
+    monitor = Monitor(EngineConfig(limits=Limits(max_payload_bytes=1_000_000)))
+    send(monitor, {**FULL, "start_wait_ms": 60_000})
+    send(monitor, payload, T0 + 1)
+    found = record(monitor)
+    assert found is not None
+    assert (found.last, found.shed, found.received_wall_ms) == (None, 4, T0 + 1)
+    assert monitor.results["accepted"] == 1
+    assert sum(monitor.results.values()) == 2
+    registry = build_registry(
+        monitor,
+        wall_clock=lambda: T0 + 2,
+        connection=ConnectionState(),
+        per_stream_series=0,
+        version="0",
+    )
+    text = generate_latest(registry).decode()
+    assert samples(text, "edgemon_engine_start_wait_seconds") == {}
+    assert sample(text, "edgemon_engine_shed_total", {"device": "d1"}) == 4.0
+
+
+def test_the_refusals_counted_move_by_plausible_steps_only() -> None:
+    """Objects swinging `shed_total` between 2^53 and 0 (each 0 an engine restart, each 2^53
+    a jump) move the count by at most `SHED_BURST` plus `SHED_RATE_PER_S` a second (before:
+    by 2^53 at each swing); what was cut is kept in `shed_cut`; later real steps count."""
+    monitor = Monitor(EngineConfig())
+    send(monitor, {"shed_total": 10})
+    for n in range(10):
+        send(monitor, {"shed_total": 2**53}, T0 + 10 * n + 1)
+        send(monitor, {"shed_total": 0}, T0 + 10 * n + 2)
+    found = record(monitor)
+    assert found is not None
+    assert 10 + SHED_BURST <= found.shed <= 10 + SHED_BURST + SHED_RATE_PER_S * 0.1
+    assert found.shed_cut > 2**53
+    send(monitor, {"shed_total": 3}, T0 + 60_000)
+    assert found.shed >= 10 + SHED_BURST + 3
+    restored = Monitor(EngineConfig())
+    restored.restore(json.loads(json.dumps(monitor.snapshot(T0 + 60_001))), T0 + 60_001)
+    again = record(restored)
+    assert again is not None
+    assert (again.shed, again.shed_cut) == (found.shed, found.shed_cut)
+
+
+def test_a_snapshot_of_an_earlier_version_restores_its_count() -> None:
+    """A capacity record written before plausible steps (`shed_before` and `shed_last`)
+    restores with the count it had."""
+    old = {"last": Capacity(shed_total=2).as_dict(), "received_wall_ms": T0,
+           "shed_before": 10, "shed_last": 2}  # fmt: skip
+    restored = CapacityRecord.from_dict(old)
+    assert (restored.shed, restored.last) == (12, Capacity(shed_total=2))
+
+
+def test_the_predicted_wait_is_clamped() -> None:
+    """`start_wait_ms` is kept as at most `MAX_START_WAIT_MS` (10 minutes): 1e15 ms (31,000
+    years) is no gauge value."""
+    decoded = decode_capacity(b'{"start_wait_ms": 1e15}', max_bytes=1000)
+    assert decoded == Capacity(start_wait_ms=MAX_START_WAIT_MS)

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import aiohttp
 import pytest
 
 from edgemon.adapters.agent import serve_agent
-from edgemon.adapters.capacity import agent_answer, agent_reply, spare_share
+from edgemon.adapters.capacity import agent_answer, agent_reply, device_share, spare_share
 from edgemon.adapters.http import create_app, serve
 from edgemon.adapters.metrics import ConnectionState, build_registry
 from edgemon.daemon import Daemon
-from edgemon.engine.capacity import Capacity, CapacityRecord
+from edgemon.engine.capacity import Capacity
 from edgemon.engine.config import EngineConfig
 from edgemon.monitor import Monitor
+from edgemon.protocol import CAPACITY_MAX_AGE_MS, DEFAULT_MAX_SEQS
 from edgemon.settings import HttpSettings
 
 from clients import device, settings_for
@@ -41,10 +43,6 @@ def fed(objects: dict[str, tuple[float, dict[str, Any]]], *events_of: str) -> Mo
     return monitor
 
 
-def rec(**fields: Any) -> CapacityRecord:
-    return CapacityRecord(Capacity(**fields), T0)
-
-
 def test_agent_reply_weighs_spare_streams() -> None:
     """The weight is the spare share of real-time streams in percent (rounded, at least 1 while
     any stream is spare), 0 % with none spare, 100 % when nothing is known (fail open)."""
@@ -58,22 +56,39 @@ def test_agent_reply_weighs_spare_streams() -> None:
     ]
 
 
-def test_spare_share_sums_the_devices_it_knows() -> None:
-    """Over several devices, spare and real-time streams are summed over those that gave both;
-    running beyond real time counts as no spare; none known is None; no real-time stream at
-    all is a share of 0."""
+def test_each_device_has_a_share_capped_by_what_its_engine_can_hold() -> None:
+    """A device's share is spare over real-time streams, unknown unless both are given;
+    running beyond real time is no spare; no real-time stream at all is 0; each figure is
+    capped by the engine's `max_num_seqs` (else `DEFAULT_MAX_SEQS`), so 2^53 streams running
+    out of 2^53 is a full engine, never a share that swamps others."""
+    assert device_share(None, None) is None
+    assert device_share(Capacity(running=3), None) is None
+    assert device_share(Capacity(realtime_streams=4), None) is None
+    assert device_share(Capacity(realtime_streams=8, running=2), None) == 0.75
+    assert device_share(Capacity(realtime_streams=4, running=9), None) == 0.0
+    assert device_share(Capacity(realtime_streams=0, running=0), None) == 0.0
+    huge = Capacity(realtime_streams=2.0**53, running=2**53)
+    assert device_share(huge, None) == 0.0
+    assert device_share(Capacity(realtime_streams=2.0**53, running=0), 16) == 1.0
+    assert device_share(Capacity(realtime_streams=2.0**53, running=8), 16) == 0.5
+    assert device_share(Capacity(realtime_streams=2.0**53, running=8), None) == (
+        (DEFAULT_MAX_SEQS - 8) / DEFAULT_MAX_SEQS
+    )
+
+
+def test_the_box_share_averages_the_devices_it_knows() -> None:
+    """Over several devices the shares are averaged over those known (one device moves the
+    box by its own share at most); none known is None."""
     assert spare_share([]) is None
-    assert spare_share([None, rec(running=3), rec(realtime_streams=4)]) is None
-    assert spare_share([rec(realtime_streams=8, running=2)]) == 0.75
-    assert spare_share([rec(realtime_streams=4, running=9)]) == 0.0
-    both = [rec(realtime_streams=8, running=2), rec(realtime_streams=4, running=4), None]
-    assert spare_share(both) == 0.5
-    assert spare_share([rec(realtime_streams=0, running=0)]) == 0.0
+    assert spare_share([None, None]) is None
+    assert spare_share([0.75, None]) == 0.75
+    assert spare_share([1.0, 0.0, None]) == 0.5
 
 
 def test_agent_answer_for_one_device_or_the_box() -> None:
     """With a device set the answer is that device's (unknown to edgemon: up 100 %); without,
-    every device's, summed."""
+    every device's share averaged. A forged full object on one device of two halves the box
+    at most (before, the absolute figures summed: 2^53 streams made any box look full)."""
     monitor = fed(
         {
             "a": (T0, {"realtime_streams": 10, "running": 10}),
@@ -82,24 +97,55 @@ def test_agent_answer_for_one_device_or_the_box() -> None:
         "c",
     )
     engine = monitor.engine
-    assert agent_answer(engine, "a") == "up 0%\n"
-    assert agent_answer(engine, "b") == "up 50%\n"
-    assert agent_answer(engine, "c") == "up 100%\n"
-    assert agent_answer(engine, "nope") == "up 100%\n"
-    assert agent_answer(engine, None) == "up 25%\n"
+    assert agent_answer(engine, "a", T0) == "up 0%\n"
+    assert agent_answer(engine, "b", T0) == "up 50%\n"
+    assert agent_answer(engine, "c", T0) == "up 100%\n"
+    assert agent_answer(engine, "nope", T0) == "up 100%\n"
+    assert agent_answer(engine, None, T0) == "up 25%\n"
+    forged = fed(
+        {
+            "real": (T0, {"realtime_streams": 8, "running": 2}),
+            "forged": (T0, {"realtime_streams": 2**53, "running": 2**53}),
+        }
+    )
+    assert agent_answer(forged.engine, None, T0) == "up 38%\n"
+
+
+def test_a_stale_or_void_object_counts_for_nothing_in_the_agent_check() -> None:
+    """An object older than `CAPACITY_MAX_AGE_MS`, by when it came or by its own `t_ms`, is
+    unknown to the agent check (fail open), and so is a device whose last object was voided
+    by an unreadable one or emptied; a fresh object counts again."""
+    full = {"realtime_streams": 8, "running": 8}
+    monitor = fed(
+        {
+            "old": (T0 - CAPACITY_MAX_AGE_MS - 1, full),
+            "dated": (T0, {**full, "t_ms": 1}),
+            "fresh": (T0, {"realtime_streams": 8, "running": 2}),
+        }
+    )
+    engine = monitor.engine
+    assert agent_answer(engine, "old", T0) == "up 100%\n"
+    assert agent_answer(engine, "dated", T0) == "up 100%\n"
+    assert agent_answer(engine, None, T0) == "up 75%\n"
+    for payload in (b'{"running": 1e400}', b""):
+        monitor.handle("edgemon/v1/fresh/capacity", payload, T0 + 1, [])
+        assert agent_answer(engine, "fresh", T0 + 1) == "up 100%\n"
+        monitor.handle("edgemon/v1/fresh/capacity", json.dumps(full).encode(), T0 + 2, [])
+        assert agent_answer(engine, "fresh", T0 + 2) == "up 0%\n"
 
 
 @pytest.mark.asyncio
 async def test_capacity_api_per_device_with_age_and_spare_streams() -> None:
     """`/api/v1/capacity` lists every device by id with its last capacity object, how long
-    ago it came (edgemon's wall clock), its spare real-time streams (null unless known, never
-    below 0) and its refusals; a device without one has nulls; `?device=` answers one device
-    (none if unknown)."""
+    ago it came (edgemon's wall clock) and whether that makes it stale, its spare real-time
+    streams (null unless known, never below 0) and its refusals; a device without one has
+    nulls; `?device=` answers one device (none if unknown)."""
     monitor = fed(
         {
             "full": (T0 - 500, {"realtime_streams": 4, "running": 6, "waiting": 3}),
             "room": (T0 - 2000, {"realtime_streams": 12, "running": 9, "shed_total": 2}),
             "half": (T0 - 100, {"running": 2}),
+            "old": (T0 - 20_000, {"running": 2}),
         },
         "plain",
     )
@@ -129,7 +175,7 @@ async def test_capacity_api_per_device_with_age_and_spare_streams() -> None:
             none = await response.json()
     assert body["wall_ms"] == now
     by_id = {entry["device"]: entry for entry in body["devices"]}
-    assert [entry["device"] for entry in body["devices"]] == ["full", "half", "plain", "room"]
+    assert [e["device"] for e in body["devices"]] == ["full", "half", "old", "plain", "room"]
     assert by_id["room"] == {
         "device": "room",
         "capacity": {
@@ -142,11 +188,14 @@ async def test_capacity_api_per_device_with_age_and_spare_streams() -> None:
         },
         "received_wall_ms": T0 - 2000,
         "age_ms": 3000.0,
+        "stale": False,
         "spare_streams": 3.0,
         "shed": 2,
+        "shed_cut": 0,
     }
     assert (by_id["full"]["spare_streams"], by_id["full"]["age_ms"]) == (0.0, 1500.0)
     assert by_id["half"]["spare_streams"] is None
+    assert (by_id["old"]["age_ms"], by_id["old"]["stale"]) == (21_000.0, True)
     assert by_id["plain"]["capacity"] is None
     assert by_id["plain"]["spare_streams"] is None
     assert one["devices"] == [by_id["room"]]
@@ -215,3 +264,36 @@ def test_agent_check_is_off_unless_configured() -> None:
     for bad in ({"agent_listen": "9858"}, {"agent_device": "a/b"}):
         with pytest.raises(ValueError, match="agent_"):
             HttpSettings(**bad)
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_forged_or_stale_object_moves_the_box_by_its_own_share_at_most(
+    mosquitto_broker: tuple[str, int],
+) -> None:
+    """A daemon answering for the whole box: the real engine's object (75 % spare), then a
+    forged "full" object of 2^53 streams on another device: the box's weight is the devices'
+    shares averaged, 38 % (before: the figures summed, 1 %); once that object is stamped in
+    1970 it counts for nothing, 75 % again (before: obeyed)."""
+    _, port = mosquitto_broker
+    http = HttpSettings(listen="127.0.0.1:0", agent_listen="127.0.0.1:0")
+    daemon = Daemon(
+        settings_for(port).model_copy(update={"http": http}),
+        environ={},
+        install_signal_handlers=False,
+    )
+    now = time.time() * 1000.0
+    async with running(daemon), device(port) as engine:
+        async with asyncio.timeout(WITHIN_S):
+            while (agent := daemon.agent_port) is None:  # noqa: ASYNC110 - no event for it
+                await asyncio.sleep(0.01)
+        for topic, value, expected in (
+            ("tts", {"t_ms": now, "realtime_streams": 8, "running": 2}, b"up 75%\n"),
+            ("other", {"t_ms": now, "realtime_streams": 2**53, "running": 2**53}, b"up 38%\n"),
+            ("other", {"t_ms": 1, "realtime_streams": 8, "running": 8}, b"up 75%\n"),
+        ):
+            payload = json.dumps(value)
+            await engine.publish(f"edgemon/v1/{topic}/capacity", payload, qos=1, retain=True)
+            async with asyncio.timeout(WITHIN_S):
+                while await ask_agent(agent) != expected:  # noqa: ASYNC110 - the answer changes with what the broker delivers
+                    await asyncio.sleep(0.05)

@@ -3,24 +3,20 @@ status, fails open, reconnects, bounds holds with `max_hold_ms`, and reads its e
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from edgemon.client import GateState, ThrottleGate
 
-from brokers import RUN_AS_ROOT, MosquittoStartError, end_process, launch_mosquitto, plain_listener
 from mqtt_probe import probe
 from ports import MosquittoServer
 from sockets import left_open
-from tools import require_tool
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from pathlib import Path
 
 THROTTLE = "edgemon/v1/dev1/throttle"
 T = 15.0  # generous: a loaded machine
@@ -435,56 +431,20 @@ def test_a_closed_gate_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) 
         assert not still_open()  # none of the sockets it opened is still open
 
 
-#: Mosquitto's dynamic security plugin (Debian's `mosquitto` ships it). Its ACL refuses a
-#: subscription in the SUBACK; Mosquitto 2.0's `acl_file` grants every subscription and only
-#: withholds the messages, so no client can tell.
-DYNSEC = Path("/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so")
-#: Anonymous clients may subscribe to edgemon's statuses and nothing else.
-STATUSES_ONLY = {
-    "defaultACLAccess": {
-        "publishClientSend": True, "publishClientReceive": True,
-        "subscribe": False, "unsubscribe": True,
-    },
-    "clients": [],
-    "groups": [{"groupname": "anonymous", "roles": [{"rolename": "statuses"}], "clients": []}],
-    "roles": [{"rolename": "statuses", "acls": [
-        {"acltype": "subscribePattern", "topic": "edgemon/v1/_edgemon/+/status", "allow": True},
-    ]}],
-    "anonymousGroup": "anonymous",
-}  # fmt: skip
-
-
-@pytest.fixture
-def gate_denied_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    """A Mosquitto whose ACL (dynamic security) lets anonymous clients subscribe to edgemon's
-    statuses and nothing else: a gate's subscription to a throttle topic is refused."""
-    require_tool("mosquitto")
-    assert DYNSEC.is_file(), f"{DYNSEC} is missing (Debian's mosquitto package ships it)"
-    acl = tmp_path / "dynsec.json"
-    acl.write_text(json.dumps(STATUSES_ONLY), encoding="utf-8")
-    plugin = f"plugin {DYNSEC}\nplugin_opt_config_file {acl}\n{RUN_AS_ROOT}"
-    try:
-        process, (port,) = launch_mosquitto(tmp_path, lambda p: plain_listener(p[0]) + plugin)
-    except MosquittoStartError as error:
-        pytest.fail(str(error))
-    try:
-        yield "127.0.0.1", port
-    finally:
-        end_process(process)
-
-
 @pytest.mark.integration
 def test_a_subscription_the_broker_refuses_is_said_and_shown(
-    gate_denied_broker: tuple[str, int], caplog: pytest.LogCaptureFixture
+    subscriptions_denied_broker: tuple[str, int], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A broker whose ACL denies the gate's throttle topic answers its SUBSCRIBE with 0x80 for
     that filter: the gate logs one error naming the filter, shows it in `state.refused` (the
-    status filter, granted, is not there), and still fails open."""
-    host, port = gate_denied_broker
+    status filter, granted, is not there) and counts it (`stats.subscriptions_refused`),
+    and still fails open."""
+    host, port = subscriptions_denied_broker
     with caplog.at_level(logging.ERROR, logger="edgemon.client"):
         with ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
             assert gate.wait_until(lambda s: s.refused != (), T)
             assert gate.state.refused == (THROTTLE,)
+            assert gate.stats.subscriptions_refused == 1
             assert not gate.should_throttle_prefills()
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1

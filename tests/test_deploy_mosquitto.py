@@ -11,30 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
-import subprocess
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiomqtt
 import pytest
+from shipped_broker import ACL, CONF, launch_shipped
 
+from edgemon.broker_url import parse_broker_url
+from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig
+from edgemon.integrations.shed import CapacityView
 from edgemon.settings import LimitsSettings
 
-from brokers import MosquittoStartError, launch_mosquitto
+from brokers import MosquittoStartError
+from links import until
 from ports import end_process
-from tools import require_tool, tool_path
+from tools import require_tool
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+    from pathlib import Path
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "mosquitto"
-CONF = DEPLOY / "mosquitto.conf"
-ACL = DEPLOY / "acl"
-MOSQUITTO_PASSWD = tool_path("mosquitto_passwd")
-PASSWORDS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "edgemon": "pw-edgemon"}
+PASSWORDS = {
+    "dev1": "pw-dev1",
+    "dev2": "pw-dev2",
+    "edgemon": "pw-edgemon",
+    "tts-engine": "pw-tts-engine",
+}
 RECEIVE_S = 3.0  # only ever waited for in full when a test fails
+T = 30.0  # generous: a loaded machine
 
 
 def _directives(text: str) -> dict[str, list[str]]:
@@ -47,47 +52,13 @@ def _directives(text: str) -> dict[str, list[str]]:
     return found
 
 
-def _adapt(text: str, *, port: int, directory: Path) -> str:
-    """The shipped config with what a test must change; fails if one of them is missing."""
-    replacements = {
-        "listener": f"listener {port} 127.0.0.1",
-        "persistence_location": f"persistence_location {directory}/",
-        "password_file": f"password_file {directory / 'passwd'}",
-        "acl_file": f"acl_file {ACL}",
-        "log_dest": "log_dest stderr",
-        "pid_file": "",
-        # As root mosquitto switches to "mosquitto", which cannot write into tmp_path.
-        "user": "user root" if os.geteuid() == 0 else "",
-    }
-    seen: set[str] = set()
-    lines = []
-    for line in text.splitlines():
-        name = line.strip().partition(" ")[0]
-        if name in replacements:
-            assert name not in seen, f"{name} appears twice: adapt the test"
-            seen.add(name)
-            line = replacements[name]  # noqa: PLW2901
-        lines.append(line)
-    assert seen == set(replacements), f"missing in mosquitto.conf: {set(replacements) - seen}"
-    return "\n".join(lines) + "\n"
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[int]:
-    """The shipped config on a free port, users dev1, dev2 and edgemon: the port."""
+    """The shipped config and ACL on a free port, users dev1, dev2, edgemon and tts-engine:
+    the port."""
     require_tool("mosquitto", "mosquitto_passwd")
-    passwd = tmp_path / "passwd"
-    for index, (user, password) in enumerate(PASSWORDS.items()):
-        create = ["-c"] if index == 0 else []
-        subprocess.run(
-            [MOSQUITTO_PASSWD, "-b", *create, str(passwd), user, password],
-            check=True,
-            capture_output=True,
-        )
     try:
-        process, (port,) = launch_mosquitto(
-            tmp_path, lambda ports: _adapt(CONF.read_text(), port=ports[0], directory=tmp_path)
-        )
+        process, port = launch_shipped(tmp_path, PASSWORDS)
     except MosquittoStartError as error:
         pytest.fail(str(error))
     try:
@@ -143,21 +114,67 @@ def test_only_edgemon_writes_throttle_and_status() -> None:
             assert user == "edgemon" or access == "read", (kind, access, topic)
 
 
+def test_no_player_writes_engine_or_capacity_objects() -> None:
+    """No `pattern` line (every login gets those, players included) grants write on an engine
+    or capacity topic; the users that may are edgemon's engine users (`tts-engine`)."""
+    grants = re.findall(r"^(pattern|topic|user) (\S+)(?: (\S+))?", ACL.read_text(), re.MULTILINE)
+    user = None
+    writers = set()
+    for kind, first, second in grants:
+        if kind == "user":
+            user = first
+            continue
+        access, topic = (first, second) if second else ("readwrite", first)
+        if "write" in access and topic.split("/")[3:4] in (["engine"], ["capacity"]):
+            assert kind == "topic", (kind, access, topic)
+            writers.add(user)
+    assert writers == {"tts-engine"}
+
+
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_device_events_and_engine_reach_edgemon(broker: int) -> None:
-    """dev1 publishes to its own events, engine and capacity topics; edgemon gets them (through
-    the wildcard, and through an exact topic as an instance with `[mqtt] devices` subscribes)."""
-    async with connect(broker, "edgemon") as edgemon, connect(broker, "dev1") as dev1:
+    """dev1 publishes its events, the engine (`tts-engine`) dev1's engine and capacity objects;
+    edgemon gets them (through the wildcard, and through an exact topic as an instance with
+    `[mqtt] devices` subscribes)."""
+    async with (
+        connect(broker, "edgemon") as edgemon,
+        connect(broker, "dev1") as dev1,
+        connect(broker, "tts-engine") as engine,
+    ):
         await edgemon.subscribe("edgemon/v1/+/events", qos=1)
         await edgemon.subscribe("edgemon/v1/dev1/engine", qos=1)
         await edgemon.subscribe("edgemon/v1/+/capacity", qos=1)
         await dev1.publish("edgemon/v1/dev1/events", b'{"type":"end"}', qos=1)
         assert await next_message(edgemon) == ("edgemon/v1/dev1/events", b'{"type":"end"}')
-        await dev1.publish("edgemon/v1/dev1/engine", b"{}", qos=1, retain=True)
+        await engine.publish("edgemon/v1/dev1/engine", b"{}", qos=1, retain=True)
         assert await next_message(edgemon) == ("edgemon/v1/dev1/engine", b"{}")
-        await dev1.publish("edgemon/v1/dev1/capacity", b'{"running":1}', qos=1, retain=True)
+        await engine.publish("edgemon/v1/dev1/capacity", b'{"running":1}', qos=1, retain=True)
         assert await next_message(edgemon) == ("edgemon/v1/dev1/capacity", b'{"running":1}')
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_player_writes_no_engine_or_capacity_object(broker: int) -> None:
+    """A player's login (dev1) cannot publish its own engine or capacity object, nor its
+    refusal counts, nor another device's (the middleware refuses requests and the balancer
+    weighs the box by them): dropped; the engine's next object arrives instead."""
+    async with (
+        connect(broker, "edgemon") as edgemon,
+        connect(broker, "dev1") as dev1,
+        connect(broker, "tts-engine") as engine,
+    ):
+        await edgemon.subscribe("edgemon/v1/+/capacity", qos=1)
+        await edgemon.subscribe("edgemon/v1/+/engine", qos=1)
+        for topic in (
+            "edgemon/v1/dev1/capacity",
+            "edgemon/v1/dev1/engine",
+            "edgemon/v1/dev2/capacity",
+            "edgemon/v1/dev1/capacity/shed/forged",
+        ):
+            await dev1.publish(topic, b'{"start_wait_ms":1e9}', qos=1, retain=True)
+        await engine.publish("edgemon/v1/dev1/capacity", b'{"running":2}', qos=1, retain=True)
+        assert await next_message(edgemon) == ("edgemon/v1/dev1/capacity", b'{"running":2}')
 
 
 @pytest.mark.integration
@@ -241,3 +258,44 @@ async def test_payload_over_the_limit_is_dropped(broker: int) -> None:
         await dev1.publish("edgemon/v1/dev1/events", b"y" * limit, qos=1)
         topic, payload = await next_message(edgemon)
         assert (topic, len(payload), payload[:1]) == ("edgemon/v1/dev1/events", limit, b"y")
+
+
+#: The two layouts of docs/how-to/edge-box.md: one box (the engine next to its one player),
+#: and a hub whose engine serves several players.
+LAYOUTS = {"one-box": ("dev1",), "hub": ("dev1", "dev2")}
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+async def test_the_engine_and_its_middleware_read_what_they_need(broker: int, layout: str) -> None:
+    """In each layout, with the shipped ACL and the engine's login: the capacity publisher's
+    object reaches the middleware's view on every device's topic (so it refuses when the
+    predicted wait is beyond the SLO) and edgemon; the view's refusal count reaches the
+    publisher's `shed_total`; no subscription of either is refused."""
+    devices = LAYOUTS[layout]
+    url = f"mqtt://127.0.0.1:{broker}"
+    engine = parse_broker_url(url, username="tts-engine", password=PASSWORDS["tts-engine"])
+    config = TopicConfig(engine, devices)
+    publisher = CapacityPublisher(config, min_interval_s=0.05).open()
+    view = CapacityView(config).open()
+    try:
+        async with connect(broker, "edgemon") as edgemon:
+            await edgemon.subscribe("edgemon/v1/+/capacity", qos=1)
+            await until(lambda: publisher.link.connected and view.link.connected, "connected")
+            publisher.update(
+                realtime_streams=4, running=4, waiting=2, start_wait_ms=9_000.0, shed={}
+            )
+            await until(lambda: set(view.readings()) == set(devices), "every device's object")
+            refusal = view.judge(3_000.0)
+            assert refusal is not None
+            assert refusal.start_wait_ms == 9_000.0
+            seen = {(await next_message(edgemon))[0] for _ in devices}
+            assert seen == {f"edgemon/v1/{device}/capacity" for device in devices}
+            view.refused()
+            await until(lambda: publisher.http_shed == 1, "the refusal count at the engine")
+        assert (publisher.link.refused, view.link.refused) == ((), ())
+        assert publisher.link.errors == view.link.errors == 0
+    finally:
+        view.close()
+        publisher.close()

@@ -202,7 +202,8 @@ async def test_cached_count_lines_follow_each_count_alone(change: str) -> None:
 async def test_capacity_lines_follow_every_object() -> None:
     """A device's capacity lines, written with its other floats, are the registry's text after
     every object: the first, one that leaves fields out (their gauges go), one after an engine
-    restart (the refusals counter adds across it) and one that brings every field back."""
+    restart (the refusals counter adds across it) and one that brings every field back (its
+    predicted wait of 1e9 ms kept as the 10 minutes a wait is read as at most)."""
     monitor, registry, _ = _one_device()
     texts = []
     for fields in (
@@ -217,7 +218,7 @@ async def test_capacity_lines_follow_every_object() -> None:
     shed = [re.findall(r"^edgemon_engine_shed_total\{.*\} (.*)$", t, re.MULTILINE) for t in texts]
     assert shed == [["7.0"], ["9.0"], ["10.0"], ["10.0"]]
     assert "edgemon_engine_waiting{" not in texts[1]
-    assert 'edgemon_engine_start_wait_seconds{device="d1"} 1e+06' in texts[3]
+    assert 'edgemon_engine_start_wait_seconds{device="d1"} 600.0' in texts[3]  # clamped
 
 
 class _Scripted(DeviceView):

@@ -5,7 +5,9 @@ arrives in many pieces is reassembled in time linear in its size."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
+import tracemalloc
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -24,7 +26,7 @@ from links import running_link, until
 from scrapes import samples
 
 if TYPE_CHECKING:
-    from collections.abc import MutableMapping
+    from collections.abc import Callable, MutableMapping
 
 pytestmark = pytest.mark.asyncio
 
@@ -157,3 +159,52 @@ async def test_packets_in_pieces_of_any_size_come_out_whole_and_in_order() -> No
     await until(lambda: len(applied) == len(messages), "every message applied")
     assert applied == messages
     assert conn.buffer.moved <= 2 * len(stream)
+
+
+async def test_acknowledged_messages_are_remembered_by_digest_not_payload() -> None:
+    """256 QoS 1 messages of 256 KiB (64 MiB) applied and acknowledged, then the session
+    ends: what the intake keeps to recognise their redelivery (the last 4,096 acknowledged,
+    and at the end those expected again) is a digest each, a few kB in all, never the
+    payloads (before: every payload, up to 4,096 × 256 KiB = 1 GiB)."""
+    applied: list[int] = []
+    intake = Intake(lambda _topic, payload: applied.append(len(payload)))
+    conn = Connection(
+        intake, version=V311, keepalive_s=30,
+        on_accepted=lambda conn, _: intake.begin(conn, persistent=True),
+    )  # fmt: skip
+    conn.data_received(b"\x20\x02\x00\x00")  # CONNACK, accepted
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(256):
+            conn.data_received(publish_packet(TOPIC, bytes([n]) * 256 * 1024, n + 1))
+            await asyncio.sleep(0)  # the batch's acknowledgements go out
+        intake.end(persistent=True)  # the last acknowledged are expected again
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert applied == [256 * 1024] * 256
+    assert grown < 1024 * 1024, f"{grown:,} bytes kept for 256 acknowledged messages"
+    assert intake.pending == intake.pending_bytes == 0
+
+
+async def test_qos_0_messages_awaiting_the_log_count_toward_pausing() -> None:
+    """QoS 0 messages are logged too: while the log holds them, they count toward the
+    intake's limit, and reading pauses there (before, only QoS 1 counted: a QoS 0 flood
+    while the log could not write grew its memory without bound)."""
+    held: list[Callable[[], None]] = []
+    intake = Intake(lambda *_: None, when_durable=held.append, pending_limits=(8, 1 << 40))
+    conn = Connection(
+        intake, version=V311, keepalive_s=30,
+        on_accepted=lambda conn, _: intake.begin(conn, persistent=True),
+    )  # fmt: skip
+    conn.data_received(b"\x20\x02\x00\x00")  # CONNACK, accepted
+    for n in range(8):
+        conn.data_received(publish_packet(TOPIC, b"%d" % n, n + 1, qos=0))
+    assert intake.paused
+    assert intake.pending == 8
+    for callback in held:
+        callback()
+    assert not intake.paused
+    assert intake.pending == 0

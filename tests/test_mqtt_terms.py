@@ -261,3 +261,30 @@ async def test_the_brokers_maximum_packet_size_is_honoured() -> None:
         assert sent(broker, "t/big") == []
         assert link.connection.connected
     assert broker.connections == 1
+
+
+@pytest.mark.integration
+async def test_a_refused_subscription_is_one_error_and_a_count(
+    subscriptions_denied_broker: tuple[str, int],
+    captured_logs: list[MutableMapping[str, Any]],
+) -> None:
+    """A Mosquitto whose ACL refuses edgemon's capacity filter in its SUBACK: one error
+    `mqtt_subscription_refused` naming the filter and the fix, however often the session is
+    tried again; `edgemon_mqtt_subscriptions_refused_total` counts each refusal; `/readyz`
+    stays 503 (before: a warning per attempt, and no count)."""
+    host, port = subscriptions_denied_broker
+    settings = Settings(
+        mqtt=MqttSettings(url=f"mqtt://{host}:{port}", client_id="edgemon-refused"),
+        http=HttpSettings(listen="127.0.0.1:0"),
+    )
+    daemon = Daemon(settings, environ={}, install_signal_handlers=False)
+    async with running(daemon, until="http", logs=captured_logs):
+        http = daemon.http_port
+        assert http is not None
+        await until(lambda: daemon.connection.subscriptions_refused >= 2, "refused twice")
+        assert (await scrape(http, "/readyz"))[0] == 503
+        metrics = (await scrape(http, "/metrics"))[1]
+    (refused,) = logged(captured_logs, "mqtt_subscription_refused")
+    assert refused["problem"] == "the broker refused the subscription to edgemon/v1/+/capacity"
+    assert "deploy/mosquitto/acl" in refused["fix"]
+    assert samples(metrics, "edgemon_mqtt_subscriptions_refused_total")[()] >= 2

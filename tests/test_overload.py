@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio, pytest.mark.slow]
 
 P = "edgemon/v1"
 FLOOD_S = 2.0
-#: RSS growth allowed during the flood: the queue's 16 MB of payloads, their message objects,
+#: RSS growth allowed during the flood: the queue's 8 MB of payloads, their message objects,
 #: the flooders' streams (bounded by the limits) and allocator slack. Measured: see the docs.
 RSS_BOUND_MB = 100.0
 

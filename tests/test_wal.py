@@ -209,8 +209,9 @@ class _RecordingExecutor(ThreadPoolExecutor):
         self.commits: list[tuple[float, int]] = []
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        if args and isinstance(args[-1], bytes):  # `_write(generation, data)`
-            self.commits.append((asyncio.get_running_loop().time(), args[-1].count(b"\n")))
+        if len(args) == 2 and isinstance(args[0], list):  # `LogFiles.write(parts, attempt)`
+            lines = sum(data.count(b"\n") for _, data in args[0])
+            self.commits.append((asyncio.get_running_loop().time(), lines))
         return super().submit(fn, *args, **kwargs)
 
 

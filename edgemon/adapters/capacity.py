@@ -8,12 +8,18 @@ HAProxy's agent check (docs/fleet.md) asks for one line; `agent_reply` writes it
 spare streams' share of the engine's real-time streams, as a weight in percent of the weight
 the server has in HAProxy's configuration:
 
-- `up 100%` when nothing is known (no capacity object, or one without `realtime_streams` and
-  `running`): fail open, the server keeps its configured weight; HAProxy's own health check
-  and `retry-on 503` stay in charge;
+- `up 100%` when nothing is known (no fresh capacity object, or one without
+  `realtime_streams` and `running`): fail open, the server keeps its configured weight;
+  HAProxy's own health check and `retry-on 503` stay in charge;
 - `up 0%` when there is no spare stream: HAProxy sends the box no new request (a zero weight
   is what HAProxy's stats call DRAIN) until a later answer gives it room again;
-- else `up N%` with N = spare ÷ real-time streams, rounded, at least 1.
+- else `up N%` with N = the share, rounded, at least 1.
+
+The share is taken per device and the devices' shares averaged (`spare_share`), never their
+absolute figures summed: one device's object moves the box's answer by its own share at most.
+Each figure is capped by what the device's engine can hold (its engine object's
+`max_num_seqs`, else `DEFAULT_MAX_SEQS`), and an object older than `CAPACITY_MAX_AGE_MS`
+counts as unknown, so a forged or forgotten object weighs little and not for long.
 
 edgemon never answers `drain`, `maint` or `down`: those are administrative states an
 operator sets, and only the agent that set one could lift it.
@@ -25,19 +31,23 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine.views import device_view, device_views
+from edgemon.protocol import DEFAULT_MAX_SEQS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from edgemon.engine.capacity import CapacityRecord
+    from edgemon.engine.capacity import Capacity
     from edgemon.engine.engine import Engine
     from edgemon.engine.views import DeviceView
 
-__all__ = ["agent_answer", "agent_reply", "capacity_entry", "spare_share"]
+__all__ = ["agent_answer", "agent_reply", "capacity_entry", "device_share", "spare_share"]
 
 
 def capacity_entry(view: DeviceView, wall_ms: float) -> dict[str, Any]:
-    """One device's `/api/v1/capacity` entry at edgemon's wall time `wall_ms`."""
+    """One device's `/api/v1/capacity` entry at edgemon's wall time `wall_ms`: the last
+    object (null when none, or voided), its age and whether it is `stale` (ignored by the
+    agent check), spare streams, the refusals counted and those claimed beyond plausible
+    steps (not counted)."""
     record = view.capacity
     if record is None:
         return {
@@ -45,37 +55,41 @@ def capacity_entry(view: DeviceView, wall_ms: float) -> dict[str, Any]:
             "capacity": None,
             "received_wall_ms": None,
             "age_ms": None,
+            "stale": None,
             "spare_streams": None,
             "shed": None,
+            "shed_cut": None,
         }
+    last = record.last
     return {
         "device": view.id,
-        "capacity": record.last.as_dict(),
+        "capacity": None if last is None else last.as_dict(),
         "received_wall_ms": record.received_wall_ms,
-        "age_ms": max(0.0, wall_ms - record.received_wall_ms),
-        "spare_streams": record.last.spare_streams,
+        "age_ms": record.age_ms(wall_ms),
+        "stale": None if last is None else record.fresh(wall_ms) is None,
+        "spare_streams": None if last is None else last.spare_streams,
         "shed": record.shed,
+        "shed_cut": record.shed_cut,
     }
 
 
-def spare_share(records: Iterable[CapacityRecord | None]) -> float | None:
-    """The spare real-time streams of these devices over their real-time streams (0 to 1),
-    over the devices where both are known; None when none is."""
-    spare = capacity = 0.0
-    known = False
-    for record in records:
-        if record is None:
-            continue
-        last = record.last
-        free = last.spare_streams
-        if free is None or last.realtime_streams is None:
-            continue
-        known = True
-        spare += free
-        capacity += last.realtime_streams
-    if not known:
+def device_share(capacity: Capacity | None, max_seqs: int | None) -> float | None:
+    """One device's spare share (0 to 1): spare over real-time streams, each figure capped by
+    `max_seqs` (`DEFAULT_MAX_SEQS` when None); None when not known."""
+    if capacity is None or capacity.realtime_streams is None or capacity.running is None:
         return None
-    return spare / capacity if capacity > 0 else 0.0
+    cap = float(max_seqs or DEFAULT_MAX_SEQS)
+    realtime = min(capacity.realtime_streams, cap)
+    running = min(float(capacity.running), cap)
+    if realtime <= 0:
+        return 0.0
+    return max(0.0, realtime - running) / realtime
+
+
+def spare_share(shares: Iterable[float | None]) -> float | None:
+    """The devices' shares averaged, over those known; None when none is."""
+    known = [share for share in shares if share is not None]
+    return sum(known) / len(known) if known else None
 
 
 def agent_reply(share: float | None) -> str:
@@ -87,12 +101,20 @@ def agent_reply(share: float | None) -> str:
     return f"up {max(1, min(100, math.floor(share * 100 + 0.5)))}%\n"
 
 
-def agent_answer(engine: Engine, device: str | None) -> str:
-    """The agent check's answer now: for `device` alone (unknown to the engine: nothing known),
-    or for every device the engine tracks, summed."""
+def _share(view: DeviceView, wall_ms: float) -> float | None:
+    record = view.capacity
+    if record is None:
+        return None
+    kv = view.kv
+    return device_share(record.fresh(wall_ms), None if kv is None else kv.max_num_seqs)
+
+
+def agent_answer(engine: Engine, device: str | None, wall_ms: float) -> str:
+    """The agent check's answer at edgemon's wall time `wall_ms`: for `device` alone (unknown
+    to the engine: nothing known), or for every device the engine tracks, averaged."""
     if device is None:
-        views = device_views(engine)
+        views = list(device_views(engine))
     else:
         view = device_view(engine, device)
         views = [] if view is None else [view]
-    return agent_reply(spare_share(view.capacity for view in views))
+    return agent_reply(spare_share(_share(view, wall_ms) for view in views))

@@ -18,6 +18,8 @@ class ConnectionState:
     #: Reconnections whose CONNACK said the broker kept no session (what it had queued for
     #: edgemon is gone).
     sessions_lost: int = 0
+    #: Topic filters the broker refused in a SUBACK (its ACL), counted at each refusal.
+    subscriptions_refused: int = 0
     #: Why the broker's grants fall short of what edgemon asked (a QoS below 1): still ready,
     #: but degraded. None when they do not.
     degraded: str | None = None

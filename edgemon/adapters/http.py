@@ -4,7 +4,7 @@
 |---|---|
 | `/metrics` | the registry, in the Prometheus text format or OpenMetrics (by `Accept`) |
 | `/healthz` | 200 `ok` while the event loop answers |
-| `/readyz` | 200 once connected to the broker and subscribed (saying why if degraded), else 503 |
+| `/readyz` | 200 once subscribed (saying why if degraded), else 503; 503 while the log fails |
 | `/api/v1/streams` | devices and their streams at each device's current time (`streams_view`) |
 | `/api/v1/capacity` | per device: its engine's capacity object, its age, spare real-time streams |
 
@@ -16,6 +16,9 @@
 With `basic_auth`, every path but `/healthz` needs the credentials: a liveness probe carries
 none and learns nothing from `ok`, while readiness says whether the broker is reachable.
 
+Connections are bounded (`edgemon.adapters.connection_guard`): at most `limit` open, and each
+must bring a complete request within a few seconds.
+
 Everything runs on the event loop thread, which owns the engine: a request reads the engine
 in place, one whole device between two messages, so it never sees half an update. Large
 answers are built and encoded a slice at a time, yielding to the loop in between, and no
@@ -25,6 +28,7 @@ no request holds up a deadline (README).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import bisect
 import functools
@@ -38,6 +42,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 
 from edgemon.adapters.capacity import capacity_entry
+from edgemon.adapters.connection_guard import (
+    BACKLOG,
+    ConnectionGuard,
+    GuardedProtocol,
+    guard_middleware,
+    limits_for,
+)
 from edgemon.adapters.exposition import Slicer, render_parts
 from edgemon.engine.views import device_view, device_views
 
@@ -80,13 +91,17 @@ def create_app(
     basic_auth: tuple[str, str] | None = None,
     slice_budget_s: float = SLICE_BUDGET_S,
     publishing: Callable[[], bool] | None = None,
+    durability: Callable[[], str | None] = lambda: None,
 ) -> web.Application:
     """The application; `wall_clock` is edgemon's wall time in ms, `basic_auth` (user, password);
     a request yields to the event loop after each `slice_budget_s` of work, and starts no
-    slice while `publishing()` (a throttle object is on its way out)."""
+    slice while `publishing()` (a throttle object is on its way out); `durability()` says
+    why messages cannot be made durable now (None while they can)."""
     middlewares = [] if basic_auth is None else [_basic_auth(*basic_auth)]
     app = web.Application(middlewares=middlewares)
-    views = _Views(registry, monitor, connection, wall_clock, slice_budget_s, publishing)
+    views = _Views(
+        registry, monitor, connection, wall_clock, slice_budget_s, publishing, durability
+    )
     app.router.add_get("/metrics", views.metrics)
     app.router.add_get("/healthz", views.healthz)
     app.router.add_get("/readyz", views.readyz)
@@ -96,7 +111,15 @@ def create_app(
 
 
 class _Views:
-    __slots__ = ("_budget", "_connection", "_monitor", "_publishing", "_registry", "_wall_clock")
+    __slots__ = (
+        "_budget",
+        "_connection",
+        "_durability",
+        "_monitor",
+        "_publishing",
+        "_registry",
+        "_wall_clock",
+    )
 
     def __init__(
         self,
@@ -106,8 +129,10 @@ class _Views:
         wall_clock: Callable[[], float],
         budget: float,
         publishing: Callable[[], bool] | None,
+        durability: Callable[[], str | None],
     ) -> None:
         self._budget = budget
+        self._durability = durability
         self._publishing = publishing
         self._registry = registry
         self._monitor = monitor
@@ -151,6 +176,12 @@ class _Views:
             return web.Response(status=503, text="not ready: not connected to the MQTT broker\n")
         if not connection.subscribed:
             return web.Response(status=503, text="not ready: subscriptions not acknowledged\n")
+        failure = self._durability()
+        if failure is not None:
+            return web.Response(
+                status=503,
+                text=f"not ready: {failure}; messages are not acknowledged until it can\n",
+            )
         if connection.degraded is not None:
             return web.Response(text=f"ready, degraded: {connection.degraded}\n")
         return web.Response(text="ready\n")
@@ -324,17 +355,35 @@ async def serve(
     port: int,
     ssl_context: ssl.SSLContext | None = None,
     shutdown_timeout: float = 5.0,
+    guard: ConnectionGuard | None = None,
 ) -> AsyncIterator[int]:
     """Serve `app` on `host:port` and yield the port bound (port 0 picks a free one).
 
-    On exit, stops listening, gives requests in progress `shutdown_timeout` seconds, and
-    closes every connection. No access log: scrapes every few seconds are not news.
+    Connections are bounded by `guard` (by default one sized by `limits_for`), which the app's
+    first middleware tells when each request begins and ends. On exit, stops listening, gives
+    requests in progress `shutdown_timeout` seconds, and closes every connection. No access
+    log: scrapes every few seconds are not news.
     """
+    if guard is None:
+        guard = ConnectionGuard(limits_for()[0])
+    app.middlewares.insert(0, guard_middleware(guard))
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
+    server: asyncio.Server | None = None
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-        await site.start()
-        yield runner.addresses[0][1]
+        handler = runner.server
+        assert handler is not None
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: GuardedProtocol(handler, guard), host, port, ssl=ssl_context,
+            reuse_address=True, backlog=BACKLOG,
+        )  # fmt: skip
+        bound: int = server.sockets[0].getsockname()[1]
+        yield bound
     finally:
+        if server is not None:
+            server.close()
         await runner.cleanup()
+        guard.close_all()
+        if server is not None:
+            await server.wait_closed()

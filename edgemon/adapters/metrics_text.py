@@ -141,9 +141,10 @@ def add_histogram(family: HistogramMetricFamily, device: str, histogram: Histogr
 
 def capacity_values(record: CapacityRecord) -> list[tuple[str, float]]:
     """The capacity families' samples (family attribute, value in base units): a gauge for each
-    field the last capacity object gave, and the refusals counted across engine restarts."""
+    field the last capacity object gave (none once it was voided), and the refusals counted
+    across engine restarts."""
     last = record.last
-    values: list[tuple[str, float]] = [
+    values: list[tuple[str, float]] = [] if last is None else [
         (slot, value)
         for slot, value in (
             ("engine_realtime_capacity", last.realtime_streams),
@@ -152,7 +153,7 @@ def capacity_values(record: CapacityRecord) -> list[tuple[str, float]]:
             ("engine_start_wait", None if last.start_wait_ms is None else last.start_wait_ms / _MS),
         )
         if value is not None
-    ]
+    ]  # fmt: skip
     values.append(("engine_shed", record.shed))
     return values
 

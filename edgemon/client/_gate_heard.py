@@ -40,6 +40,7 @@ class Heard:
         "inactive_at",
         "last_seq",
         "last_t_ms",
+        "refusals",
         "refused",
         "stale",
         "unreadable",
@@ -58,8 +59,9 @@ class Heard:
         self.book = ThrottleBook()
         self._trusted: set[str] = set()  # devices whose next object is taken whatever its seq
         self._subscribing: dict[int, list[str]] = {}  # the filters of a SUBSCRIBE, by its id
-        #: Filters the broker refused (`GateState.refused`).
+        #: Filters the broker refused (`GateState.refused`), and refusals counted.
         self.refused: tuple[str, ...] = ()
+        self.refusals = 0
         self.last_seq: int | None = None
         self.last_t_ms: float | None = None
         self.changed_at = clock()
@@ -117,6 +119,7 @@ class Heard:
             padded = codes + [0x80] * len(filters)
             refused = tuple(t for t, c in zip(filters, padded, strict=False) if c >= 0x80)
             said, self.refused = self.refused, refused
+            self.refusals += len(refused)
             self.refresh()
         return refused, said
 

@@ -105,6 +105,8 @@ class GateStats:
     holding: tuple[str, ...] = ()
     #: Exceptions caught inside the gate (each answered "do not hold"; the first is logged).
     errors: int = 0
+    #: Topic filters the broker refused in a SUBACK (its ACL), counted at each refusal.
+    subscriptions_refused: int = 0
 
 
 @dataclass(frozen=True, slots=True)

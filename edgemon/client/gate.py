@@ -204,6 +204,7 @@ class ThrottleGate:
             following=self.following,
             holding=holding,
             errors=self._errors.count,
+            subscriptions_refused=heard.refusals,
         )
 
     def wait_connected(self, timeout: float) -> bool:

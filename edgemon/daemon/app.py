@@ -145,6 +145,13 @@ class Daemon:
                 lambda: self.connection.sessions_lost,
             )
         )
+        self.registry.register(
+            CallbackCounter(
+                "edgemon_mqtt_subscriptions_refused",
+                "Topic filters the broker refused in a SUBACK (its ACL).",
+                lambda: self.connection.subscriptions_refused,
+            )
+        )
         owned = settings.mqtt.devices
         self.publisher = ThrottlePublisher(
             self.link, seq=SeqSource(self.clock), topic=self.monitor.topics.throttle,
@@ -313,6 +320,7 @@ class Daemon:
             wall_clock=self.clock.now_ms,
             basic_auth=basic_auth_from_settings(http),
             publishing=lambda: self.publisher.busy,
+            durability=lambda: None if self.state is None else self.state.failure,
         )
         async with serve(
             app, host=host, port=port, ssl_context=ssl_context, shutdown_timeout=1.0
@@ -328,9 +336,9 @@ class Daemon:
         address = http.agent_address
         assert address is not None
         host, port = address
-        engine, device = self.monitor, http.agent_device
+        monitor, device, clock = self.monitor, http.agent_device, self.clock
         async with serve_agent(
-            lambda: agent_answer(engine.engine, device), host=host, port=port
+            lambda: agent_answer(monitor.engine, device, clock.now_ms()), host=host, port=port
         ) as bound:
             self.agent_port = bound
             self.log.info("agent_listening", host=host, port=bound, device=device)

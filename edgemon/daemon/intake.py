@@ -8,15 +8,19 @@ the rest). Messages read together (one loop iteration) form a batch; once the wr
 says the batch is durable, its QoS 1 messages are acknowledged (PUBACK), in the order they
 were received; a QoS 2 one (a broker should send none: edgemon subscribes at QoS 1) the same
 way with PUBREC, the connection answering the broker's PUBREL. While more than
-`PENDING_MESSAGES` messages (or `PENDING_BYTES` payload bytes) wait for durability, the
-socket is not read at all (`paused`).
+`PENDING_MESSAGES` messages (or `PENDING_BYTES` payload bytes) wait for durability, QoS 0 ones
+included (the log holds them too), the socket is not read at all (`paused`): a log that
+cannot write holds every acknowledgement, and the broker keeps what follows.
 
 A message applied whose PUBACK could not be sent (the session ended first), or was sent so
 shortly before the end that it may not have reached the broker (the last `RECENT_ACKS`), will
 be delivered again by the broker, with the DUP flag, to the next session: it is acknowledged
 then without being applied or counted twice. So are the messages of the write-ahead log
 replayed after a crash (`expect_redelivery`): edgemon cannot know which of them it had
-acknowledged. A redelivery is recognised by its DUP flag and its exact topic and payload.
+acknowledged. A redelivery is recognised by its DUP flag and its exact topic and payload,
+through their digest (`message_digest`, 16 bytes): what is remembered of a message is its
+digest and its size, never its payload, so memory stays bounded in bytes whatever the
+payloads weigh (at most `RECENT_ACKS` digests, and one per message awaiting durability).
 
 Two costs a general-purpose client would pay per message are paid per read and per batch
 instead: the socket is read in blocks (asyncio hands the connection whatever the socket holds,
@@ -27,6 +31,7 @@ iteration leave in one write.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,16 +40,27 @@ from edgemon.daemon.mqtt_codec import acknowledgement
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-#: Messages applied but not yet durable and acknowledged beyond which reading pauses.
+#: Messages applied but not yet durable and acknowledged beyond which reading pauses. The
+#: log holds their lines meanwhile (and a commit their join): the bytes bound keeps that
+#: within the daemon's memory budget however large the payloads (`benchmarks/hostile.py`).
 PENDING_MESSAGES = 4096
-PENDING_BYTES = 16 * 1024 * 1024
+PENDING_BYTES = 8 * 1024 * 1024
 #: PUBACKs sent last that may still have been in transit when a session ended.
 RECENT_ACKS = 4096
 #: How long after a session begins redeliveries of the previous one are still expected.
 REDELIVERY_WINDOW_S = 60.0
 
-#: (its PUBACK or PUBREC, topic, payload) of one received message awaiting acknowledgement.
-Pending = tuple[bytes, str, bytes]
+#: (its PUBACK or PUBREC, empty at QoS 0; the digest of its topic and payload, None at QoS 0;
+#: its payload's size) of one received message awaiting durability.
+Pending = tuple[bytes, bytes | None, int]
+
+
+def message_digest(topic: str, payload: bytes) -> bytes:
+    """What a redelivery is recognised by: 16 bytes of BLAKE2b over the topic and payload."""
+    digest = hashlib.blake2b(topic.encode(), digest_size=16)
+    digest.update(b"\0")
+    digest.update(payload)
+    return digest.digest()
 
 
 class Wire(Protocol):
@@ -98,8 +114,8 @@ class Intake:
         self.paused = False
         #: Times reading was paused for durability (a flood, or a slow disk).
         self.pauses = 0
-        self._redelivery: Counter[tuple[str, bytes]] = Counter()
-        self._recent: deque[tuple[str, bytes]] = deque(maxlen=RECENT_ACKS)
+        self._redelivery: Counter[bytes] = Counter()
+        self._recent: deque[bytes] = deque(maxlen=RECENT_ACKS)
         self._forget: asyncio.TimerHandle | None = None
         self._drained = asyncio.Event()
         self._drained.set()
@@ -139,7 +155,7 @@ class Intake:
 
     def expect_redelivery(self, messages: Iterable[tuple[str, bytes]]) -> None:
         """Messages already applied (a replayed log) that the broker may deliver again."""
-        self._redelivery.update(messages)
+        self._redelivery.update(message_digest(topic, payload) for topic, payload in messages)
 
     # ------------------------------------------------------------------ reading
     def on_message(self, topic: str, payload: bytes, qos: int, dup: bool, mid: int) -> None:
@@ -148,19 +164,17 @@ class Intake:
         together."""
         if self._closed:
             return
-        if qos and dup and self._redelivery:
-            key = (topic, payload)
-            if self._redelivery[key] > 0:
-                self._redelivery[key] -= 1
-                self.redelivered += 1
-                self._queue_ack(acknowledgement(qos, mid), topic, payload)
-                return
+        digest = message_digest(topic, payload) if qos else None
+        if digest is not None and dup and self._redelivery and self._redelivery[digest] > 0:
+            self._redelivery[digest] -= 1
+            self.redelivered += 1
+            self._queue(acknowledgement(qos, mid), digest, len(payload))
+            return
         if self._topics is not None and topic not in self._topics:
             self.foreign += 1  # a subscription an earlier configuration left on the broker
         else:
             self._apply(topic, payload)
-        if qos:
-            self._queue_ack(acknowledgement(qos, mid), topic, payload)
+        self._queue(acknowledgement(qos, mid) if qos else b"", digest, len(payload))
 
     def on_too_large(self, topic: str, size: int, qos: int, mid: int) -> None:
         """A PUBLISH too large to read (MQTT 3.1.1: dropped as it arrives): not applied,
@@ -169,18 +183,19 @@ class Intake:
             return
         self._too_large(topic, size)
         if qos:
-            self._queue_ack(acknowledgement(qos, mid), topic, b"")
+            self._queue(acknowledgement(qos, mid), message_digest(topic, b""), 0)
 
     def end_batch(self) -> None:
         """What was read together has been applied: it is one batch for the log."""
         if self._batch:
             self._flush()
 
-    def _queue_ack(self, ack: bytes, topic: str, payload: bytes) -> None:
-        self._batch.append((ack, topic, payload))
+    def _queue(self, ack: bytes, digest: bytes | None, size: int) -> None:
+        """A message awaiting durability (with its acknowledgement, unless QoS 0)."""
+        self._batch.append((ack, digest, size))
         self._drained.clear()
         self.pending += 1
-        self.pending_bytes += len(payload)
+        self.pending_bytes += size
         if self.pending >= self._max_messages or self.pending_bytes >= self._max_bytes:
             self._pause()
 
@@ -195,9 +210,10 @@ class Intake:
         if session == self._session and self._wire is not None:
             recent = self._recent
             acks = self._acks
-            for ack, topic, payload in batch:  # in the order received
-                acks += ack
-                recent.append((topic, payload))
+            for ack, digest, _ in batch:  # in the order received
+                if digest is not None:
+                    acks += ack
+                    recent.append(digest)
             if not self._acks_scheduled:
                 self._acks_scheduled = True
                 self._call_soon(self._send_acks)
@@ -216,7 +232,7 @@ class Intake:
 
     def _released(self, batch: list[Pending]) -> None:
         self.pending -= len(batch)
-        self.pending_bytes -= sum(len(item[2]) for item in batch)
+        self.pending_bytes -= sum(item[2] for item in batch)
         if not self.pending:
             self._drained.set()
 
@@ -232,7 +248,7 @@ class Intake:
 
     def _unacknowledged(self, batch: list[Pending], *, persistent: bool) -> None:
         if persistent:
-            self._redelivery.update((topic, payload) for _, topic, payload in batch)
+            self._redelivery.update(digest for _, digest, _ in batch if digest is not None)
 
     # ------------------------------------------------------------------ flow control
     def _pause(self) -> None:

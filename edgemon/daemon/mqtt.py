@@ -13,8 +13,9 @@ MQTT client library: see the README's "The MQTT link" for why.
   keep-alives (`mqtt_connection`).
 - What the broker says is heard: a reconnection whose CONNACK says it kept no session (what
   was queued for edgemon is gone) is logged and counted; a grant below the QoS asked for
-  (SUBACK, or MQTT 5's Maximum QoS) is an error and `/readyz` says "degraded"; a broker
-  without retained messages (MQTT 5's Retain Available 0) is refused.
+  (SUBACK, or MQTT 5's Maximum QoS) is an error and `/readyz` says "degraded"; a refused
+  subscription is an error and a count, and the session is tried again; a broker without
+  retained messages (MQTT 5's Retain Available 0) is refused.
 - Incoming messages are applied as they are read and acknowledged once durable (`intake`):
   flow control by TCP backpressure, nothing shed; on MQTT 5 a Receive Maximum is declared.
 - A session that keeps ending right after it began (another instance with the same client id
@@ -331,10 +332,11 @@ class MqttLink:
             await _or_ended(conn.unsubscribe(self._stale), conn)
         qos = self._settings.qos
         granted = await _or_ended(conn.subscribe([(t, qos) for t in self._filters]), conn)
-        refused = [f for f, code in zip(self._filters, granted, strict=False) if code >= 0x80]
-        if refused or len(granted) != len(self._filters):
-            what = refused or self._filters
-            raise ConnectionLostError(f"subscription refused by the broker: {what}")
+        codes = [*granted, *[0x80] * (len(self._filters) - len(granted))]
+        refused = [f for f, code in zip(self._filters, codes, strict=False) if code >= 0x80]
+        if refused:
+            self._terms.refused(refused, broker=self._settings.url)
+            raise ConnectionLostError(f"subscription refused by the broker: {refused}")
         self._terms.granted(self._filters, granted, asked=qos, max_qos=conn.max_qos)
         self.connection.subscribed = True
         if self._sessions == 1:

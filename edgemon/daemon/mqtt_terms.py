@@ -11,6 +11,11 @@ retained messages available (docs/reliability.md, "What the broker grants").
 - A broker that keeps no retained messages (MQTT 5's Retain Available 0, or a CONNACK refusing
   the retained will): every throttle object and status is retained, so edgemon refuses the
   broker, with one error naming the broker's setting; it keeps trying, quietly, meanwhile.
+- A subscription the broker refuses in its SUBACK (a code of 0x80 or more: its ACL): one
+  error naming the filters (each distinct set once), `edgemon_mqtt_subscriptions_refused_total`,
+  and the session is ended and tried again with the backoff (`/readyz` 503 meanwhile), so an
+  ACL that is fixed is picked up. (Mosquitto's `acl_file` grants every subscription and
+  withholds the messages instead: no client can see that.)
 """
 
 from __future__ import annotations
@@ -113,6 +118,20 @@ class Terms:
         if reason not in self._reported:
             self._reported.add(reason)
             self._log.error("mqtt_qos_downgraded", problem=reason, fix=QOS_FIX)
+
+    def refused(self, filters: Sequence[str], *, broker: str) -> None:
+        """A SUBACK refusing `filters`: counted; one error for each distinct set."""
+        self._state.subscriptions_refused += len(filters)
+        problem = f"the broker refused the subscription to {', '.join(filters)}"
+        if problem in self._reported:
+            return
+        self._reported.add(problem)
+        self._log.error(
+            "mqtt_subscription_refused",
+            broker=broker,
+            problem=problem,
+            fix="let edgemon's broker user read its topics (deploy/mosquitto/acl)",
+        )
 
     def unsuitable(self, error: BrokerUnsuitableError, *, broker: str) -> None:
         """A broker refused for what it lacks: one error, then a warning per attempt."""

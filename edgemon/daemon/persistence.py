@@ -50,8 +50,9 @@ def open_persistence(
     log: Any,
 ) -> Persistence | None:
     """The daemon's state directory (`resolve_state_dir`, logged) and its metrics:
-    `edgemon_wal_commit_seconds`, `edgemon_wal_bytes`, `edgemon_wal_appended_bytes_total`.
-    None (and a warning) when there is no usable directory."""
+    `edgemon_wal_commit_seconds`, `edgemon_wal_bytes`, `edgemon_wal_appended_bytes_total`,
+    `edgemon_wal_failing`, `edgemon_wal_write_failures_total`. None (and a warning) when
+    there is no usable directory."""
     directory, chosen = resolve_state_dir(settings.dir, environ)
     if directory is None:
         log.warning("state_disabled", reason=chosen, dir=str(settings.dir))
@@ -81,6 +82,18 @@ def open_persistence(
             "edgemon_wal_appended_bytes",
             "Bytes committed to the write-ahead log since the start (never truncated).",
             lambda: 0 if persistence.wal is None else persistence.wal.appended,
+        )
+    )
+    Gauge(
+        "edgemon_wal_failing",
+        "1 while the write-ahead log cannot write: messages are not acknowledged meanwhile.",
+        registry=registry,
+    ).set_function(lambda: 0 if persistence.failure is None else 1)
+    registry.register(
+        CallbackCounter(
+            "edgemon_wal_write_failures",
+            "Writes to the write-ahead log that failed (each is tried again).",
+            lambda: 0 if persistence.wal is None else persistence.wal.failures,
         )
     )
     return persistence
@@ -181,6 +194,11 @@ class Persistence:
         return data
 
     # ------------------------------------------------------------------ running
+    @property
+    def failure(self) -> str | None:
+        """Why messages cannot be made durable now (None while they can): `/readyz`."""
+        return None if self.wal is None else self.wal.failure
+
     def append(self, recv_ms: float, topic: str, payload: bytes) -> None:
         """Log one received message (before it is applied)."""
         if self.wal is not None:

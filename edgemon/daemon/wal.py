@@ -23,20 +23,25 @@ it covers them. On start the snapshot is restored and the files of its generatio
 are replayed, in order. A line that is not a record (a write torn by the crash) is skipped
 and counted, not fatal.
 
-A failed write (disk full) is logged and switches the log off: messages are then
-acknowledged once applied, as without a log, rather than never.
+A failed write (disk full, no file descriptor left) never switches the log off: no message
+is acknowledged before it is durable, ever. The batches that could not be written are held,
+in order, with their acknowledgements, and written again after `RETRY_FIRST_S`, doubling to
+`RETRY_MAX_S`; meanwhile `failure` says why (`/readyz` answers 503 with it, and
+`edgemon_wal_failing` is 1), new messages wait behind the held ones, and once too many wait
+the intake stops reading, so the broker keeps the rest. The first failure of a spell is one
+error (`wal_failed`), its end one line (`wal_recovered`). A snapshot made durable meanwhile
+covers the held batches of the generations before it: they are released then
+(`prune`). The files' side, which never leaves half a write behind, is `wal_files`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
+from edgemon.daemon.wal_files import LogFiles, SkippedError, generations, wal_path
 from edgemon.trace import TraceError, TraceRecord, encode_line, read_records
 
 if TYPE_CHECKING:
@@ -44,29 +49,18 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor
     from pathlib import Path
 
-_NAME = re.compile(r"^wal\.(\d{1,12})\.jsonl$")
 #: The commit window: commits start at least this many seconds apart (the first after a
 #: quiet spell at once), so the log costs at most 1 / COMMIT_WINDOW_S (50) commits a second
 #: however many messages arrive; a message waits at most twice this long, plus one commit,
 #: for its acknowledgement (under a steady flow, about once this long: the next message
 #: after the window starts the commit). `benchmarks/wal_window.py` measures the trade.
 COMMIT_WINDOW_S = 0.02
+#: After a failed write the held batches are written again after this long, the wait
+#: doubling after each failure up to `RETRY_MAX_S`.
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 5.0
 
-
-def wal_path(directory: Path, generation: int) -> Path:
-    """The file of `generation`."""
-    return directory / f"wal.{generation:012d}.jsonl"
-
-
-def generations(directory: Path) -> list[int]:
-    """The generations present in `directory`, oldest first."""
-    found = []
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(directory):
-            match = _NAME.match(entry.name)
-            if match is not None:
-                found.append(int(match.group(1)))
-    return sorted(found)
+__all__ = ["COMMIT_WINDOW_S", "Recovered", "WriteAheadLog", "generations", "recover", "wal_path"]
 
 
 @dataclass(slots=True)
@@ -102,6 +96,15 @@ def recover(directory: Path, covered: int) -> Recovered:
     return found
 
 
+@dataclass(slots=True)
+class _Part:
+    """Lines for one generation's file, and the callbacks waiting for them to be durable."""
+
+    generation: int
+    data: bytes
+    callbacks: list[Callable[[], None]]
+
+
 class WriteAheadLog:
     """Appends on the event loop, group commits on the worker, acknowledgements after."""
 
@@ -115,6 +118,7 @@ class WriteAheadLog:
         log: Any,
         size: int = 0,
         commit_window_s: float = COMMIT_WINDOW_S,
+        retry_s: tuple[float, float] = (RETRY_FIRST_S, RETRY_MAX_S),
     ) -> None:
         self._directory = directory
         self._window_s = commit_window_s
@@ -122,6 +126,7 @@ class WriteAheadLog:
         self._executor = executor
         self._on_commit = on_commit
         self._log = log
+        self._files = LogFiles(directory)
         self._pending: list[bytes] = []
         self._waiting: list[Callable[[], None]] = []
         #: The callbacks of the newest commit under way (None when none is).
@@ -131,8 +136,19 @@ class WriteAheadLog:
         #: `TimerHandle`), if armed.
         self._kick_handle: asyncio.Handle | None = None
         self._last_start = -float("inf")
-        self._files: dict[int, BinaryIO] = {}
-        self.failed = False
+        #: Batches whose write failed, oldest first, with their callbacks: written again
+        #: (before anything newer) at `_retry_at`.
+        self._held: list[_Part] = []
+        self._retry_first_s, self._retry_max_s = retry_s
+        self._retry_s = self._retry_first_s
+        self._retry_at = 0.0
+        #: Failures the loop has heard of (`LogFiles.attempt` on the worker's side).
+        self._attempt = 0
+        self._failed_since = 0.0
+        #: Why the log cannot write now (None while it can): `/readyz`, `edgemon_wal_failing`.
+        self.failure: str | None = None
+        #: Writes that failed since the start (`edgemon_wal_write_failures_total`).
+        self.failures = 0
         #: Bytes in the log files now (what a start would replay), `edgemon_wal_bytes`.
         self.size = size
         #: Bytes committed since this process started (`edgemon_wal_appended_bytes_total`):
@@ -142,50 +158,81 @@ class WriteAheadLog:
     # ------------------------------------------------------------------ on the loop
     def append(self, recv_ms: float, topic: str, payload: bytes) -> None:
         """Add one message received at `recv_ms`; it is committed with the next batch."""
-        if self.failed:
-            return
         self._pending.append(encode_line(recv_ms, topic, payload))
         if not self._commits:
             self._arm()
 
     def when_durable(self, callback: Callable[[], None]) -> None:
         """Call `callback` once every message appended so far is on disk."""
-        if self._pending and not self.failed:
+        if self._pending:
             self._waiting.append(callback)  # the scheduled commit takes it
         elif self._in_flight is not None:
             self._in_flight.append(callback)
+        elif self._held:
+            self._held[-1].callbacks.append(callback)
         else:
             callback()
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes appended but not durable: held after a failure, or pending."""
+        return sum(len(part.data) for part in self._held) + sum(map(len, self._pending))
 
     def rotate(self) -> int:
         """Begin a new generation (at a snapshot); what is pending goes to the old one."""
         if self._pending:
-            self._commit()
+            if self._held:  # waiting for a retry: in its turn, behind the held batches
+                self._held.append(self._take_pending())
+            else:
+                self._commit()
         self.generation += 1
         return self.generation
 
     async def prune(self, covered: int) -> None:
-        """Delete the files a durable snapshot covers (generation < `covered`)."""
+        """Delete the files a durable snapshot covers (generation < `covered`); the held
+        batches of those generations are covered too: their callbacks are called."""
         loop = asyncio.get_running_loop()
-        freed = await loop.run_in_executor(self._executor, self._prune, covered)
+        freed = await loop.run_in_executor(self._executor, self._files.prune, covered)
         self.size -= freed
+        released = [part for part in self._held if part.generation < covered]
+        if released:
+            self._held = [part for part in self._held if part.generation >= covered]
+            for part in released:
+                for callback in part.callbacks:
+                    callback()
 
     async def close(self) -> None:
-        """Commit what is pending and close the files (after the last snapshot)."""
-        if self._pending:
-            self._commit()
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
+        """Commit what is pending or held (once more) and close the files (after the last
+        snapshot); what still cannot be written is logged, never acknowledged."""
+        if self._pending or self._held:
+            done = self._commit()
+            with contextlib.suppress(Exception):
+                await done
+            if self._held or self._pending:
+                self._log.error(
+                    "wal_unwritten",
+                    dir=str(self._directory),
+                    bytes=self.held_bytes,
+                    error=self.failure,
+                    effect="not acknowledged: the broker delivers them again to the next run",
+                )
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._files.close)
 
     def _arm(self) -> None:
-        """Make sure a commit starts for what is pending: in this turn of the loop if the
-        window since the last start has passed, else by a timer two windows after it,
-        unless a message arriving after the window starts it first (no wake-up of its own).
-        """
+        """Make sure a commit starts for what is pending or held: in this turn of the loop if
+        the window since the last start has passed (and no retry is awaited), else by a
+        timer two windows after it, unless a message arriving after the window starts it
+        first (no wake-up of its own)."""
+        if not (self._pending or self._held):
+            return
         handle = self._kick_handle
         if handle is not None and not isinstance(handle, asyncio.TimerHandle):
             return  # it starts in this turn already
         loop = asyncio.get_running_loop()
-        if loop.time() >= self._last_start + self._window_s:
+        if self._held:
+            if handle is None:
+                self._kick_handle = loop.call_at(self._retry_at, self._kick)
+        elif loop.time() >= self._last_start + self._window_s:
             if handle is not None:
                 handle.cancel()
             self._kick_handle = loop.call_soon(self._kick)
@@ -194,90 +241,87 @@ class WriteAheadLog:
 
     def _kick(self) -> None:
         self._kick_handle = None
-        if self._pending and not self._commits:
+        if self._commits:
+            return  # its end arms the next one
+        if self._held and asyncio.get_running_loop().time() < self._retry_at:
+            self._arm()
+        elif self._pending or self._held:
             self._commit()
 
-    def _commit(self) -> None:
+    def _take_pending(self) -> _Part:
+        part = _Part(self.generation, b"".join(self._pending), self._waiting)
+        self._pending = []
+        self._waiting = []
+        return part
+
+    def _commit(self) -> asyncio.Future[float]:
+        """Write the held batches, then what is pending, as one commit."""
         if self._kick_handle is not None:
             self._kick_handle.cancel()
             self._kick_handle = None
         loop = asyncio.get_running_loop()
         self._last_start = loop.time()
-        data = b"".join(self._pending)
-        waiting = self._waiting
-        self._pending = []
-        self._waiting = []
-        self._in_flight = waiting
+        parts, self._held = self._held, []
+        if self._pending:
+            parts.append(self._take_pending())
+        self._in_flight = parts[-1].callbacks if parts else None
         self._commits += 1
-        future = loop.run_in_executor(self._executor, self._write, self.generation, data)
-        future.add_done_callback(lambda done: self._committed(done, waiting, len(data)))
+        future = loop.run_in_executor(
+            self._executor,
+            self._files.write,
+            [(part.generation, part.data) for part in parts],
+            self._attempt,
+        )
+        future.add_done_callback(lambda done: self._committed(done, parts))
+        return future
 
-    def _committed(
-        self, done: asyncio.Future[float], waiting: list[Callable[[], None]], size: int
-    ) -> None:
+    def _committed(self, done: asyncio.Future[float], parts: list[_Part]) -> None:
         self._commits -= 1
-        if self._in_flight is waiting:
+        if parts and self._in_flight is parts[-1].callbacks:
             self._in_flight = None
-        error = done.exception()
-        if error is None:
+        error = None if done.cancelled() else done.exception()
+        if error is None and not done.cancelled():
+            size = sum(len(part.data) for part in parts)
             self.size += size
             self.appended += size
             self._on_commit(done.result())
-        elif not self.failed:
-            self.failed = True
-            self._pending.clear()
+            if self.failure is not None:
+                self._recovered()
+            for part in parts:
+                for callback in part.callbacks:
+                    callback()
+        else:
+            if not isinstance(error, SkippedError):
+                self._failed(error)
+            self._held.extend(parts)  # in order, ahead of what is pending
+        if not self._commits:
+            self._arm()
+
+    def _failed(self, error: BaseException | None) -> None:
+        """A write failed: held, retried after a wait that doubles; said once per spell."""
+        loop = asyncio.get_running_loop()
+        self._attempt += 1
+        self.failures += 1
+        self._retry_at = loop.time() + self._retry_s
+        self._retry_s = min(self._retry_max_s, 2 * self._retry_s)
+        if self.failure is None:
+            self._failed_since = loop.time()
             self._log.error(
                 "wal_failed",
                 dir=str(self._directory),
                 error=str(error),
-                effect="messages are acknowledged once applied, without a log",
+                effect="messages are not acknowledged until the log can write them again; "
+                "the broker keeps them meanwhile",
             )
-        for callback in waiting:
-            callback()
-        if self.failed:
-            waiting, self._waiting = self._waiting, []
-            for callback in waiting:
-                callback()
-        elif self._pending and not self._commits:
-            self._arm()
+        self.failure = f"the write-ahead log cannot write ({error})"
 
-    # ------------------------------------------------------------------ on the worker
-    def _write(self, generation: int, data: bytes) -> float:
-        began = time.perf_counter()
-        file = self._files.get(generation)
-        if file is None:
-            for old in [g for g in self._files if g < generation]:
-                self._files.pop(old).close()
-            file = self._files[generation] = wal_path(self._directory, generation).open("ab")
-            _sync_directory(self._directory)  # the new file's name survives a power loss
-        file.write(data)
-        file.flush()
-        os.fdatasync(file.fileno())
-        return time.perf_counter() - began
-
-    def _prune(self, covered: int) -> int:
-        freed = 0
-        for generation in generations(self._directory):
-            if generation >= covered:
-                break
-            file = self._files.pop(generation, None)
-            if file is not None:
-                file.close()
-            path = wal_path(self._directory, generation)
-            with contextlib.suppress(FileNotFoundError):
-                freed += path.stat().st_size
-                path.unlink()
-        return freed
-
-    def _close(self) -> None:
-        for file in self._files.values():
-            file.close()
-        self._files.clear()
-
-
-def _sync_directory(directory: Path) -> None:
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
+    def _recovered(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._log.warning(
+            "wal_recovered",
+            dir=str(self._directory),
+            failed_s=round(loop.time() - self._failed_since, 3),
+            failures=self.failures,
+        )
+        self.failure = None
+        self._retry_s = self._retry_first_s

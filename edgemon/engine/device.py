@@ -277,8 +277,9 @@ class Device:
         return [next(results) if id(e) in kept else "clock_jump" for e in events]
 
     # ------------------------------------------------------------------ margins
-    def set_engine_info(self, info: TtsEngineInfo, at: float) -> None:
-        """Take a new engine object: margins of streams without their own may change."""
+    def set_engine_info(self, info: TtsEngineInfo | None, at: float) -> None:
+        """Take a new engine object (None: the last one no longer applies): margins of
+        streams without their own may change."""
         self.engine_info = info
         self.margins.configure(self.id, self.config, info)
         self.lifecycle.remargin(at)

@@ -158,6 +158,27 @@ class Engine:
         self._schedule(book)
         return "accepted"
 
+    def void_capacity(self, device_id: str, recv_ms: float) -> None:
+        """A device's capacity object was unreadable, or its topic emptied: its last one is
+        void (nothing is known until the next). A device not known is not made for it."""
+        device = self.device(device_id)
+        if device is not None and device.capacity is not None:
+            device.capacity.void(recv_ms)
+
+    def forget_engine_info(self, device_id: str, recv_ms: float, out: list[Output]) -> None:
+        """A device's engine topic was emptied: its engine object no longer applies (margins
+        fall back to the configuration's). A device not known is not made for it."""
+        book = self._devices.get(device_id)
+        if book is None or book.device.engine_info is None:
+            return
+        device = book.device
+        at = device.clock.now(recv_ms)
+        device.catch_up(at, out)
+        device.clock.reach(at, recv_ms)
+        device.set_engine_info(None, at)
+        self._decide_later(book)
+        self._schedule(book)
+
     def reconfigure(self, config: EngineConfig, wall_ms: float, out: list[Output]) -> None:
         """Adopt a reloaded configuration (margins, overrides, policy) keeping all streams."""
         self._config = config

@@ -4,11 +4,19 @@ topics and hands the messages of a few topic filters to a callback.
 The engine's capacity publisher and the HTTP shedding middleware each own one. The caller's
 thread (a scheduler step, an HTTP request) only hands over the latest object (`set`): a lock
 taken for a few attribute writes, never network I/O. A background thread publishes it
-(retained, QoS 1) when it changed, at most once per `min_interval_s`, and again after every
-reconnect (a broker restarted without persistence forgot it). Because that thread, not the
+(retained, QoS 1) when it changed, at most once per `min_interval_s`, again after every
+reconnect (a broker restarted without persistence forgot it) and, with `refresh_s`, at least
+that often while nothing changes, stamped with the time of each publication (`t_ms`, with
+`stamp`): readers ignore an object older than a few refreshes (docs/protocol.md), so an object
+left behind by a dead publisher loses its power by itself. Because that thread, not the
 caller, does the publishing, the last change before an engine goes idle is published even
 though no further step comes. `close()` empties the retained topics (the object is gone with
 its publisher), and the MQTT will does the same for the first topic when the process dies.
+
+A filter of `watch` that the broker refuses in its SUBACK (a code of 0x80 or more: its ACL)
+is one error in the log naming it, `refused` and `subscriptions_refused` (a count) say so.
+(Mosquitto's `acl_file` grants every subscription and withholds the messages instead: no
+client can see that; the capacity view says when no object came at all.)
 
 Nothing here raises into the caller after construction: a failed publish or a bad callback is
 counted (`errors`) and the first one logged.
@@ -46,17 +54,22 @@ class RetainedLink:
         "_latest",
         "_min_interval_s",
         "_on_message",
+        "_refresh_s",
+        "_stamp",
         "_stop",
+        "_subscribing",
         "_thread",
         "_unreachable",
         "errors",
         "published",
+        "refused",
+        "subscriptions_refused",
         "topics",
         "watch",
         "who",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only parts of the link, each injectable
         self,
         broker: Broker,
         *,
@@ -66,8 +79,12 @@ class RetainedLink:
         watch: Sequence[str] = (),
         on_message: Callable[[str, bytes], None] | None = None,
         min_interval_s: float = 1.0,
+        refresh_s: float | None = None,
+        stamp: Callable[[], float] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`refresh_s`: publish the object again at least this often (None: only on change);
+        `stamp`: the wall clock in ms, which `t_ms` of each publication is set from."""
         self.who = who
         self.topics = tuple(topics)
         self.watch = tuple(watch)
@@ -75,6 +92,8 @@ class RetainedLink:
         self._client_id = client_id
         self._on_message = on_message
         self._min_interval_s = min_interval_s
+        self._refresh_s = refresh_s
+        self._stamp = stamp
         self._clock = clock
         self._unreachable = _mqtt.Unreachable(who, broker)
         self._cond = threading.Condition()
@@ -85,9 +104,16 @@ class RetainedLink:
         self._last_sent = -float("inf")
         self._client: mqtt.Client | None = None
         self._thread: threading.Thread | None = None
-        #: Objects published (each to every topic), and errors caught (the first logged).
+        #: The filters of each SUBSCRIBE under way, by packet id.
+        self._subscribing: dict[int, tuple[str, ...]] = {}
+        #: Objects handed to the broker (each to every topic; MQTT 3.1.1 cannot tell one the
+        #: ACL dropped), and errors caught (the first logged).
         self.published = 0
         self.errors = 0
+        #: The filters of `watch` the broker refused at the last subscription, and how many
+        #: refusals there were in all.
+        self.refused: tuple[str, ...] = ()
+        self.subscriptions_refused = 0
 
     # ------------------------------------------------------------------ the caller's side
     def set(self, value: dict[str, Any]) -> None:
@@ -130,6 +156,7 @@ class RetainedLink:
             client.on_connect_fail = self._on_connect_fail
             client.on_disconnect = self._on_disconnect
             client.on_message = self._on_paho_message
+            client.on_subscribe = self._on_subscribe
             self._client = client
             self._stop = False
             self._thread = threading.Thread(target=self._run, name=f"{self.who}", daemon=True)
@@ -161,17 +188,25 @@ class RetainedLink:
 
     # ------------------------------------------------------------------ threads
     def _run(self) -> None:
-        """Publish the latest object when it changed, at most once per `min_interval_s`."""
+        """Publish the latest object when it changed, at most once per `min_interval_s`, and
+        at least once per `refresh_s` while connected."""
         while True:
             with self._cond:
                 while not self._stop:
-                    if self._dirty and self._connected:
-                        due = self._last_sent + self._min_interval_s - self._clock()
-                        if due <= 0:
-                            break
-                        self._cond.wait(due)
+                    if not self._connected or self._latest is None:
+                        self._cond.wait()
+                        continue
+                    now = self._clock()
+                    if self._dirty:
+                        due = self._last_sent + self._min_interval_s - now
+                    elif self._refresh_s is not None:
+                        due = self._last_sent + self._refresh_s - now
                     else:
                         self._cond.wait()
+                        continue
+                    if due <= 0:
+                        break
+                    self._cond.wait(due)
                 if self._stop:
                     return
                 value, client = self._latest, self._client
@@ -182,6 +217,8 @@ class RetainedLink:
 
     def _publish(self, client: mqtt.Client, value: dict[str, Any]) -> None:
         try:
+            if self._stamp is not None:
+                value = value | {"t_ms": round(self._stamp())}
             payload = json.dumps(value, separators=(",", ":")).encode()
             for topic in self.topics:
                 client.publish(topic, payload, qos=1, retain=True)
@@ -199,11 +236,41 @@ class RetainedLink:
             return
         self._unreachable.connected()
         if self.watch:
-            client.subscribe([(topic, 1) for topic in self.watch])
+            _, mid = client.subscribe([(topic, 1) for topic in self.watch])
+            if mid is not None:  # None: not sent (the connection is already gone)
+                with self._cond:
+                    self._subscribing = {mid: self.watch}
         with self._cond:
             self._connected = True
             self._dirty = self._latest is not None  # again: the broker may have forgotten it
             self._cond.notify_all()
+
+    def _on_subscribe(
+        self, client: mqtt.Client, _userdata: Any, mid: int, reason_codes: Any, _props: Any
+    ) -> None:
+        """The SUBACK: each refused filter (0x80 and above, or a code missing) is said."""
+        if client is not self._client:
+            return
+        try:
+            with self._cond:
+                filters = self._subscribing.pop(mid, None)
+                if filters is None:
+                    return
+                codes = [int(getattr(code, "value", code)) for code in reason_codes]
+                codes += [0x80] * (len(filters) - len(codes))
+                refused = tuple(f for f, code in zip(filters, codes, strict=False) if code >= 0x80)
+                said, self.refused = self.refused, refused
+                self.subscriptions_refused += len(refused)
+        except Exception:  # noqa: BLE001 - a SUBACK it cannot read must not end the thread
+            self.failed("the SUBACK's handling")
+            return
+        if refused and refused != said:
+            _mqtt.log.error(
+                "%s: the broker refused the subscription to %s (its ACL?): what these topics "
+                "would bring never arrives",
+                self.who,
+                ", ".join(refused),
+            )
 
     def _on_connect_fail(self, client: mqtt.Client, _userdata: Any) -> None:
         if client is self._client:

@@ -9,7 +9,14 @@ read, and the engine's publisher.
 - **The engine publishes** (`CapacityPublisher`, built by edgemon's schedulers in the engine
   process): ``{"t_ms", "realtime_streams", "running", "waiting", "start_wait_ms",
   "shed_total"}`` on every listed device's topic, retained, QoS 1, when one of the integer
-  fields or the rounded ``start_wait_ms`` changed, at most once a second (`RetainedLink`).
+  fields or the rounded ``start_wait_ms`` changed, at most once a second, and again every
+  `CAPACITY_REFRESH_S` while nothing changes, ``t_ms`` the time of each publication
+  (`RetainedLink`): readers ignore an object older than `CAPACITY_MAX_AGE_MS`, so the objects
+  an engine leaves behind when it dies lose their power by themselves (its will empties
+  only the first device's topic: MQTT has one will per connection).
+- **Reading it** (`read_capacity`): standard JSON only; an object with a field that is not a
+  number ≥ 0 (up to 2^53) is unreadable as a whole, which voids what the reader knew of that
+  device; ``start_wait_ms`` is read as at most `MAX_START_WAIT_MS`.
 - **Every refusal is counted** in ``shed_total`` and, by reason, in ``shed_reasons``
   (``{"http": n, "arrival": n, "queued": n}``, a field beyond SPEC's, which consumers may
   ignore): ``http`` the middleware's 503s, ``arrival`` and ``queued`` the requests the
@@ -19,7 +26,8 @@ read, and the engine's publisher.
   ``P/{first device}/capacity/shed/{its client id}`` (``{"shed_total": n}``; emptied by its
   will or at close), and the engine's publisher adds every such count to its own. A count
   whose topic is emptied (its server went away) stays in the total, so ``shed_total`` never
-  goes down while the engine runs.
+  goes down while the engine runs. At most `MAX_SHED_SERVERS` servers are followed (one more
+  is ignored, with a warning), and a server's count rises by at most `SHED_BURST` per message.
 """
 
 from __future__ import annotations
@@ -35,7 +43,13 @@ from edgemon.broker_url import Broker, parse_broker_url
 from edgemon.client import _mqtt
 from edgemon.client._gate_env import connection_from_environ
 from edgemon.integrations._retained import RetainedLink
-from edgemon.protocol import check_topic_prefix
+from edgemon.protocol import (
+    CAPACITY_REFRESH_S,
+    MAX_START_WAIT_MS,
+    MAX_TIME_MS,
+    SHED_BURST,
+    check_topic_prefix,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -44,6 +58,8 @@ __all__ = ["CapacityPublisher", "CapacityReading", "TopicConfig", "read_capacity
 
 _ENV = "EDGEMON_GATE_"
 _SHED_LEVELS = "capacity/shed"
+#: HTTP servers whose refusal counts a publisher follows at most.
+MAX_SHED_SERVERS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,56 +119,93 @@ class CapacityReading:
     """A capacity object as read: every field optional (None when absent or unreadable)."""
 
     t_ms: float | None = None
-    realtime_streams: int | None = None
+    realtime_streams: float | None = None
     running: int | None = None
     waiting: int | None = None
     start_wait_ms: float | None = None
     shed_total: int | None = None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+_FIELDS = ("t_ms", "realtime_streams", "running", "waiting", "start_wait_ms", "shed_total")
+_COUNTS = frozenset({"running", "waiting", "shed_total"})
+
+
+class _UnreadableError(ValueError):
+    """A field that is not a number ≥ 0 (or not a whole one where a count is due)."""
+
+
+def _field(name: str, value: Any) -> float | int | None:
+    """A field's value (None when absent or null); _UnreadableError if it is not readable."""
+    if value is None:
         return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _UnreadableError(name)
+    if isinstance(value, int) and not 0 <= value <= MAX_TIME_MS:
+        raise _UnreadableError(name)  # before float(): a 400-digit integer overflows it
+    number = float(value)
+    if not (math.isfinite(number) and 0 <= number <= MAX_TIME_MS):
+        raise _UnreadableError(name)
+    if name in _COUNTS:
+        if number != int(number):
+            raise _UnreadableError(name)
+        return int(number)
+    return number
 
 
-def _count(value: Any) -> int | None:
-    number = _number(value)
-    return int(number) if number is not None and number == int(number) else None
+def _json(payload: bytes) -> Any:
+    """The payload as JSON; _UnreadableError if it is not (standard JSON only)."""
+    try:
+        return json.loads(payload, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise _UnreadableError(type(exc).__name__) from None
+
+
+def _no_constant(name: str) -> Any:
+    raise _UnreadableError(name)  # NaN, Infinity: not standard JSON
 
 
 def read_capacity(payload: bytes) -> CapacityReading | None:
-    """The capacity object in `payload`, or None if it is not a JSON object."""
+    """The capacity object in `payload`, or None if it is unreadable: not a JSON object, or a
+    field that is not a number ≥ 0 up to 2^53 (a whole one for the counts). ``start_wait_ms``
+    is read as at most `MAX_START_WAIT_MS`; unknown fields are ignored."""
     try:
-        data = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
+        data = _json(payload)
+        if not isinstance(data, dict):
+            return None
+        values = {name: _field(name, data.get(name)) for name in _FIELDS}
+    except _UnreadableError:
         return None
-    if not isinstance(data, dict):
-        return None
-    return CapacityReading(
-        t_ms=_number(data.get("t_ms")),
-        realtime_streams=_count(data.get("realtime_streams")),
-        running=_count(data.get("running")),
-        waiting=_count(data.get("waiting")),
-        start_wait_ms=_number(data.get("start_wait_ms")),
-        shed_total=_count(data.get("shed_total")),
-    )
+    wait = values["start_wait_ms"]
+    if wait is not None:
+        values["start_wait_ms"] = min(float(wait), MAX_START_WAIT_MS)
+    return CapacityReading(**values)  # type: ignore[arg-type]
 
 
 def read_shed_count(payload: bytes) -> int | None:
     """An HTTP server's ``{"shed_total": n}``, or None."""
     try:
-        data = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
+        data = _json(payload)
+        count = _field("shed_total", data.get("shed_total")) if isinstance(data, dict) else None
+    except _UnreadableError:
         return None
-    return _count(data.get("shed_total")) if isinstance(data, dict) else None
+    return None if count is None else int(count)
 
 
 class CapacityPublisher:
     """The engine's side: `update` every step (cheap; publishes only on change, from a thread
     of its own), the HTTP servers' refusals added to ``shed_total``."""
 
-    __slots__ = ("_figures", "_gone", "_key", "_link", "_lock", "_servers", "_wall", "config")
+    __slots__ = (
+        "_figures",
+        "_gone",
+        "_key",
+        "_link",
+        "_lock",
+        "_servers",
+        "_wall",
+        "config",
+        "servers_ignored",
+    )
 
     def __init__(
         self,
@@ -160,8 +213,11 @@ class CapacityPublisher:
         *,
         client_id: str | None = None,
         min_interval_s: float = 1.0,
+        refresh_s: float = CAPACITY_REFRESH_S,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """`min_interval_s` apart at least, `refresh_s` apart at most (`RetainedLink`); `wall`
+        is the wall clock in seconds (`t_ms`)."""
         self.config = config
         self._wall = wall
         self._lock = threading.Lock()
@@ -169,6 +225,8 @@ class CapacityPublisher:
         self._figures: dict[str, Any] = {}
         self._servers: dict[str, int] = {}  # HTTP server topic -> its latest count
         self._gone = 0  # the counts of HTTP servers that went away
+        #: Refusal counts ignored: from a server beyond `MAX_SHED_SERVERS`.
+        self.servers_ignored = 0
         name = "_".join(config.devices)[:64]
         self._link = RetainedLink(
             config.broker,
@@ -178,6 +236,8 @@ class CapacityPublisher:
             watch=(config.shed_filter(),),
             on_message=self._on_shed,
             min_interval_s=min_interval_s,
+            refresh_s=refresh_s,
+            stamp=lambda: self._wall() * 1000.0,
         )
 
     @classmethod
@@ -240,20 +300,35 @@ class CapacityPublisher:
         reasons = {"http": self._gone + sum(self._servers.values())} | figures.pop("shed", {})
         figures["shed_total"] = sum(reasons.values())
         figures["shed_reasons"] = reasons
-        value = {"t_ms": round(self._wall() * 1000)} | {
-            k: v for k, v in figures.items() if v is not None
-        }
-        self._link.set(value)
+        self._link.set({k: v for k, v in figures.items() if v is not None})  # `t_ms`: the link's
 
     def _on_shed(self, topic: str, payload: bytes) -> None:
-        """An HTTP server's refusal count (an empty payload: that server went away)."""
+        """An HTTP server's refusal count (an empty payload: that server went away): it only
+        rises, by `SHED_BURST` at most per message; a server beyond `MAX_SHED_SERVERS` is
+        ignored."""
+        warn = False
         with self._lock:
+            old = self._servers.get(topic)
             if not payload:
                 self._gone += self._servers.pop(topic, 0)
+                changed = old is not None
             else:
                 count = read_shed_count(payload)
-                if count is None or count == self._servers.get(topic):
+                if count is None or count == old:
                     return
-                self._servers[topic] = max(count, self._servers.get(topic, 0))
-            if self._figures:
+                if old is None and len(self._servers) >= MAX_SHED_SERVERS:
+                    self.servers_ignored += 1
+                    warn, changed = self.servers_ignored == 1, False
+                else:
+                    new = min(max(count, old or 0), (old or 0) + SHED_BURST)
+                    self._servers[topic], changed = new, new != old
+            if changed and self._figures:
                 self._push()
+        if warn:
+            _mqtt.log.warning(
+                "%s: more than %d HTTP servers report refusals; the counts of the others are "
+                "ignored (%s first)",
+                self._link.who,
+                MAX_SHED_SERVERS,
+                topic,
+            )

@@ -16,15 +16,24 @@ on a paho thread; `CapacityView`). A ``POST`` to a generation endpoint (`GENERAT
 before its body is read when the object's ``start_wait_ms`` exceeds the start SLO:
 
 - status 503, ``Retry-After`` in whole seconds (the predicted wait beyond the SLO, at least
-  1), and vLLM's own error shape: ``{"error": {"message": ..., "type":
-  "ServiceUnavailableError", "param": null, "code": 503}}`` with a message that names the
-  predicted wait and the SLO;
+  1 and at most `RETRY_AFTER_MAX_SLOS` start SLOs), and vLLM's own error shape:
+  ``{"error": {"message": ..., "type": "ServiceUnavailableError", "param": null, "code":
+  503}}`` with a message that names the predicted wait and the SLO;
 - everything else passes untouched: other paths and methods, websockets, lifespan.
 
-Fail-open: no device configured, no capacity object yet (or an emptied one), or the broker
-unreachable: nothing is refused. Every refusal is counted (`CapacityView.refused_total`) and
-published, retained, on ``P/{first device}/capacity/shed/{client id}``; the engine's
-publisher adds it to the capacity object's ``shed_total``.
+The object's power is bounded (docs/protocol.md). The view keeps each device's object apart
+and decides by the device that can start a request soonest: a request is refused only when
+every device followed has a fresh object predicting a wait beyond the SLO (one device's
+object never speaks for another). An object older than `CAPACITY_MAX_AGE_MS` (by its
+``t_ms`` or by when it arrived) is ignored; an unreadable one voids that device's object; an
+emptied topic removes it. A view that has heard no fresh object for that long after it
+connected says so once (a warning: the engine is not running, or the broker's ACL withholds
+its objects from this login), since refusing then is off.
+
+Fail-open: no device configured, no fresh capacity object, or the broker unreachable: nothing
+is refused. Every refusal is counted (`CapacityView.refused_total`) and published, retained,
+on ``P/{first device}/capacity/shed/{client id}``; the engine's publisher adds it to the
+capacity object's ``shed_total``.
 """
 
 from __future__ import annotations
@@ -40,6 +49,12 @@ from edgemon.client import _mqtt
 from edgemon.integrations._retained import RetainedLink
 from edgemon.integrations.capacity_topic import CapacityReading, TopicConfig, read_capacity
 from edgemon.integrations.deadlines import START_SLO_MS
+from edgemon.protocol import (
+    CAPACITY_MAX_AGE_MS,
+    MAX_START_WAIT_MS,
+    RETRY_AFTER_MAX_SLOS,
+    capacity_age_ms,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -90,14 +105,17 @@ class Refusal:
 
     @property
     def retry_after_s(self) -> int:
-        """Whole seconds until the predicted wait is back within the SLO (at least 1)."""
-        return max(1, math.ceil((self.start_wait_ms - self.slo_ms) / 1000.0))
+        """Whole seconds until the predicted wait is back within the SLO: at least 1, at most
+        `RETRY_AFTER_MAX_SLOS` start SLOs."""
+        beyond = math.ceil((min(self.start_wait_ms, MAX_START_WAIT_MS) - self.slo_ms) / 1000.0)
+        return max(1, min(math.ceil(RETRY_AFTER_MAX_SLOS * self.slo_ms / 1000.0), beyond))
 
     def body(self) -> bytes:
         """vLLM's error shape (OpenAI's), with the reason."""
         message = (
             f"edgemon: this server cannot start a new request within its start SLO "
-            f"(predicted wait {self.start_wait_ms / 1000:.1f} s > {self.slo_ms / 1000:.1f} s); "
+            f"(predicted wait {min(self.start_wait_ms, MAX_START_WAIT_MS) / 1000:.1f} s > "
+            f"{self.slo_ms / 1000:.1f} s); "
             f"retry in {self.retry_after_s} s or on another server"
         )
         error = {"message": message, "type": "ServiceUnavailableError", "param": None, "code": 503}
@@ -105,15 +123,42 @@ class Refusal:
 
 
 class CapacityView:
-    """The box's latest capacity object as the API server sees it, and the refusals counted."""
+    """The box's capacity objects as the API server sees them (one per device followed), and
+    the refusals counted (see the module doc)."""
 
-    __slots__ = ("_link", "_refused", "config", "latest")
+    __slots__ = (
+        "_devices",
+        "_heard_ms",
+        "_link",
+        "_prefix",
+        "_refused",
+        "_said_silent",
+        "_wall",
+        "config",
+        "received",
+        "unreadable",
+    )
 
-    def __init__(self, config: TopicConfig, *, client_id: str | None = None) -> None:
+    def __init__(
+        self,
+        config: TopicConfig,
+        *,
+        client_id: str | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        """`wall`: the wall clock in seconds (the objects' `t_ms` are on the engine's)."""
         self.config = config
-        #: The latest capacity object received (None: none, or an emptied one).
-        self.latest: CapacityReading | None = None
+        self._wall = wall
+        self._prefix = f"{config.prefix}/"
+        #: Each device's last readable object and when it arrived (wall ms).
+        self._devices: dict[str, tuple[CapacityReading, float]] = {}
         self._refused = 0
+        #: When an object last arrived, or the view opened (wall ms).
+        self._heard_ms = wall() * 1000.0
+        self._said_silent = False
+        #: Objects read, and objects that could not be read (each voided its device's last one).
+        self.received = 0
+        self.unreadable = 0
         name = "_".join(config.devices)[:64]
         server = client_id or _mqtt.default_client_id("shed", name)
         self._link = RetainedLink(
@@ -122,8 +167,9 @@ class CapacityView:
             client_id=server,
             topics=(config.shed_topic(server),),
             watch=config.capacity_topics(),
-            on_message=self._on_capacity,
+            on_message=self.receive,
             min_interval_s=0.2,
+            stamp=lambda: wall() * 1000.0,
         )
 
     @classmethod
@@ -134,6 +180,7 @@ class CapacityView:
 
     def open(self) -> CapacityView:
         """Connect in the background (never waits for the broker)."""
+        self._heard_ms = self._wall() * 1000.0
         self._link.open()
         return self
 
@@ -151,11 +198,35 @@ class CapacityView:
         """Requests refused so far."""
         return self._refused
 
+    def readings(self) -> dict[str, CapacityReading]:
+        """Each device's object that is fresh now (no older than `CAPACITY_MAX_AGE_MS`)."""
+        now_ms = self._wall() * 1000.0
+        fresh = {}
+        for device in self.config.devices:
+            entry = self._devices.get(device)
+            if entry is not None:
+                reading, received_ms = entry
+                if capacity_age_ms(now_ms, received_ms, reading.t_ms) <= CAPACITY_MAX_AGE_MS:
+                    fresh[device] = reading
+        return fresh
+
+    @property
+    def latest(self) -> CapacityReading | None:
+        """The fresh object decisions follow now: the one predicting the shortest wait
+        (None: no fresh object)."""
+        fresh = list(self.readings().values())
+        if not fresh:
+            return None
+        return min(fresh, key=lambda r: -1.0 if r.start_wait_ms is None else r.start_wait_ms)
+
     def judge(self, slo_ms: float) -> Refusal | None:
-        """A refusal if the box cannot start a new request within `slo_ms` now; None
-        (admit) when it can, or when nothing is known (fail-open)."""
+        """A refusal if no device followed can start a new request within `slo_ms` now; None
+        (admit) when one can, or when nothing fresh is known (fail-open)."""
+        if not self._link.connected:
+            return None
         latest = self.latest
-        if latest is None or not self._link.connected:
+        if latest is None:
+            self._silent()
             return None
         wait = latest.start_wait_ms
         if wait is None or wait <= slo_ms:
@@ -165,10 +236,41 @@ class CapacityView:
     def refused(self) -> None:
         """Count a refusal and publish the count."""
         self._refused += 1
-        self._link.set({"shed_total": self._refused, "t_ms": round(time.time() * 1000)})
+        self._link.set({"shed_total": self._refused})
 
-    def _on_capacity(self, _topic: str, payload: bytes) -> None:
-        self.latest = read_capacity(payload) if payload else None
+    def receive(self, topic: str, payload: bytes) -> None:
+        """A message on a capacity topic followed (what the link calls): the device's object,
+        voided when unreadable, removed when empty."""
+        device = topic.removeprefix(self._prefix).removesuffix("/capacity")
+        if device not in self.config.devices:
+            return
+        reading = read_capacity(payload) if payload else None
+        if reading is None:
+            self._devices.pop(device, None)
+            if payload:
+                self.unreadable += 1
+            return
+        now_ms = self._wall() * 1000.0
+        self._devices[device] = (reading, now_ms)
+        self.received += 1
+        self._heard_ms = now_ms
+        self._said_silent = False
+
+    def _silent(self) -> None:
+        """No fresh object: said once per silence that outlasts `CAPACITY_MAX_AGE_MS`."""
+        if self._said_silent:
+            return
+        silent_ms = self._wall() * 1000.0 - self._heard_ms
+        if silent_ms > CAPACITY_MAX_AGE_MS:
+            self._said_silent = True
+            _mqtt.log.warning(
+                "%s: no fresh capacity object for %.0f s, so nothing is refused: is the "
+                "engine's scheduler running with EDGEMON_GATE_DEVICE, and does the broker's "
+                "ACL let this login read %s?",
+                self._link.who,
+                silent_ms / 1000.0,
+                ", ".join(self.config.capacity_topics()),
+            )
 
 
 class EdgemonShedMiddleware:

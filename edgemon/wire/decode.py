@@ -33,6 +33,7 @@ from edgemon.engine.capacity import Capacity
 from edgemon.engine.events import STREAM_ID_REGEX, CheckedEvent, Event
 from edgemon.engine.kv import KVConfigError, verdict_from_engine_object
 from edgemon.engine.tts import TtsEngineInfo
+from edgemon.protocol import MAX_START_WAIT_MS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -298,7 +299,8 @@ _CAPACITY = msgspec.json.Decoder(_CapacityObject)
 
 def decode_capacity(payload: bytes, *, max_bytes: int) -> Capacity | Problem:
     """A capacity object as the engine keeps it, or the problem with it (standard JSON only:
-    no NaN or infinities, numbers finite and ≥ 0, counts whole numbers)."""
+    no NaN or infinities, numbers finite and ≥ 0 up to 2^53, counts whole numbers);
+    `start_wait_ms` is kept as at most `MAX_START_WAIT_MS`."""
     if len(payload) > max_bytes:
         return _oversized(payload, max_bytes)
     try:
@@ -312,7 +314,9 @@ def decode_capacity(payload: bytes, *, max_bytes: int) -> Capacity | Problem:
         realtime_streams=value.realtime_streams,
         running=value.running,
         waiting=value.waiting,
-        start_wait_ms=value.start_wait_ms,
+        start_wait_ms=None
+        if value.start_wait_ms is None
+        else min(value.start_wait_ms, MAX_START_WAIT_MS),
         shed_total=value.shed_total,
     )
 

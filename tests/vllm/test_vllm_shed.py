@@ -3,6 +3,7 @@ option) and in a plain Starlette app, following the capacity object on a real Mo
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from vllm.entrypoints.launchers.app import build_app
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-from edgemon.integrations.capacity_topic import CapacityReading, TopicConfig
+from edgemon.integrations.capacity_topic import TopicConfig
 from edgemon.integrations.shed import (
     GENERATION_PATHS,
     CapacityView,
@@ -90,7 +91,8 @@ def _plain_app() -> Starlette:
 
 
 def _capacity(engine: Probe, start_wait_ms: float, **more: Any) -> None:
-    engine.publish(CAPACITY, {"t_ms": 1, "running": 9, "waiting": 4} | more | {
+    """The engine's object, stamped now (readers ignore one older than 15 s)."""
+    engine.publish(CAPACITY, {"t_ms": time.time() * 1000, "running": 9, "waiting": 4} | more | {
         "start_wait_ms": start_wait_ms
     })  # fmt: skip
 
@@ -164,7 +166,7 @@ def test_fails_open(shedding: EdgemonShedMiddleware, engine: Probe) -> None:
     client = TestClient(shedding)
     assert view.link.wait_connected(T)
     assert client.post("/v1/completions").text == "generated"
-    engine.publish(CAPACITY, {"t_ms": 1, "running": 3})
+    engine.publish(CAPACITY, {"t_ms": time.time() * 1000, "running": 3})
     assert eventually(lambda: view.latest is not None)
     assert client.post("/v1/completions").text == "generated"
     _capacity(engine, 9_000)
@@ -178,7 +180,9 @@ def test_fails_open(shedding: EdgemonShedMiddleware, engine: Probe) -> None:
     assert config is not None
     unreachable = CapacityView(config).open()
     try:
-        unreachable.latest = CapacityReading(start_wait_ms=9_000.0)  # known, but not connected
+        known = {"t_ms": time.time() * 1000, "start_wait_ms": 9_000.0}
+        unreachable.receive(CAPACITY, json.dumps(known).encode())  # known, but not connected
+        assert unreachable.latest is not None
         assert unreachable.judge(3_000.0) is None
     finally:
         unreachable.close()
@@ -200,7 +204,8 @@ def test_without_a_device_it_is_a_pass_through(monkeypatch: pytest.MonkeyPatch) 
 
 def test_retry_after_is_the_wait_beyond_the_slo() -> None:
     """Retry-After is the predicted wait beyond the SLO in whole seconds, rounded up, at least
-    1 second."""
+    1 second, at most 4 start SLOs."""
     assert Refusal(3_001.0, 3_000.0).retry_after_s == 1
     assert Refusal(5_000.0, 3_000.0).retry_after_s == 2
     assert Refusal(5_001.0, 3_000.0).retry_after_s == 3
+    assert Refusal(1e9, 3_000.0).retry_after_s == 12
