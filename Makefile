@@ -207,9 +207,9 @@ bench-goodput: $(STAMP) .venv-vllm/.matplotlib
 WORTH_TRAIN ?= 601-605
 WORTH_SEEDS ?= 606-615
 WORTH_PROFILES ?= jetson x86-gpu
-WORTH_TUNE = --scenario steady --scenario slowdown --scenario burst --scenario network \
-  --load 0.5,0.8,1.0,1.2
-WORTH_POINTS = $(WORTH_TUNE) --scenario contention --duration 180 --jobs 2 --json
+WORTH_SCENES = --scenario steady --scenario slowdown --scenario burst --scenario network
+WORTH_TUNE = $(WORTH_SCENES) --load 0.5,0.8,1.0,1.2
+WORTH_POINTS = $(WORTH_SCENES) --scenario contention --duration 180 --jobs 2 --json
 bench-worth: $(STAMP)
 	mkdir -p $(BENCH_OUT)
 	for profile in $(WORTH_PROFILES); do \
