@@ -89,8 +89,9 @@ def tune(
 
 
 def _best_first(ranked: list[tuple[float, str]]) -> list[tuple[float, str]]:
-    """By mean goodput, best first; on a tie, the configuration with fewer flags first."""
-    return sorted(ranked, key=lambda item: (-item[0], item[1].count("+"), item[1]))
+    """By mean goodput, best first; within a tenth of a point, the configuration with fewer
+    flags first."""
+    return sorted(ranked, key=lambda item: (-round(item[0], 3), item[1].count("+"), item[1]))
 
 
 def _ranked(

@@ -562,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         from _tuning import run_searches  # noqa: PLC0415
 
         rows += run_searches(args, sys.stdout)
-    if not (args.tune_static or args.slo_targets) or args.load is not None:
+    if not (args.tune_static or args.slo_targets) or (args.slo_targets and args.load):
         rows += run_all(args, sys.stdout)
     if args.out:
         from _loop_report import write_rows  # noqa: PLC0415
