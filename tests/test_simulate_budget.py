@@ -105,11 +105,13 @@ def edgemon_plan(*, seed: int, duration_ms: float) -> LoopPlan:
         rate_rps=0.9 * JETSON.capacity_rps(),
         seed=seed,
         duration_ms=duration_ms,
-        gated=True,
-        lasting=True,
-        max_hold_ms=1100.0,
-        realtime=True,
+        policy=policy("realtime+lasting:80:1100", JETSON),
     )
+
+
+def with_budget(plan: LoopPlan, budget: BudgetSetting) -> LoopPlan:
+    """`plan` with its policy's admissions bounded by `budget`."""
+    return dataclasses.replace(plan, policy=dataclasses.replace(plan.policy, budget=budget))
 
 
 @pytest.mark.parametrize("text", ["budget:0:40:often", "budget:x", "budget:1:2:fresh:4"])
@@ -126,7 +128,7 @@ def test_a_budget_that_never_binds_changes_nothing() -> None:
     plain = run_loop(base)
     for mode in ("refill", "stale", "fresh"):
         loose = BudgetSetting(allowance_ms=1e9, mode=mode)
-        assert run_loop(dataclasses.replace(base, budget=loose)).score == plain.score
+        assert run_loop(with_budget(base, loose)).score == plain.score
 
 
 def test_a_binding_budget_moves_silence_from_gaps_to_starts() -> None:
@@ -134,6 +136,6 @@ def test_a_binding_budget_moves_silence_from_gaps_to_starts() -> None:
     silence and more start silence than the same policy without it (seed 1, 0.9 load)."""
     base = edgemon_plan(seed=1, duration_ms=120_000.0)
     plain = run_loop(base).score
-    held = run_loop(dataclasses.replace(base, budget=BudgetSetting())).score
+    held = run_loop(with_budget(base, BudgetSetting())).score
     assert held.gap_silence_s < plain.gap_silence_s
     assert held.start_silence_s > plain.start_silence_s

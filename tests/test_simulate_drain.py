@@ -25,8 +25,7 @@ def test_a_draining_run_ends_every_request_and_one_that_stops_does_not() -> None
     (finished or refused) and the run went on past its duration; stopped at 60 s, some are
     unfinished."""
     plan = LoopPlan(
-        profile=JETSON, rate_rps=1.2 * JETSON.capacity_rps(), seed=5, duration_ms=60_000.0,
-        gated=False,
+        profile=JETSON, rate_rps=1.2 * JETSON.capacity_rps(), seed=5, duration_ms=60_000.0
     )  # fmt: skip
     drained = run_loop(plan)
     stopped = run_loop(dataclasses.replace(plan, drain=False))

@@ -14,6 +14,7 @@ from edgemon.integrations.deadlines import DeadlineSettings
 from edgemon.simulate.engine import Chunk, TtsEngine
 from edgemon.simulate.loop import LoopPlan, run_loop
 from edgemon.simulate.players import OUTCOMES, Player, score
+from edgemon.simulate.policies import Policy
 from edgemon.simulate.profiles import JETSON
 from edgemon.simulate.workload import Request
 
@@ -137,10 +138,7 @@ def loop(policy_deadlines: DeadlineSettings | None, rate: float) -> tuple[int, i
             rate_rps=rate,
             seed=5,
             duration_ms=120_000.0,
-            gated=False,
-            realtime=True,
-            realtime_frames=1.0,
-            deadlines=policy_deadlines,
+            policy=Policy(label="deadlines", realtime=True, deadlines=policy_deadlines),
         )
     )
     s = result.score
@@ -173,9 +171,7 @@ def test_a_refusal_reaches_the_player_one_network_delay_after_the_decision() -> 
             rate_rps=1.5 * profile.capacity_rps(),
             seed=2,
             duration_ms=60_000.0,
-            gated=False,
-            realtime=True,
-            deadlines=DeadlineSettings(),
+            policy=Policy(label="deadlines", realtime=True, deadlines=DeadlineSettings()),
         )
     )
     refused = [p for p in result.players if p.shed_ms is not None]

@@ -9,6 +9,7 @@ import pytest
 from edgemon.simulate.engine import Chunk
 from edgemon.simulate.loop import HoldGate, LoopPlan, run_loop
 from edgemon.simulate.players import Delivery, Player, percentile, score
+from edgemon.simulate.policies import policy
 from edgemon.simulate.profiles import JETSON
 
 
@@ -110,9 +111,9 @@ def test_closing_the_loop_cuts_underruns_near_capacity() -> None:
     capacity: with the gate obeyed the players hear fewer underruns and less underrun time,
     and the engine held admissions; with it open, nothing was held."""
     rate = JETSON.capacity_rps()
-    plan = LoopPlan(profile=JETSON, rate_rps=rate, seed=1, duration_ms=60_000.0, gated=False)
+    plan = LoopPlan(profile=JETSON, rate_rps=rate, seed=1, duration_ms=60_000.0)
     open_ = run_loop(plan)
-    closed = run_loop(dataclasses.replace(plan, gated=True))
+    closed = run_loop(dataclasses.replace(plan, policy=policy("gate:80:2000", JETSON)))
     assert open_.score.requests == closed.score.requests > 30
     assert open_.holds == 0
     assert closed.holds > 0

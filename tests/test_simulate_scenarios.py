@@ -71,7 +71,9 @@ def test_a_network_episode_delays_deliveries_inside_its_windows_only() -> None:
                 "realtime_frames": 1.0,
                 "gated": False,
                 "budget": None,
-                "deadlines": DeadlineSettings(order="fcfs", shed=True, guard_ms=400.0),
+                "deadlines": DeadlineSettings(
+                    order="fcfs", shed=True, guard_ms=400.0, estimate_headroom=True
+                ),
             },
         ),
         (
@@ -88,7 +90,8 @@ def test_a_network_episode_delays_deliveries_inside_its_windows_only() -> None:
 )
 def test_policies_parse_into_what_the_engine_applies(text: str, fields: dict[str, object]) -> None:
     """Each policy text sets exactly the engine's knobs it names; `edgemon` is real-time
-    admission with the deadline policy (arrival order, shedding, 400 ms kept in hand)."""
+    admission with the deadline policy (arrival order, shedding, 400 ms kept in hand, the
+    players' headroom estimated)."""
     parsed = policy(text, JETSON)
     assert parsed.label == text
     for name, value in fields.items():
@@ -116,12 +119,12 @@ def test_a_static_cap_and_real_time_admission_bound_the_running_set() -> None:
     on the jetson profile (N* = 12) never more than 12 once it has measured its steps; open
     runs more than 12 at times."""
     rate = 0.95 * JETSON.capacity_rps()
-    base = LoopPlan(profile=JETSON, rate_rps=rate, seed=2, duration_ms=60_000.0, gated=False)
+    base = LoopPlan(profile=JETSON, rate_rps=rate, seed=2, duration_ms=60_000.0)
     peaks = {}
     for name, plan in (
         ("open", base),
-        ("cap", dataclasses.replace(base, max_num_seqs=9)),
-        ("realtime", dataclasses.replace(base, realtime=True)),
+        ("cap", dataclasses.replace(base, policy=policy("cap:9", JETSON))),
+        ("realtime", dataclasses.replace(base, policy=policy("realtime", JETSON))),
     ):
         result = run_loop(plan)
         peaks[name] = result.peak_running

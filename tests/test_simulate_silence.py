@@ -63,7 +63,7 @@ def test_the_virtual_loop_sends_start_at_the_request() -> None:
     """edgemon sees each stream's `start` at the request, so its time to first audio and its
     start silence are the players' own (not ≈ 0 as when `start` came with the first chunk)."""
     rate = 0.5 * JETSON.capacity_rps()
-    plan = LoopPlan(profile=JETSON, rate_rps=rate, seed=3, duration_ms=30_000.0, gated=False)
+    plan = LoopPlan(profile=JETSON, rate_rps=rate, seed=3, duration_ms=30_000.0)
     result = run_loop(plan)
     assert result.monitor is not None
     device = result.monitor.engine.device("box")

@@ -6,18 +6,18 @@ devices:
 
 - `sim-<n>` (`--devices`): players of a fixed generation speed, all healthy at RTF 0.15 but
   the last, which is overloaded at RTF 1.1 and keeps underrunning;
-- the loop (`demo_loop`): two simulated TTS engines (`--profile`) serving the same seeded
+- the loop (`demo_loop`): three simulated TTS engines (`--profile`) serving the same seeded
   requests at `--load` times their estimated capacity, players reporting through real
-  Reporters; `loop-closed` holds new prefills through a real ThrottleGate while edgemon says
-  so, `loop-open` ignores the throttle.
+  Reporters: `loop-open` as vLLM ships, `loop-static` with the one line of vLLM's own flags an
+  operator would set, `loop-edgemon` with the policy edgemon ships.
 
 A terminal gets a live view (4 frames/s) that shows per device whether its engine holds
 prefills; a pipe gets one status line every few seconds.
 
 After `--duration` (or SIGINT/SIGTERM) it stops in order: the simulator and the engines (open
 streams are ended as cancelled), the daemon (it releases its throttles and goes offline), the
-broker. Then it prints a summary, with what the loop's listeners heard closed and open; its
-last line is one JSON object for scripts.
+broker. Then it prints a summary, with what each box's listeners heard; its last line is one
+JSON object for scripts.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ OVERLOADED_RTF = 1.1
 STALL_RATE = 0.01
 LOAD = 1.0
 """The loop's engines serve this share of their estimated capacity: near the knee."""
-MAX_HOLD_MS = 2000.0
 MAX_DEVICES = 50
 MAX_STREAMS = 64
 READY_TIMEOUT_S = 10.0
@@ -79,10 +78,10 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "demo",
         help="zero set-up showcase: broker, simulated devices and the daemon in one process",
         description="Runs an embedded MQTT broker, the daemon and simulated TTS devices (the "
-        f"last one overloaded at RTF {OVERLOADED_RTF}, the others at {HEALTHY_RTF}), plus two "
-        "simulated TTS engines serving the same requests, one obeying edgemon's throttle and "
-        "one not, with a live view; then prints a summary comparing what their listeners "
-        "heard (its last line is JSON). Needs the embedded extra "
+        f"last one overloaded at RTF {OVERLOADED_RTF}, the others at {HEALTHY_RTF}), plus three "
+        "simulated TTS engines serving the same requests (vLLM's defaults, vLLM's own admission "
+        "limit, edgemon's scheduler), with a live view; then prints a summary comparing what "
+        "their listeners heard (its last line is JSON). Needs the embedded extra "
         "(`pip install edgemon[embedded]`).",
     )
     parser.add_argument(
@@ -116,7 +115,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "--profile",
         default="jetson",
         metavar="NAME",
-        help=f"hardware profile of the loop's two engines: {', '.join(PROFILES)} (default jetson)",
+        help=f"the loop's engines' hardware profile: {', '.join(PROFILES)} (default jetson)",
     )
     parser.add_argument(
         "--load",
@@ -189,9 +188,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         seed=seed,
         stall_rate=args.stall_rate,
         rtf=rtf,
-        loop=demo_loop.LoopPlan(
-            profile=PROFILES[args.profile], load=args.load, seed=seed, max_hold_ms=MAX_HOLD_MS
-        ),
+        loop=demo_loop.LoopPlan(profile=PROFILES[args.profile], load=args.load, seed=seed),
     )
 
 

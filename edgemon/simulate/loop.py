@@ -27,32 +27,24 @@ import heapq
 import itertools
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import ThrottleChanged
-from edgemon.integrations.deadlines import (
-    GAP_SLO_MS,
-    START_SLO_MS,
-    Deadlines,
-    DeadlineSettings,
-    Throttle,
-)
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS, Throttle
 from edgemon.monitor import Monitor
-from edgemon.simulate.budget import BudgetSetting, SpendableBudget
-from edgemon.simulate.engine import DeadlineHook, TtsEngine
-from edgemon.simulate.players import PLAYER_CUSHION_MS, Delivery, Player, Score, score
+from edgemon.simulate.budget import SpendableBudget
+from edgemon.simulate.players import Delivery, Player, Score, score
+from edgemon.simulate.policies import OPEN_POLICY, Policy
 from edgemon.simulate.scenarios import STEADY, RequestSource
-from edgemon.simulate.serving import OPEN_SERVING, Serving
+from edgemon.simulate.served import ServedEngine
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from edgemon.engine.outputs import Output
     from edgemon.simulate.engine import Chunk
-    from edgemon.simulate.estimated import PacingSetting
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.scenarios import Scenario
     from edgemon.simulate.workload import Request
@@ -146,29 +138,12 @@ class LoopPlan:
     rate_rps: float
     seed: int
     duration_ms: float
-    gated: bool
-    margin_ms: float | None = None
-    max_hold_ms: float = 2000.0
+    policy: Policy = field(default_factory=lambda: OPEN_POLICY)
+    """What the engine does with new requests (`edgemon.simulate.policies`)."""
     eta_hints: bool = True
     report_latency_ms: float = 6.0
     gate_latency_ms: float = 3.0
-    lasting: bool = False
-    """The gate's release after `max_hold_ms` lasts until a step admits."""
-    max_num_seqs: int | None = None
-    """A static cap (default: the profile's)."""
-    serving: Serving = OPEN_SERVING
-    """vLLM's other flags: admission limits, token budget, long-prefill threshold."""
-    pacing: PacingSetting | None = None
-    """The peers' pacing by estimated buffers (`edgemon.simulate.estimated`)."""
-    realtime: bool = False
-    """Real-time admission (`edgemon.integrations.realtime`)."""
-    realtime_frames: float = 1.0
-    """Real-time admission's allowed decode step, in frames."""
     scenario: Scenario = STEADY
-    budget: BudgetSetting | None = None
-    """Budget-aware admission (`edgemon.simulate.budget`), fed the throttle objects."""
-    deadlines: DeadlineSettings | None = None
-    """The deadline policy (its `start_slo_ms` and `prebuffer_ms` are set from this plan)."""
     start_slo_ms: float = START_SLO_MS
     gap_slo_ms: float = GAP_SLO_MS
     lengths_known: bool = False
@@ -178,13 +153,6 @@ class LoopPlan:
     """Arrivals stop at `duration_ms` and the run goes on until every request has ended
     (finished or refused), so that none is scored `unfinished`; False: the run stops at
     `duration_ms` and requests still under way are scored as they are."""
-
-
-def prebuffer_ms(profile: Profile) -> float:
-    """The fixed part of what the players' first audio still needs after the engine made it:
-    the delivery (median plus mean jitter) and the player's cushion (its wait for the second
-    chunk is the deadline policy's `second_chunk_frames`)."""
-    return profile.network_ms + profile.network_jitter_ms + PLAYER_CUSHION_MS
 
 
 def run_loop(plan: LoopPlan) -> LoopResult:
@@ -199,7 +167,6 @@ class _VirtualLoop:
     __slots__ = (
         "arrivals",
         "budget",
-        "deadlines",
         "delivery",
         "engine",
         "fresh_step",
@@ -213,7 +180,6 @@ class _VirtualLoop:
         "plan",
         "players",
         "queue",
-        "realtime",
         "refusing_since",
         "requests",
         "spendable",
@@ -224,38 +190,29 @@ class _VirtualLoop:
     )
 
     def __init__(self, plan: LoopPlan) -> None:
-        profile = plan.profile
+        profile, policy = plan.profile, plan.policy
         self.plan = plan
-        self.margin_ms = profile.margin_ms if plan.margin_ms is None else plan.margin_ms
+        self.margin_ms = profile.margin_ms if policy.margin_ms is None else policy.margin_ms
         self.now = 0.0
-        self.gate = HoldGate(plan.max_hold_ms, lasting=plan.lasting)
-        gate: Callable[[], bool] | None = (
-            (lambda: self.gate.should_throttle(self.now)) if plan.gated else None
-        )
+        self.gate = HoldGate(policy.max_hold_ms, lasting=policy.lasting)
         scenario = plan.scenario
-        self.realtime = (
-            RealtimeAdmission(profile.frame_ms * plan.realtime_frames) if plan.realtime else None
-        )
         self.budget = (
-            None if plan.budget is None else SpendableBudget(plan.budget, frame_ms=profile.frame_ms)
+            None
+            if policy.budget is None
+            else SpendableBudget(policy.budget, frame_ms=profile.frame_ms)
         )
         self.refusing_since: float | None = None
         self.fresh_step = -1
         self.spendable: float | None = None
-        self.deadlines = self._deadlines()
-        self.engine = TtsEngine(
+        self.engine = ServedEngine(
             profile,
-            gate=gate,
+            policy,
+            start_slo_ms=plan.start_slo_ms,
+            gate=lambda: self.gate.should_throttle(self.now),
+            throttle=self._throttle_state,
             fits=None if self.budget is None else self._fits,
-            max_num_seqs=plan.max_num_seqs,
-            seats=None if self.realtime is None else self.realtime.admissible,
             step_factor=None if scenario.slowdown is None else scenario.step_factor,
-            deadlines=None
-            if self.deadlines is None
-            else DeadlineHook(self.deadlines, self._throttle_state),
             lengths_known=plan.lengths_known,
-            serving=plan.serving,
-            pacing=None if plan.pacing is None else plan.pacing.make(plan.start_slo_ms),
         )
         self.arrivals = RequestSource(
             plan.rate_rps,
@@ -277,27 +234,10 @@ class _VirtualLoop:
         self.requests = 0
         self.open = 0  # requests neither finished nor refused
 
-    def _deadlines(self) -> Deadlines | None:
-        plan = self.plan
-        if plan.deadlines is None:
-            return None
-        profile = plan.profile
-        settings = replace(
-            plan.deadlines,
-            start_slo_ms=plan.start_slo_ms,
-            prebuffer_ms=prebuffer_ms(profile),
-            first_chunk_frames=profile.chunk_size(0),
-            second_chunk_frames=profile.chunk_size(1),
-            token_budget=plan.serving.max_num_batched_tokens or profile.max_num_batched_tokens,
-            frame_ms=profile.frame_ms,
-        )
-        cap = profile.max_num_seqs if plan.max_num_seqs is None else plan.max_num_seqs
-        return Deadlines(settings, self.realtime, max_num_seqs=cap)
-
     def _throttle_state(self) -> Throttle:
         """edgemon's throttle as the engine's gate knows it (no side effects)."""
         gate = self.gate
-        held = self.plan.gated and gate.throttle and not gate.releasing
+        held = self.plan.policy.gated and gate.throttle and not gate.releasing
         return Throttle(held=held, headroom_ms=self.spendable)
 
     def run(self) -> LoopResult:
@@ -365,8 +305,6 @@ class _VirtualLoop:
             return
         self.steps += 1
         self.peak_running = max(self.peak_running, engine.running + len(step.finished))
-        if self.realtime is not None:
-            self.realtime.observe(step.decode_seqs, step.prefill_tokens, step.ms)
         if self.budget is not None:
             self.budget.observe(step.decode_seqs, step.prefill_tokens, step.ms)
         if step.admitted or not engine.waiting:
@@ -462,7 +400,7 @@ class _VirtualLoop:
             return True
         if self.refusing_since is None:
             self.refusing_since = self.now
-        if self.now - self.refusing_since >= self.plan.max_hold_ms:
+        if self.now - self.refusing_since >= self.plan.policy.max_hold_ms:
             self.refusing_since = None
             budget.spend(request.prompt_tokens)
             return True

@@ -119,6 +119,10 @@ class Policy:
         return "open"
 
 
+OPEN_POLICY = Policy(label="open")
+"""vLLM's own scheduling with the profile's limits."""
+
+
 @dataclass(slots=True)
 class _Parts:
     """What the parts of one policy text set, as they are read."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from edgemon.simulate.players import Delivery, Player, Score, score
@@ -199,8 +199,10 @@ class Box:
 
     def _arrive(self, request: Request, origin: float) -> None:
         self.status.requests += 1
-        self.players[request.id] = Player(request.id, origin + request.arrival_ms)
-        accepted = self.engine.submit(request)
+        arrived = origin + request.arrival_ms
+        self.players[request.id] = Player(request.id, arrived)
+        # The engine's clock is the driver's: its deadlines count from the arrival on it.
+        accepted = self.engine.submit(replace(request, arrival_ms=arrived))
         if self.reporter is not None:
             self.reporter.start(request.id, margin_ms=self.margin_ms)
         if accepted is False:
