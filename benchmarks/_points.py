@@ -29,8 +29,6 @@ class Point:
     """One virtual run: what it is run on, and how."""
 
     profile: Profile
-    engine_profile: Profile
-    """The profile the engine steps by (`--steps`), load staying a share of `profile`'s."""
     policy: str
     scenario: Scenario
     load: float
@@ -40,12 +38,14 @@ class Point:
     start_slo_ms: float = START_SLO_MS
     gap_slo_ms: float = GAP_SLO_MS
     drain: bool = True
+    measured: bool = False
+    """`profile`'s steps are a shape measured on a real box (`--steps`): the row says which."""
 
 
 def run_point(point: Point) -> LoopResult:
     """Run `point` on the virtual clock."""
     return run_virtual(
-        point.engine_profile,
+        point.profile,
         policy(point.policy, point.profile),
         point.scenario,
         rate_rps=point.load * point.profile.capacity_rps(),
@@ -76,8 +76,8 @@ def point_row(point: Point, result: LoopResult) -> dict[str, Any]:
     line["drain"] = point.drain
     line["chunks"] = ",".join(map(str, profile.chunk_schedule))
     line["frame_ms"] = profile.frame_ms
-    if point.engine_profile != profile:
-        line["steps"] = steps_label(point.engine_profile)
+    if point.measured:
+        line["steps"] = steps_label(profile)
     return line
 
 

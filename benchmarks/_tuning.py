@@ -114,7 +114,6 @@ def point_of(args: Any, label: str, scene: Scenario, load: float, seed: int) -> 
     seed."""
     return Point(
         args.profile_used,
-        args.engine_profile,
         label,
         scene,
         load,
@@ -124,6 +123,7 @@ def point_of(args: Any, label: str, scene: Scenario, load: float, seed: int) -> 
         start_slo_ms=args.start_slo_ms,
         gap_slo_ms=args.gap_slo_ms,
         drain=args.drain,
+        measured=args.steps is not None,
     )
 
 

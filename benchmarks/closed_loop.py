@@ -33,8 +33,9 @@ the silence figures, `offered`, `good`, `late`, `gappy`, `shed`, `unfinished`, `
     closed_loop.py --virtual --sweep --out benchmarks/out/loop.jsonl   # what make bench-loop runs
 
 `--steps FILE` runs the virtual engine on the step shape `real_engine.py --shape --json`
-measured (its fit and its co-tenant's slowdowns) while load stays a share of `--profile`'s
-capacity: the same requests as a real run of the same seed, on the box as it was that hour.
+measured (its fit and its co-tenant's slowdowns), loads a share of that box's capacity as
+`real_engine.py` scales them: the same requests as a real run of the same seed, on the box as
+it was that hour.
 
 `--targets` runs the policies the goodput targets compare: open, `cap:N` for N from N*−3 to
 N*+1 (N*: the largest batch whose decode step fits a frame), `realtime` and `edgemon`.
@@ -152,7 +153,13 @@ def measured_steps(profile: Profile, path: Path) -> Profile:
         raise ValueError(
             f"--steps {path}: not a shape from real_engine.py --shape ({exc})"
         ) from exc
-    return replace(profile, step=step, contention=contention or profile.contention)
+    measured = replace(profile, step=step, contention=contention or profile.contention)
+    if measured.capacity_rps() <= 0:
+        raise ValueError(
+            f"--steps {path}: a step of that box takes at least {step.base_ms:g} ms, so no "
+            f"stream keeps up with {profile.frame_ms:g} ms frames"
+        )
+    return measured
 
 
 def framed(profile: Profile, frame_ms: float | None) -> Profile:
@@ -233,7 +240,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--steps",
         type=Path,
         help="virtual only: steps from this shape (`real_engine.py --shape --json`): its "
-        "fit and co-tenant slowdowns; load stays a share of --profile's capacity",
+        "fit and co-tenant slowdowns; loads are shares of that box's capacity",
     )
     parser.add_argument(
         "--policy",
@@ -381,8 +388,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             framed(PROFILES[args.profile], args.frame_ms),
             chunk_schedule=chunk_schedule(args.chunks),
         )
+        if args.steps is not None:
+            # The box as measured: its steps, and loads as shares of its capacity (as
+            # real_engine.py scales them), so a virtual seed runs a real run's requests.
+            args.profile_used = measured_steps(args.profile_used, args.steps)
         profile = args.profile_used
-        args.engine_profile = profile if args.steps is None else measured_steps(profile, args.steps)
         share = parse_contention(args.contention)[1]
         args.scenarios = [
             scenario(
@@ -391,7 +401,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                 burst=args.burst,
                 network=args.network,
                 contention=args.contention,
-                factor=args.engine_profile.contention_factor(share),
+                factor=profile.contention_factor(share),
             )
             for name in (args.scenario or ["steady"])
         ]

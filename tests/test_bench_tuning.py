@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def base(policy: str, seed: int = 1) -> Point:
     """A point whose load the search sets."""
-    return Point(JETSON, JETSON, policy, STEADY, 1.0, seed, 60.0)
+    return Point(JETSON, policy, STEADY, 1.0, seed, 60.0)
 
 
 def falling(knee: dict[str, float]) -> tuple[list[Point], Callable[[Iterable[Point]], list[float]]]:
