@@ -198,36 +198,39 @@ bench-goodput: $(STAMP) .venv-vllm/.matplotlib
 # Is edgemon worth it against what an operator would configure? (issue 37; docs/explanation/
 # does-it-help.md) Per profile: 1. the one static line of vLLM's flags with the best mean
 # goodput on the training seeds (--tune-static: 62 configurations x 4 scenarios x 4 loads x 5
-# seeds); 2. on held-out seeds, the SLO capacity at 95 % and 99 % (bisection over load) and
-# goodput at fixed loads of open, the tuned configuration and the next best of its grid, the
-# peers' estimated-park and -edf, edgemon and edgemon without each part; 3. edgemon and the
-# tuned configuration with --lengths known (what knowing lengths is worth); 4. the report.
-# jetson about 15 minutes on two cores, x86-gpu about 90 (its runs carry 5 times the requests).
-# 10 held-out seeds rather than 5: the SLO capacity of one seed moves by 0.05 from seed to seed.
+# seeds); 2. on held-out seeds, the SLO capacity at 95 % (bisection over load) and goodput at
+# fixed loads of open, the tuned configuration and the next best of its grid, the peers'
+# estimated-park and -edf, edgemon and edgemon without each part; 3. the SLO capacity at 99 %
+# of the main ones; 4. edgemon and the tuned configuration with --lengths known (what knowing
+# lengths is worth); 5. the report, benchmarks/out/worth.md. 10 held-out seeds rather than 5:
+# one seed's SLO capacity moves by 0.05 from seed to seed. Contention is run on cpu-vllm only,
+# whose co-tenant slowdown was measured (the others would assume a fair share: steps x2).
+# On two cores: jetson about 15 minutes, cpu-vllm 10, x86-gpu about 90 (5 times the requests).
 WORTH_TRAIN ?= 601-605
 WORTH_SEEDS ?= 606-615
-WORTH_PROFILES ?= jetson x86-gpu
+WORTH_PROFILES ?= jetson cpu-vllm x86-gpu
 WORTH_SCENES = --scenario steady --scenario slowdown --scenario burst --scenario network
-WORTH_TUNE = $(WORTH_SCENES) --load 0.5,0.8,1.0,1.2
-WORTH_POINTS = $(WORTH_SCENES) --scenario contention --duration 180 --jobs 2 --json
+WORTH_RUN = --virtual --duration 180 --jobs 2 --json
+TUNED = $(BIN)/python -c 'import json, sys; \
+  print([r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "tuned"][-1]["policy"])'
 bench-worth: $(STAMP)
 	mkdir -p $(BENCH_OUT)
 	for profile in $(WORTH_PROFILES); do \
-	  out=$(BENCH_OUT)/worth-$$profile; \
-	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --tune-static $(WORTH_TUNE) \
-	    --seeds $(WORTH_TRAIN) --duration 180 --jobs 2 --json --out $$out-tuned.jsonl > /dev/null && \
-	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --worth $$out-tuned.jsonl \
-	    $(WORTH_POINTS) --slo-capacity 0.95 --seeds $(WORTH_SEEDS) --out $$out-slo.jsonl > /dev/null && \
-	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --worth $$out-tuned.jsonl \
-	    $(WORTH_POINTS) --load 0.5,0.6,0.8,0.9,1.0,1.2 --seeds $(WORTH_SEEDS) \
-	    --out $$out-goodput.jsonl > /dev/null && \
-	  tuned=$$($(BIN)/python -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1]["policy"])' $$out-tuned.jsonl) && \
-	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --policy open --policy $$tuned \
-	    --policy edgemon --policy estimated-park --policy estimated-edf $(WORTH_POINTS) \
-	    --slo-capacity 0.99 --seeds $(WORTH_SEEDS) --out $$out-slo99.jsonl > /dev/null && \
-	  $(BIN)/python $(BENCH_LOOP) --virtual --profile $$profile --policy edgemon --policy $$tuned \
-	    $(WORTH_POINTS) --lengths known --slo-capacity 0.95 --load 1.0,1.2 --seeds $(WORTH_SEEDS) \
-	    --out $$out-known.jsonl > /dev/null || exit 1; \
+	  out=$(BENCH_OUT)/worth-$$profile; run="$(WORTH_RUN) --profile $$profile"; \
+	  scenes="$(WORTH_SCENES)"; [ $$profile = cpu-vllm ] && scenes="$$scenes --scenario contention"; \
+	  $(BIN)/python $(BENCH_LOOP) $$run --tune-static $(WORTH_SCENES) --load 0.5,0.8,1.0,1.2 \
+	    --seeds $(WORTH_TRAIN) --out $$out-tuned.jsonl > /dev/null && \
+	  tuned=$$($(TUNED) $$out-tuned.jsonl) && \
+	  $(BIN)/python $(BENCH_LOOP) $$run --worth $$out-tuned.jsonl $$scenes --slo-capacity 0.95 \
+	    --seeds $(WORTH_SEEDS) --out $$out-slo.jsonl > /dev/null && \
+	  $(BIN)/python $(BENCH_LOOP) $$run --worth $$out-tuned.jsonl $$scenes \
+	    --load 0.5,0.6,0.8,0.9,1.0,1.2 --seeds $(WORTH_SEEDS) --out $$out-goodput.jsonl > /dev/null && \
+	  $(BIN)/python $(BENCH_LOOP) $$run --policy open --policy $$tuned --policy edgemon \
+	    --policy estimated-park --policy estimated-edf $$scenes --slo-capacity 0.99 \
+	    --seeds $(WORTH_SEEDS) --out $$out-slo99.jsonl > /dev/null && \
+	  $(BIN)/python $(BENCH_LOOP) $$run --policy edgemon --policy $$tuned $$scenes --lengths known \
+	    --slo-capacity 0.95 --load 1.0,1.2 --seeds $(WORTH_SEEDS) --out $$out-known.jsonl \
+	    > /dev/null || exit 1; \
 	done
 	$(BIN)/python $(BENCH_LOOP) --report $(BENCH_OUT)/worth-*-tuned.jsonl \
 	  $(BENCH_OUT)/worth-*-slo.jsonl $(BENCH_OUT)/worth-*-slo99.jsonl \

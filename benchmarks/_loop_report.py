@@ -233,11 +233,12 @@ def goodput_lines(runs: dict[str, dict[int, Row]]) -> list[str]:
     return lines
 
 
-def report(rows: list[Row], *, plot_dir: Path | None = None) -> str:
-    """The Markdown tables and target lines for every profile, scenario and load in `rows`."""
+def report(rows: list[Row], *, plot_dir: Path | None = None, targets_of_before: bool = True) -> str:
+    """The Markdown tables and target lines for every profile, scenario and load in `rows`
+    (`targets_of_before`: also the goodput targets against open and the static caps)."""
     groups = group(rows)
     lines: list[str] = []
-    if any(goodput_targets(key, groups[key]) for key in groups):
+    if targets_of_before and any(goodput_targets(key, groups[key]) for key in groups):
         lines += ["## Goodput targets (edgemon, per seed against the same seed's baselines)", ""]
         lines += target_table(groups)
     for key in sorted(groups):

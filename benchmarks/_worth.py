@@ -228,9 +228,10 @@ def target_lines(figures: Figures) -> list[str]:
             continue
         need = SLO_RATIO.get(scenario, 1.0)
         verdict = "met" if mine >= need * theirs - 1e-9 else "**missed**"
+        ratio = f"{mine / theirs:.2f}×" if theirs > 0 else "–"
         lines.append(
             f"- {profile}, {scenario}, SLO capacity at {target:.0%}: edgemon {mine:.2f}, tuned "
-            f"{theirs:.2f}, needs ≥ {need:g}×: {verdict}"
+            f"{theirs:.2f} ({ratio}), needs ≥ {need:g}×: {verdict}"
         )
     for (profile, scenario, load), table in sorted(figures.goodput.items()):
         tuned = figures.tuned.get(profile, "")

@@ -561,7 +561,9 @@ def main(argv: list[str] | None = None) -> int:
             from _worth import worth  # noqa: PLC0415
 
             plain = [row for row in read if row.get("kind") is None]
-            print("\n".join([*worth(read), "", report(plain, plot_dir=args.plot)]))
+            against_tuned = worth(read)
+            tables = report(plain, plot_dir=args.plot, targets_of_before=not against_tuned)
+            print("\n".join([*against_tuned, "", tables]))
         else:
             print(spot_checks(read))
         return 0
