@@ -202,7 +202,8 @@ bench-goodput: $(STAMP) .venv-vllm/.matplotlib
 # fixed loads of open, the tuned configuration and the next best of its grid, the peers'
 # estimated-park and -edf, edgemon and edgemon without each part; 3. the SLO capacity at 99 %
 # of the main ones; 4. edgemon and the tuned configuration with --lengths known (what knowing
-# lengths is worth); 5. the report, benchmarks/out/worth.md. 10 held-out seeds rather than 5:
+# lengths is worth); 5. the report, benchmarks/out/worth.md, and the figures the documentation
+# shows, benchmarks/results/worth.jsonl (make docs renders them). 10 held-out seeds rather than 5:
 # one seed's SLO capacity moves by 0.05 from seed to seed. Contention is run on cpu-vllm only,
 # whose co-tenant slowdown was measured (the others would assume a fair share: steps x2).
 # On two cores: jetson about 15 minutes, cpu-vllm 10, x86-gpu about 90 (5 times the requests).
@@ -232,11 +233,8 @@ bench-worth: $(STAMP)
 	    --slo-capacity 0.95 --load 1.0,1.2 --seeds $(WORTH_SEEDS) --out $$out-known.jsonl \
 	    > /dev/null || exit 1; \
 	done
-	$(BIN)/python $(BENCH_LOOP) --report $(BENCH_OUT)/worth-*-tuned.jsonl \
-	  $(BENCH_OUT)/worth-*-slo.jsonl $(BENCH_OUT)/worth-*-slo99.jsonl \
-	  $(BENCH_OUT)/worth-*-goodput.jsonl > $(BENCH_OUT)/worth.md
-	$(BIN)/python $(BENCH_LOOP) --report $(BENCH_OUT)/worth-*-tuned.jsonl \
-	  $(BENCH_OUT)/worth-*-known.jsonl > $(BENCH_OUT)/worth-known.md
+	$(BIN)/python $(BENCH_LOOP) --report $(BENCH_OUT)/worth-*.jsonl \
+	  --summary benchmarks/results/worth.jsonl > $(BENCH_OUT)/worth.md
 
 bench-loop: $(STAMP) .venv-vllm/.matplotlib
 	mkdir -p $(BENCH_OUT)

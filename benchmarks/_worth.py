@@ -76,7 +76,8 @@ def _spread(values: list[float], fmt: str) -> str:
 class Figures:
     """The rows, indexed: SLO capacities and goodputs per point, policy and seed."""
 
-    def __init__(self, rows: list[Row]) -> None:
+    def __init__(self, rows: list[Row], lengths: str = "eos") -> None:
+        self.lengths = lengths
         self.tuned: dict[str, str] = {}
         self.grid: dict[str, list[str]] = {}
         self.capacity: dict[tuple[str, str, float], dict[str, dict[int, float]]] = defaultdict(
@@ -87,6 +88,8 @@ class Figures:
         )
         for row in rows:
             kind = row.get("kind")
+            if kind != "tuned" and row.get("lengths", "eos") != lengths:
+                continue
             if kind == "tuned":
                 self.tuned[row["profile"]] = row["policy"]
                 self.grid[row["profile"]] = [label for label, _ in row["ranking"]]
@@ -257,11 +260,35 @@ def target_lines(figures: Figures) -> list[str]:
     return lines
 
 
+def known_lines(rows: list[Row]) -> list[str]:
+    """What knowing every request's length is worth: edgemon's and the tuned configuration's
+    figures with lengths predicted (`eos`) and known, medians over the seeds."""
+    eos, known = Figures(rows, "eos"), Figures(rows, "known")
+    lines = [
+        "| profile | scenario | point | policy | lengths predicted | lengths known |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, table_of in (("SLO capacity", "capacity"), ("goodput", "goodput")):
+        for key, table in sorted(getattr(known, table_of).items()):
+            profile, scenario, at = key
+            other = getattr(eos, table_of).get(key, {})
+            for label in (SHIPPED_LABEL, known.tuned.get(profile, "")):
+                mine, theirs = known.median(table, label), eos.median(other, label)
+                if mine is None or theirs is None:
+                    continue
+                point = f"{kind} at {at:.0%}" if kind == "SLO capacity" else f"goodput at {at:g}"
+                lines.append(
+                    f"| {profile} | {scenario} | {point} | `{label}` | {theirs:.3f} | {mine:.3f} |"
+                )
+    return lines if len(lines) > 2 else []
+
+
 def worth(rows: list[Row]) -> list[str]:
     """The report's lines (empty when `rows` hold no tuned configuration)."""
     figures = Figures(rows)
     if not figures.tuned:
         return []
+    known = known_lines(rows)
     tuned = ", ".join(f"{p}: `{label}`" for p, label in sorted(figures.tuned.items()))
     return [
         "## Against the tuned static configuration",
@@ -283,4 +310,50 @@ def worth(rows: list[Row]) -> list[str]:
         "### Targets",
         "",
         *target_lines(figures),
+        *(["", "### What knowing lengths is worth", "", *known] if known else []),
     ]
+
+
+def summary(rows: list[Row], lengths: str = "eos") -> list[Row]:
+    """The figures the documentation shows (docs_hooks.py renders them), one row each: per
+    profile, scenario and SLO target or load, each role's median, least and most over the
+    seeds (`edgemon`, `tuned`, `ceiling`, `open`, the peers, and the shipped policy without
+    each part), with the policy it stands for."""
+    figures = Figures(rows, lengths)
+    out: list[Row] = []
+    for kind, tables, point in (
+        ("slo_capacity", figures.capacity, "target"),
+        ("goodput", figures.goodput, "load"),
+    ):
+        for (profile, scenario, at), table in sorted(tables.items()):
+            margin = f"{PROFILES[profile].margin_ms:g}" if profile in PROFILES else ""
+            best, _ = figures.ceiling(profile, table)
+            roles = {
+                "edgemon": SHIPPED_LABEL,
+                "tuned": figures.tuned.get(profile, ""),
+                "ceiling": best,
+                "open": "open",
+                **{peer: peer for peer in PEERS},
+                **{f"without {part}": label for part, label in ABLATIONS.items()},
+                "with edgemon's throttle": THROTTLE.format(margin=margin),
+            }
+            for role, label in roles.items():
+                values = list(table.get(label, {}).values())
+                if not values:
+                    continue
+                out.append(
+                    {
+                        "kind": kind,
+                        "profile": profile,
+                        "scenario": scenario,
+                        point: at,
+                        "lengths": lengths,
+                        "role": role,
+                        "policy": label,
+                        "median": round(statistics.median(values), 4),
+                        "min": round(min(values), 4),
+                        "max": round(max(values), 4),
+                        "seeds": len(values),
+                    }
+                )
+    return out

@@ -368,6 +368,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--report", type=Path, nargs="+", help="tables from rows written before")
     parser.add_argument("--plot", type=Path, help="with --report: one PNG per scenario here")
     parser.add_argument(
+        "--summary",
+        type=Path,
+        help="with --report: also write the figures the documentation shows here, as JSON "
+        "lines (benchmarks/results/worth.jsonl; make docs renders them)",
+    )
+    parser.add_argument(
         "--spots",
         type=Path,
         nargs="+",
@@ -545,6 +551,22 @@ def header(args: argparse.Namespace) -> str:
     )
 
 
+def write_summary(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The documentation's figures from `rows` (both lengths modes), with what made them."""
+    from _worth import summary  # noqa: PLC0415
+
+    made = {
+        "kind": "made",
+        "command": "make bench-worth",
+        "date": f"{datetime.now(UTC):%Y-%m-%d}",
+        "seeds": sorted({str(r["seeds"]) for r in rows if r.get("kind") == "slo_capacity"}),
+        "training_seeds": sorted({str(r["seeds"]) for r in rows if r.get("kind") == "tuned"}),
+        "tuned": {r["profile"]: r["policy"] for r in rows if r.get("kind") == "tuned"},
+    }
+    lines = [made, *summary(rows, "eos"), *summary(rows, "known")]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run, or report on rows written before."""
     args = parse(argv)
@@ -564,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
             against_tuned = worth(read)
             tables = report(plain, plot_dir=args.plot, targets_of_before=not against_tuned)
             print("\n".join([*against_tuned, "", tables]))
+            if args.summary is not None:
+                write_summary(args.summary, read)
         else:
             print(spot_checks(read))
         return 0
