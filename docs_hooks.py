@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import json
 import os
 import re
 import types
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent
 EXAMPLE_CONFIG = ROOT / "deploy" / "edgemon.toml"
-MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.MULTILINE)
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 #: The width argparse wraps its help to, whatever the terminal that builds the site.
 HELP_COLUMNS = "82"
 KEY_LINE = re.compile(r"^(#\s*)?([a-z_]+)\s*=")
@@ -238,4 +239,153 @@ def help_width(columns: str) -> Iterator[None]:
             os.environ["COLUMNS"] = before
 
 
-GENERATORS: dict[str, Callable[[], str]] = {"configuration": configuration, "cli": cli}
+# --- the results of `make bench-worth` -------------------------------------------------------
+
+RESULTS = ROOT / "benchmarks" / "results" / "worth.jsonl"
+SCENARIO_ORDER = ("steady", "slowdown", "contention", "burst", "network")
+
+
+def results() -> list[dict[str, Any]]:
+    """The figures `make bench-worth` wrote (benchmarks/results/worth.jsonl)."""
+    text = RESULTS.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _figures(kind: str, lengths: str = "eos") -> dict[tuple[str, str, float, str], dict[str, Any]]:
+    """Rows of `kind` by (profile, scenario, target or load, role)."""
+    out: dict[tuple[str, str, float, str], dict[str, Any]] = {}
+    for row in results():
+        if row.get("kind") == kind and row.get("lengths") == lengths:
+            at = row["target"] if kind == "slo_capacity" else row["load"]
+            out[(row["profile"], row["scenario"], float(at), row["role"])] = row
+    return out
+
+
+def _points(figures: dict[tuple[str, str, float, str], dict[str, Any]]) -> list[tuple[str, str]]:
+    """The (profile, scenario) pairs, profiles as they come, scenarios in a fixed order."""
+    pairs = dict.fromkeys((p, s) for p, s, _, _ in figures)
+    profiles = list(dict.fromkeys(p for p, _ in pairs))
+    return sorted(pairs, key=lambda ps: (profiles.index(ps[0]), SCENARIO_ORDER.index(ps[1])))
+
+
+def _cell(row: dict[str, Any] | None, percent: bool = False) -> str:
+    """`median [min–max]` of a figure, or a dash."""
+    if row is None:
+        return "–"
+    scale, unit = (100, " %") if percent else (1, "")
+    median, low, high = (scale * row[k] for k in ("median", "min", "max"))
+    digits = 0 if percent else 2
+    return f"{median:.{digits}f}{unit} [{low:.{digits}f}–{high:.{digits}f}]"
+
+
+def worth_made() -> str:
+    """What made the figures: the command, the date and the seeds."""
+    made = next(row for row in results() if row.get("kind") == "made")
+    tuned = ", ".join(f"`{p}`: `{label}`" for p, label in made["tuned"].items())
+    return (
+        f"Made by `{made['command']}` on {made['date']}: the static configuration tuned on "
+        f"seeds {', '.join(made['training_seeds'])} ({tuned}), every figure on the held-out "
+        f"seeds {', '.join(made['seeds'])}, median [least–most] over the seeds."
+    )
+
+
+def worth_headline() -> str:
+    """SLO capacity at 95 % and goodput at load 1.0: open, the tuned configuration, edgemon."""
+    slo, good = _figures("slo_capacity"), _figures("goodput")
+    out = [
+        "| profile | scenario | SLO capacity: `open` | tuned static | `edgemon` | edgemon ÷ "
+        "tuned | goodput at 1.0: tuned static | `edgemon` |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for profile, scenario in _points(slo):
+        cap = {
+            role: slo.get((profile, scenario, 0.95, role)) for role in ("open", "tuned", "edgemon")
+        }
+        mine, theirs = cap["edgemon"], cap["tuned"]
+        ratio = (
+            f"{mine['median'] / theirs['median']:.2f}"
+            if mine and theirs and theirs["median"]
+            else "–"
+        )
+        out.append(
+            f"| {profile} | {scenario} | {_cell(cap['open'])} | {_cell(theirs)} | "
+            f"{_cell(mine)} | {ratio} | {_cell(good.get((profile, scenario, 1.0, 'tuned')), True)} | "
+            f"{_cell(good.get((profile, scenario, 1.0, 'edgemon')), True)} |"
+        )
+    return "\n".join(out)
+
+
+def worth_peers() -> str:
+    """SLO capacity of the peers' estimated pacing and of the best static point."""
+    slo = _figures("slo_capacity")
+    roles = ("ceiling", "estimated-park", "estimated-edf", "edgemon")
+    out = [
+        "| profile | scenario | best static point | `estimated-park` | `estimated-edf` | `edgemon` |",
+        "|---|---|---|---|---|---|",
+    ]
+    for profile, scenario in _points(slo):
+        rows = [slo.get((profile, scenario, 0.95, role)) for role in roles]
+        best = rows[0]
+        first = "–" if best is None else f"{_cell(best)} (`{best['policy']}`)"
+        out.append(
+            f"| {profile} | {scenario} | {first} | " + " | ".join(_cell(r) for r in rows[1:]) + " |"
+        )
+    return "\n".join(out)
+
+
+def worth_parts() -> str:
+    """The shipped policy without each part: SLO capacity and goodput at 1.2, against it."""
+    slo, good = _figures("slo_capacity"), _figures("goodput")
+    parts = sorted({role for (_, _, _, role) in slo if role.startswith(("without", "with "))})
+    out = [
+        "| profile | scenario | " + " | ".join(parts) + " |",
+        "|---|---|" + "---|" * len(parts),
+    ]
+    for profile, scenario in _points(slo):
+        mine_c = slo.get((profile, scenario, 0.95, "edgemon"))
+        mine_g = good.get((profile, scenario, 1.2, "edgemon"))
+        cells = []
+        for part in parts:
+            c, g = (
+                slo.get((profile, scenario, 0.95, part)),
+                good.get((profile, scenario, 1.2, part)),
+            )
+            dc = "–" if c is None or mine_c is None else f"{c['median'] - mine_c['median']:+.2f}"
+            dg = (
+                "–"
+                if g is None or mine_g is None
+                else f"{100 * (g['median'] - mine_g['median']):+.0f}"
+            )
+            cells.append(f"{dc} / {dg}")
+        out.append(f"| {profile} | {scenario} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def worth_lengths() -> str:
+    """edgemon's SLO capacity and goodput at 1.2 with lengths predicted and known."""
+    slo_e, slo_k = _figures("slo_capacity"), _figures("slo_capacity", "known")
+    good_e, good_k = _figures("goodput"), _figures("goodput", "known")
+    out = [
+        "| profile | scenario | SLO capacity, predicted | known | goodput at 1.2, predicted | known |",
+        "|---|---|---|---|---|---|",
+    ]
+    for profile, scenario in _points(slo_k):
+        key, at = (profile, scenario), 1.2
+        out.append(
+            f"| {profile} | {scenario} | {_cell(slo_e.get((*key, 0.95, 'edgemon')))} | "
+            f"{_cell(slo_k.get((*key, 0.95, 'edgemon')))} | "
+            f"{_cell(good_e.get((*key, at, 'edgemon')), True)} | "
+            f"{_cell(good_k.get((*key, at, 'edgemon')), True)} |"
+        )
+    return "\n".join(out)
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "configuration": configuration,
+    "cli": cli,
+    "worth-made": worth_made,
+    "worth-headline": worth_headline,
+    "worth-peers": worth_peers,
+    "worth-parts": worth_parts,
+    "worth-lengths": worth_lengths,
+}
