@@ -268,7 +268,7 @@ def _points(figures: dict[tuple[str, str, float, str], dict[str, Any]]) -> list[
     return sorted(pairs, key=lambda ps: (profiles.index(ps[0]), SCENARIO_ORDER.index(ps[1])))
 
 
-def _cell(row: dict[str, Any] | None, percent: bool = False) -> str:
+def _cell(row: dict[str, Any] | None, *, percent: bool = False) -> str:
     """`median [min–max]` of a figure, or a dash."""
     if row is None:
         return "–"
@@ -293,8 +293,10 @@ def worth_headline() -> str:
     """SLO capacity at 95 % and goodput at load 1.0: open, the tuned configuration, edgemon."""
     slo, good = _figures("slo_capacity"), _figures("goodput")
     out = [
-        "| profile | scenario | SLO capacity: `open` | tuned static | `edgemon` | edgemon ÷ "
-        "tuned | goodput at 1.0: tuned static | `edgemon` |",
+        (
+            "| profile | scenario | SLO capacity: `open` | tuned static | `edgemon` | edgemon ÷ "
+            "tuned | goodput at 1.0: tuned static | `edgemon` |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     for profile, scenario in _points(slo):
@@ -307,10 +309,11 @@ def worth_headline() -> str:
             if mine and theirs and theirs["median"]
             else "–"
         )
+        at_one = [good.get((profile, scenario, 1.0, role)) for role in ("tuned", "edgemon")]
         out.append(
             f"| {profile} | {scenario} | {_cell(cap['open'])} | {_cell(theirs)} | "
-            f"{_cell(mine)} | {ratio} | {_cell(good.get((profile, scenario, 1.0, 'tuned')), True)} | "
-            f"{_cell(good.get((profile, scenario, 1.0, 'edgemon')), True)} |"
+            f"{_cell(mine)} | {ratio} | {_cell(at_one[0], percent=True)} | "
+            f"{_cell(at_one[1], percent=True)} |"
         )
     return "\n".join(out)
 
@@ -320,7 +323,10 @@ def worth_peers() -> str:
     slo = _figures("slo_capacity")
     roles = ("ceiling", "estimated-park", "estimated-edf", "edgemon")
     out = [
-        "| profile | scenario | best static point | `estimated-park` | `estimated-edf` | `edgemon` |",
+        (
+            "| profile | scenario | best static point | `estimated-park` | `estimated-edf` | "
+            "`edgemon` |"
+        ),
         "|---|---|---|---|---|---|",
     ]
     for profile, scenario in _points(slo):
@@ -366,7 +372,10 @@ def worth_lengths() -> str:
     slo_e, slo_k = _figures("slo_capacity"), _figures("slo_capacity", "known")
     good_e, good_k = _figures("goodput"), _figures("goodput", "known")
     out = [
-        "| profile | scenario | SLO capacity, predicted | known | goodput at 1.2, predicted | known |",
+        (
+            "| profile | scenario | SLO capacity, predicted | known | goodput at 1.2, predicted "
+            "| known |"
+        ),
         "|---|---|---|---|---|---|",
     ]
     for profile, scenario in _points(slo_k):
@@ -374,8 +383,8 @@ def worth_lengths() -> str:
         out.append(
             f"| {profile} | {scenario} | {_cell(slo_e.get((*key, 0.95, 'edgemon')))} | "
             f"{_cell(slo_k.get((*key, 0.95, 'edgemon')))} | "
-            f"{_cell(good_e.get((*key, at, 'edgemon')), True)} | "
-            f"{_cell(good_k.get((*key, at, 'edgemon')), True)} |"
+            f"{_cell(good_e.get((*key, at, 'edgemon')), percent=True)} | "
+            f"{_cell(good_k.get((*key, at, 'edgemon')), percent=True)} |"
         )
     return "\n".join(out)
 
