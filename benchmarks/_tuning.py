@@ -9,9 +9,9 @@ the rate a box can be sized for. Found by bisection over load for each seed
 operator could set without edgemon (`--max-num-seqs N` with `--max-num-queued-reqs M`, or
 with `--max-num-queued-tokens T`, and chunked prefill's `--max-num-batched-tokens B
 --long-prefill-token-threshold L`), chosen by the best mean goodput across the scenarios and
-loads on training seeds. The grid: N from N*−3 to N*+1; M − N in {0, 2, 4, 8, 16} and no M;
-T in {1, 2, 4, 8} mean prompts; then chunked prefill (B in {128, 256}, L none or 64) on the
-three best of those.
+loads on training seeds. The grid: N from N*−3 to N*+1 (widened two at a time while the
+best N lies on its edge); M − N in {0, 2, 4, 8, 16} and no M; T in {1, 2, 4, 8} mean prompts;
+then chunked prefill (B in {128, 256}, L none or 64) on the three best of those.
 
 Runs go to a process pool (`jobs`), each a pure virtual run: the figures do not depend on
 how many run at once.
@@ -64,12 +64,13 @@ def slo_capacities(
     return searches
 
 
-def static_grid(profile: Profile) -> list[str]:
-    """The static configurations the tuning tries first (see the module doc)."""
+def static_grid(profile: Profile, sizes: Iterable[int] | None = None) -> list[str]:
+    """The static configurations the tuning tries first, for each batch size N of `sizes`
+    (default N*−3 to N*+1; see the module doc)."""
     n_star = profile.realtime_concurrency()
     prompt = profile.workload.mean_prompt_tokens()
     out: list[str] = []
-    for n in range(max(1, n_star - 3), n_star + 2):
+    for n in range(max(1, n_star - 3), n_star + 2) if sizes is None else sizes:
         out.append(f"cap:{n}")
         out.extend(f"queued:{n}:{n + extra}" for extra in QUEUE_EXTRA)
         out.extend(f"tokens:{n}:{math.ceil(k * prompt)}" for k in PROMPTS)
@@ -79,13 +80,29 @@ def static_grid(profile: Profile) -> list[str]:
 def tune(
     measure: Callable[[Iterable[Point]], list[float]],
     points_of: Callable[[str], list[Point]],
-    grid: Sequence[str],
+    profile: Profile,
 ) -> list[tuple[float, str]]:
-    """Every configuration of `grid` and chunked prefill on the best of them, by mean goodput
-    over their points (`points_of(policy)`, measured by `measure`), best first."""
-    ranked = _ranked(measure, points_of, grid)
+    """The grid of `profile`, widened by two batch sizes at a time while the best
+    configuration's `--max-num-seqs` lies on its edge, then chunked prefill on the three best;
+    every configuration by mean goodput over its points (`points_of(policy)`, measured by
+    `measure`), best first."""
+    n_star = profile.realtime_concurrency()
+    sizes = list(range(max(1, n_star - 3), n_star + 2))
+    ranked = _ranked(measure, points_of, static_grid(profile, sizes))
+    while True:
+        best = _batch_size(ranked[0][1])
+        wider = [n for n in (best - 2, best - 1, best + 1, best + 2) if n >= 1 and n not in sizes]
+        if not wider or min(sizes) < best < max(sizes):
+            break
+        sizes += wider
+        ranked = _best_first([*ranked, *_ranked(measure, points_of, static_grid(profile, wider))])
     chunked = [f"{label}+{c}" for _, label in ranked[:CHUNKED_ON] for c in CHUNKED]
     return _best_first([*ranked, *_ranked(measure, points_of, chunked)])
+
+
+def _batch_size(label: str) -> int:
+    """The `--max-num-seqs` of a static configuration (`cap:N`, `queued:N:M`, `tokens:N:T`)."""
+    return int(label.split("+", 1)[0].split(":", 2)[1])
 
 
 def _best_first(ranked: list[tuple[float, str]]) -> list[tuple[float, str]]:
@@ -154,7 +171,7 @@ def run_searches(args: Any, say: TextIO) -> list[dict[str, Any]]:
                     for seed in args.seed_list
                 ]
 
-            ranked = tune(runner.goodput, points_of, static_grid(args.profile_used))
+            ranked = tune(runner.goodput, points_of, args.profile_used)
             rows.append(
                 {
                     "kind": "tuned",

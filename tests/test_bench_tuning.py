@@ -69,17 +69,35 @@ def test_a_target_missed_at_the_low_bound_or_met_at_the_high_one_says_so() -> No
 
 def test_tuning_ranks_by_mean_goodput_and_tries_chunked_prefill_on_the_best() -> None:
     """The best configuration by mean over its points comes first; chunked prefill is tried
-    on the three best of the grid, and only on them."""
-    grid = ["cap:9", "cap:10", "queued:10:10", "queued:10:12"]
-    score = {"cap:9": 0.5, "cap:10": 0.6, "queued:10:10": 0.8, "queued:10:12": 0.7}
+    on the three best of the grid, and only on them; a tie within a tenth of a point goes to
+    the configuration with fewer flags."""
+    score = {"queued:12:12": 0.8, "queued:12:14": 0.7, "cap:12": 0.6}
 
     def measure(points: Iterable[Point]) -> list[float]:
-        return [score.get(p.policy, score.get(p.policy.split("+")[0], 0) + 0.01) for p in points]
+        return [score.get(p.policy, 0.5 if "+" not in p.policy else 0.80001) for p in points]
 
-    ranked = tune(measure, lambda label: [base(label, s) for s in (1, 2)], grid)
-    assert ranked[0][1].startswith("queued:10:10+chunked")
+    ranked = tune(measure, lambda label: [base(label, s) for s in (1, 2)], JETSON)
+    assert ranked[0][1] == "queued:12:12"
     chunked = {label.split("+")[0] for _, label in ranked if "+" in label}
-    assert chunked == {"queued:10:10", "queued:10:12", "cap:10"}
+    assert chunked == {"queued:12:12", "queued:12:14", "cap:12"}
+    assert {_batch(label) for _, label in ranked} == set(range(9, 14))
+
+
+def test_the_grid_widens_while_the_best_is_on_its_edge() -> None:
+    """When smaller batches keep winning, the grid grows below N*−3 until the best batch is
+    inside it (here 5, so 4 is tried and 3 is not needed)."""
+
+    def measure(points: Iterable[Point]) -> list[float]:
+        return [1.0 - abs(_batch(p.policy) - 5) / 10 for p in points]
+
+    ranked = tune(measure, lambda label: [base(label)], JETSON)
+    assert _batch(ranked[0][1]) == 5
+    assert min(_batch(label) for _, label in ranked) == 3
+    assert max(_batch(label) for _, label in ranked) == 13
+
+
+def _batch(label: str) -> int:
+    return int(label.split("+", 1)[0].split(":", 2)[1])
 
 
 def test_the_grid_spans_caps_queues_and_backlogs_around_n_star() -> None:
