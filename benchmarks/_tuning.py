@@ -11,7 +11,8 @@ with `--max-num-queued-tokens T`, and chunked prefill's `--max-num-batched-token
 --long-prefill-token-threshold L`), chosen by the best mean goodput across the scenarios and
 loads on training seeds. The grid: N from N*−3 to N*+1 (widened two at a time while the
 best N lies on its edge); M − N in {0, 2, 4, 8, 16} and no M; T in {1, 2, 4, 8} mean prompts;
-then chunked prefill (B in {128, 256}, L none or 64) on the three best of those.
+then chunked prefill (B 128 or 256, with 256 a threshold L of a quarter or half the mean
+prompt) on the three best of those.
 
 Runs go to a process pool (`jobs`), each a pure virtual run: the figures do not depend on
 how many run at once.
@@ -39,8 +40,16 @@ QUEUE_EXTRA = (0, 2, 4, 8, 16)
 """`--max-num-queued-reqs` − `--max-num-seqs` on the grid."""
 PROMPTS = (1, 2, 4, 8)
 """`--max-num-queued-tokens` on the grid, in mean prompts."""
-CHUNKED = ("chunked:128", "chunked:256", "chunked:128:64", "chunked:256:64")
-"""Chunked prefill's settings, tried on the best of the rest."""
+
+
+def chunked_settings(profile: Profile) -> list[str]:
+    """Chunked prefill's settings, tried on the best of the rest: a token budget of 128 or 256,
+    and with 256 a long-prefill threshold of a quarter or half the mean prompt."""
+    prompt = profile.workload.mean_prompt_tokens()
+    thresholds = (math.ceil(prompt / 4), math.ceil(prompt / 2))
+    return ["chunked:128", "chunked:256", *(f"chunked:256:{t}" for t in thresholds)]
+
+
 CHUNKED_ON = 3
 """How many of the best configurations chunked prefill is tried on."""
 
@@ -96,7 +105,8 @@ def tune(
             break
         sizes += wider
         ranked = _best_first([*ranked, *_ranked(measure, points_of, static_grid(profile, wider))])
-    chunked = [f"{label}+{c}" for _, label in ranked[:CHUNKED_ON] for c in CHUNKED]
+    options = chunked_settings(profile)
+    chunked = [f"{label}+{c}" for _, label in ranked[:CHUNKED_ON] for c in options]
     return _best_first([*ranked, *_ranked(measure, points_of, chunked)])
 
 

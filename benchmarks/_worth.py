@@ -61,9 +61,17 @@ def comparison(profile: Profile, ranking: list[str]) -> list[str]:
         *ranking[:CEILING_GRID],
         *PEERS,
         SHIPPED_LABEL,
+        *([with_prefill] if (with_prefill := prefill_flags(ranking[0])) else []),
         *ABLATIONS.values(),
         THROTTLE.format(margin=margin),
     ]
+
+
+def prefill_flags(tuned: str) -> str | None:
+    """edgemon with the tuned configuration's chunked-prefill flags, if it has any: the same
+    vLLM flags under edgemon's scheduler (None: it has none)."""
+    parts = [p for p in tuned.split("+") if p.startswith("chunked:")]
+    return f"{SHIPPED_LABEL}+{parts[0]}" if parts else None
 
 
 def _spread(values: list[float], fmt: str) -> str:
@@ -328,8 +336,10 @@ def summary(rows: list[Row], lengths: str = "eos") -> list[Row]:
         for (profile, scenario, at), table in sorted(tables.items()):
             margin = f"{PROFILES[profile].margin_ms:g}" if profile in PROFILES else ""
             best, _ = figures.ceiling(profile, table)
+            with_prefill = prefill_flags(figures.tuned.get(profile, ""))
             roles = {
                 "edgemon": SHIPPED_LABEL,
+                **({"edgemon, tuned prefill": with_prefill} if with_prefill else {}),
                 "tuned": figures.tuned.get(profile, ""),
                 "ceiling": best,
                 "open": "open",
