@@ -1,4 +1,4 @@
-"""The deadline policy (`edgemon.integrations.deadlines`) fed from a vLLM V1 scheduler.
+"""The deadline policy (`edgemon.policy.deadlines`) fed from a vLLM V1 scheduler.
 
 `DeadlineDriver` is the part of edgemon's vLLM schedulers that turns what the scheduler sees
 into the policy's inputs and the policy's answers into queue operations:
@@ -8,7 +8,7 @@ into the policy's inputs and the policy's answers into queue operations:
   timed, since the engine may then idle until the next request) with what it batched
   (decodes and prompt tokens, from its ``SchedulerOutput``); the running requests and their
   prompts, the tokens (one codec frame each) they emitted and their ``max_tokens``, from which
-  the policy predicts what each has left (`edgemon.integrations.lengths`); the waiting
+  the policy predicts what each has left (`edgemon.policy.lengths`); the waiting
   queue with each request's ``arrival_time`` (the API server's wall clock, seconds) and
   prompt length; the lengths of requests that finished; and whether edgemon's gate holds
   this step.
@@ -32,7 +32,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from edgemon.integrations.deadlines import (
+from edgemon.integrations.shed import start_slo_from_environ
+from edgemon.policy.deadlines import (
     GUARD_MS,
     Deadlines,
     DeadlineSettings,
@@ -40,14 +41,13 @@ from edgemon.integrations.deadlines import (
     Throttle,
     Waiting,
 )
-from edgemon.integrations.realtime import FRAME_MS
-from edgemon.integrations.shed import start_slo_from_environ
+from edgemon.policy.realtime import FRAME_MS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from edgemon.integrations.deadlines import StepPlan
-    from edgemon.integrations.realtime import RealtimeAdmission
+    from edgemon.policy.deadlines import StepPlan
+    from edgemon.policy.realtime import RealtimeAdmission
 
 __all__ = [
     "ENV_DEADLINES",

@@ -33,7 +33,7 @@ from edgemon.integrations._vllm_deadlines import DeadlineDriver
 
 if TYPE_CHECKING:
     from edgemon.integrations._admission import AdmissionControl
-    from edgemon.integrations.realtime import RealtimeAdmission
+    from edgemon.policy.realtime import RealtimeAdmission
 
 __all__ = ["DeadlineScheduling"]
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from edgemon.client import _mqtt
 from edgemon.integrations._retained import RetainedLink
 from edgemon.integrations.capacity_topic import CapacityReading, TopicConfig, read_capacity
-from edgemon.integrations.deadlines import START_SLO_MS
+from edgemon.policy.deadlines import START_SLO_MS
 from edgemon.protocol import (
     CAPACITY_MAX_AGE_MS,
     MAX_START_WAIT_MS,

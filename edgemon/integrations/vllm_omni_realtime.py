@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from vllm_omni.config.stage_config import PipelineConfig
 
-    from edgemon.integrations.realtime import RealtimeAdmission
+    from edgemon.policy.realtime import RealtimeAdmission
 
 __all__ = [
     "REALTIME_SUFFIX",

@@ -4,7 +4,7 @@
 (or ``EdgemonRealtimeAsyncScheduler``). Everything `edgemon.integrations.vllm.EdgemonScheduler`
 does (the gate from ``EDGEMON_GATE_*``) stays; on top of it, a step admits no request beyond
 the concurrency whose decode step, as this scheduler measures it, fits in one codec frame
-(`edgemon.integrations.realtime.RealtimeAdmission`; ``EDGEMON_REALTIME_FRAME_MS``, default 80,
+(`edgemon.policy.realtime.RealtimeAdmission`; ``EDGEMON_REALTIME_FRAME_MS``, default 80,
 the frame of Qwen3-TTS's 12.5 Hz codec; ``0`` turns real-time admission off).
 
 How it measures: a step's duration is the time from its ``schedule()`` call to the next one,
@@ -36,8 +36,8 @@ from vllm.v1.core.sched.request_queue import create_request_queue
 
 from edgemon.integrations._admission import put_back
 from edgemon.integrations._vllm_deadlines import composition
-from edgemon.integrations.realtime import FRAME_MS, RealtimeAdmission
 from edgemon.integrations.vllm import EdgemonScheduler
+from edgemon.policy.realtime import FRAME_MS, RealtimeAdmission
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from edgemon.client import ThrottleGate
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.policy.realtime import RealtimeAdmission
 
 from harness import FlagGate, Step, build_scheduler, make_request, run_step, waiting_ids
 from mqtt_probe import probe

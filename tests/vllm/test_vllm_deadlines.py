@@ -5,7 +5,7 @@ model's step times and the requests' arrival clock.
 
 The policy knows no request's length: it predicts what a running request has left from its
 prompt and the frames it emitted, by the lengths of requests that finished
-(`edgemon.integrations.lengths`), and `max_tokens` only caps that. A test that needs
+(`edgemon.policy.lengths`), and `max_tokens` only caps that. A test that needs
 requests to be long first lets requests that long finish; one that needs a request to end
 soon gives it a `max_tokens` below the prediction. (Here a request ends at its
 `max_tokens`: the harness's model never samples an end-of-sequence token.)"""
@@ -27,11 +27,11 @@ from vllm.v1.request import RequestStatus
 
 from edgemon.integrations._vllm_deadlines import DeadlineDriver, Mode, mode_from_environ
 from edgemon.integrations._vllm_shed import SHED_STOP_REASON
-from edgemon.integrations.deadlines import Deadlines, DeadlineSettings
-from edgemon.integrations.realtime import RealtimeAdmission
 from edgemon.integrations.shed import EdgemonShedMiddleware
 from edgemon.integrations.vllm import EdgemonScheduler
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
+from edgemon.policy.deadlines import Deadlines, DeadlineSettings
+from edgemon.policy.realtime import RealtimeAdmission
 
 from harness import FlagGate, build_scheduler, make_request, run_step, talker_classes, waiting_ids
 from mqtt_probe import probe

@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
 from edgemon.integrations._vllm_deadlines import DeadlineDriver
-from edgemon.integrations.deadlines import Deadlines, DeadlineSettings
-from edgemon.integrations.realtime import RealtimeAdmission
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
+from edgemon.policy.deadlines import Deadlines, DeadlineSettings
+from edgemon.policy.realtime import RealtimeAdmission
 
 from harness import (
     FlagGate,

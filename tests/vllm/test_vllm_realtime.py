@@ -13,12 +13,12 @@ from realtime_cases import *  # noqa: F403 - the shared real-time admission test
 from realtime_cases import ModelClock, steps
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from edgemon.integrations.realtime import RealtimeAdmission
 from edgemon.integrations.vllm_realtime import (
     EdgemonRealtimeAsyncScheduler,
     EdgemonRealtimeScheduler,
     admission_from_environ,
 )
+from edgemon.policy.realtime import RealtimeAdmission
 
 from harness import FlagGate, build_scheduler, make_request, run_step
 

@@ -1,5 +1,5 @@
-"""The deadline policy's terms: its settings, the requests and throttle it is shown, and the
-decisions and capacity it returns (`edgemon.integrations.deadlines` uses them and exports
+"""The deadline policy's values: its settings, the requests and throttle it is shown, and the
+decisions and capacity it returns (`edgemon.policy.deadlines` uses them and exports
 them again: import them from there).
 
 Plain values and the default SLOs; pure, no engine imported.
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from edgemon.integrations.realtime import FRAME_MS
+from edgemon.policy.realtime import FRAME_MS
 
 Verdict = Literal["admit", "queue", "shed"]
 """What happens to a request at arrival."""
