@@ -27,56 +27,21 @@ Pure of vLLM imports: the scheduler passes its requests in.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from edgemon.integrations.shed import start_slo_from_environ
-from edgemon.policy.deadlines import (
-    GUARD_MS,
-    Deadlines,
-    DeadlineSettings,
-    Running,
-    Throttle,
-    Waiting,
-)
-from edgemon.policy.realtime import FRAME_MS
+from edgemon.policy.deadlines import Deadlines, DeadlineSettings, Running, Throttle, Waiting
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable
 
+    from edgemon.environ import EngineEnviron
     from edgemon.policy.deadlines import StepPlan
     from edgemon.policy.realtime import RealtimeAdmission
+    from edgemon.policy.values import Mode
 
-__all__ = [
-    "ENV_DEADLINES",
-    "ENV_GUARD_MS",
-    "ENV_PREBUFFER_MS",
-    "ENV_SECOND_CHUNK_FRAMES",
-    "GUARD_MS",
-    "MODES",
-    "PREBUFFER_MS",
-    "SECOND_CHUNK_FRAMES",
-    "DeadlineDriver",
-    "Mode",
-    "composition",
-    "mode_from_environ",
-]
-
-ENV_DEADLINES = "EDGEMON_DEADLINES"
-ENV_GUARD_MS = "EDGEMON_DEADLINE_GUARD_MS"
-ENV_PREBUFFER_MS = "EDGEMON_DEADLINE_PREBUFFER_MS"
-ENV_SECOND_CHUNK_FRAMES = "EDGEMON_DEADLINE_SECOND_CHUNK_FRAMES"
-#: What a listener's first audio still needs, fixed part, once the engine made it: the
-#: cushion of a player that prebuffers as docs/client.md recommends (200 ms) and the delivery
-#: on the box's own network (a few milliseconds). The simulated players use the same.
-PREBUFFER_MS = 200.0
-#: The frames of the second chunk, which such a player waits for before it starts (it starts
-#: with the second chunk announced): vLLM-Omni's ``codec_chunk_frames`` for Qwen3-TTS, 25.
-SECOND_CHUNK_FRAMES = 25
-Mode = Literal["off", "hold", "shed"]
-MODES: tuple[Mode, ...] = ("off", "hold", "shed")
+__all__ = ["DeadlineDriver", "composition", "deadline_settings"]
 
 
 def composition(output: Any) -> tuple[int, int] | None:
@@ -98,70 +63,19 @@ def split_resumed(waiting: Iterable[Any]) -> tuple[list[Any], list[Any]]:
     return fresh, back
 
 
-def mode_from_environ(environ: Mapping[str, str]) -> Mode:
-    """``EDGEMON_DEADLINES``: off (default), hold or shed; else ValueError naming it."""
-    text = environ.get(ENV_DEADLINES, "").strip().lower() or "off"
-    for mode in MODES:
-        if text == mode:
-            return mode
-    raise ValueError(f"{ENV_DEADLINES}: {text!r} is not one of {', '.join(MODES)}")
-
-
-def guard_from_environ(environ: Mapping[str, str]) -> float:
-    """``EDGEMON_DEADLINE_GUARD_MS`` (default `GUARD_MS`): milliseconds ≥ 0, else ValueError
-    naming the variable."""
-    return _number(environ, ENV_GUARD_MS, GUARD_MS, "a number of milliseconds ≥ 0")
-
-
-def _number(
-    environ: Mapping[str, str], name: str, default: float, what: str, *, whole: bool = False
-) -> float:
-    """Variable `name` as a finite number ≥ 0 (`whole`: an integer), `default` when unset;
-    else ValueError saying it is not `what`."""
-    text = environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0 and (value.is_integer() or not whole)):
-        raise ValueError(f"{name}: {text!r} is not {what}")
-    return value
-
-
-def settings_from_environ(
-    environ: Mapping[str, str], mode: Mode, *, token_budget: int | None = None
+def deadline_settings(
+    environ: EngineEnviron, *, token_budget: int | None = None
 ) -> DeadlineSettings:
-    """The policy's settings: the start SLO (``EDGEMON_SLO_START_MS``), the guard
-    (``EDGEMON_DEADLINE_GUARD_MS``), what the players' prebuffer adds to a start
-    (``EDGEMON_DEADLINE_PREBUFFER_MS``, ``EDGEMON_DEADLINE_SECOND_CHUNK_FRAMES``), the frame
-    (``EDGEMON_REALTIME_FRAME_MS`` when set and > 0), shedding as `mode` says, and the
-    scheduler's prompt-token budget per step. A bad value raises ValueError naming it."""
-    frame = environ.get("EDGEMON_REALTIME_FRAME_MS", "").strip()
-    try:
-        frame_ms = float(frame) if frame else FRAME_MS
-    except ValueError:
-        frame_ms = FRAME_MS  # the real-time admission refuses it, naming the variable
-    if not (math.isfinite(frame_ms) and frame_ms > 0):
-        frame_ms = FRAME_MS
+    """The policy's settings from the engine's variables: the start SLO, the guard, what the
+    players' prebuffer adds to a start, the frame, shedding as the mode says; and the
+    scheduler's prompt-token budget per step."""
     return DeadlineSettings(
-        start_slo_ms=start_slo_from_environ(environ),
-        guard_ms=guard_from_environ(environ),
-        prebuffer_ms=_number(
-            environ, ENV_PREBUFFER_MS, PREBUFFER_MS, "a number of milliseconds ≥ 0"
-        ),
-        second_chunk_frames=int(
-            _number(
-                environ,
-                ENV_SECOND_CHUNK_FRAMES,
-                SECOND_CHUNK_FRAMES,
-                "a whole number of frames ≥ 0",
-                whole=True,
-            )
-        ),
-        frame_ms=frame_ms,
-        shed=mode == "shed",
+        start_slo_ms=environ.slo_start_ms,
+        guard_ms=environ.deadline_guard_ms,
+        prebuffer_ms=environ.deadline_prebuffer_ms,
+        second_chunk_frames=environ.deadline_second_chunk_frames,
+        frame_ms=environ.frame_ms,
+        shed=environ.deadlines == "shed",
         token_budget=token_budget,
         estimate_headroom=True,
     )
@@ -184,19 +98,18 @@ class DeadlineDriver:
     @classmethod
     def from_environ(
         cls,
-        environ: Mapping[str, str],
+        environ: EngineEnviron,
         admission: RealtimeAdmission | None,
         max_num_seqs: int | None,
         *,
         token_budget: int | None = None,
         wall: Callable[[], float] | None = None,
     ) -> DeadlineDriver:
-        """As ``EDGEMON_DEADLINES``, ``EDGEMON_SLO_START_MS`` and ``EDGEMON_DEADLINE_GUARD_MS``
-        say (ValueError naming a bad variable)."""
-        mode = mode_from_environ(environ)
-        settings = settings_from_environ(environ, mode, token_budget=token_budget)
+        """As the engine's variables say (``EDGEMON_DEADLINES``, ``EDGEMON_SLO_START_MS``,
+        ``EDGEMON_DEADLINE_*``)."""
+        settings = deadline_settings(environ, token_budget=token_budget)
         policy = Deadlines(settings, admission, max_num_seqs=max_num_seqs)
-        return cls(policy, mode, wall=wall)
+        return cls(policy, environ.deadlines, wall=wall)
 
     @property
     def plans(self) -> bool:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.request_queue import create_request_queue
 
+from edgemon.environ import read_engine_environ
 from edgemon.integrations._admission import admitted_any, put_back
 from edgemon.integrations._vllm_deadlines import DeadlineDriver
 
@@ -54,7 +55,7 @@ class DeadlineScheduling:
         """The deadline policy, reading `admission`'s real-time limit (None: none)."""
         given = self._edgemon_given_driver
         self._edgemon_driver = given or DeadlineDriver.from_environ(
-            os.environ,
+            read_engine_environ(os.environ),
             admission,
             getattr(self, "max_num_running_reqs", None),
             token_budget=getattr(self, "max_num_scheduled_tokens", None),

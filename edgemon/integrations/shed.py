@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgemon.client import _mqtt
+from edgemon.environ import read_engine_environ
 from edgemon.integrations._retained import RetainedLink
 from edgemon.integrations.capacity_topic import CapacityReading, TopicConfig, read_capacity
-from edgemon.policy.deadlines import START_SLO_MS
 from edgemon.protocol import (
     CAPACITY_MAX_AGE_MS,
     MAX_START_WAIT_MS,
@@ -65,35 +65,10 @@ if TYPE_CHECKING:
     Send = Callable[[Message], Awaitable[None]]
     App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = [
-    "DEFAULT_START_SLO_MS",
-    "ENV_START_SLO_MS",
-    "GENERATION_PATHS",
-    "CapacityView",
-    "EdgemonShedMiddleware",
-    "Refusal",
-    "start_slo_from_environ",
-]
+__all__ = ["GENERATION_PATHS", "CapacityView", "EdgemonShedMiddleware", "Refusal"]
 
-ENV_START_SLO_MS = "EDGEMON_SLO_START_MS"
-DEFAULT_START_SLO_MS = START_SLO_MS
 #: The endpoints that start generation work (vLLM's OpenAI server, vLLM-Omni's speech).
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/audio/speech"})
-
-
-def start_slo_from_environ(environ: Mapping[str, str]) -> float:
-    """``EDGEMON_SLO_START_MS`` (default 3000): a number of milliseconds > 0, else ValueError
-    naming the variable."""
-    text = environ.get(ENV_START_SLO_MS, "").strip()
-    if not text:
-        return DEFAULT_START_SLO_MS
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{ENV_START_SLO_MS}: {text!r} is not a number of milliseconds > 0")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,12 +262,20 @@ class EdgemonShedMiddleware:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         """vLLM calls ``EdgemonShedMiddleware(app)``: the view and the SLO come from the
-        environment (a bad value raises ValueError naming the variable: the server does not
+        environment (``EDGEMON_GATE_*``, ``EDGEMON_SLO_START_MS``; bad values raise
+        `edgemon.environ.EnvironError` naming each variable: the server does not
         start). ``view`` and ``slo_ms`` hand in the caller's own."""
-        env = os.environ if environ is None else environ
         self.app = app
-        self.slo_ms = start_slo_from_environ(env) if slo_ms is None else slo_ms
-        self.view = CapacityView.from_environ(env) if view is None else view
+        self.view: CapacityView | None = view
+        if view is not None and slo_ms is not None:
+            self.slo_ms = slo_ms
+            return
+        engine = read_engine_environ(os.environ if environ is None else environ)
+        self.slo_ms = engine.slo_start_ms if slo_ms is None else slo_ms
+        if view is None:
+            config = TopicConfig.from_gate(engine.gate)
+            view = None if config is None else CapacityView(config).open()
+        self.view = view
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Refuse (503) or pass the request on."""

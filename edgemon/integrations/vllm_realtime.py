@@ -26,7 +26,6 @@ measures. The capacity object's ``realtime_streams`` is the measured limit.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -34,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 
+from edgemon.environ import REALTIME_FRAME_MS, read_variable
 from edgemon.integrations._admission import put_back
 from edgemon.integrations._vllm_deadlines import composition
 from edgemon.integrations.vllm import EdgemonScheduler
-from edgemon.policy.realtime import FRAME_MS, RealtimeAdmission
+from edgemon.policy.realtime import RealtimeAdmission
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -53,23 +53,11 @@ __all__ = [
     "admission_from_environ",
 ]
 
-ENV_FRAME_MS = "EDGEMON_REALTIME_FRAME_MS"
-
 
 def admission_from_environ(environ: Mapping[str, str]) -> RealtimeAdmission | None:
     """Real-time admission as ``EDGEMON_REALTIME_FRAME_MS`` says (default 80 ms; 0: none):
-    a decode step may take that frame.
-
-    A value that is not a number ≥ 0 raises ValueError naming the variable."""
-    text = environ.get(ENV_FRAME_MS, "").strip()
-    if not text:
-        return RealtimeAdmission(FRAME_MS)
-    try:
-        frame_ms = float(text)
-    except ValueError:
-        frame_ms = math.nan
-    if not (math.isfinite(frame_ms) and frame_ms >= 0):
-        raise ValueError(f"{ENV_FRAME_MS}: {text!r} is not a number of milliseconds ≥ 0")
+    a decode step may take that frame. A bad value raises `EnvironError` naming it."""
+    frame_ms = read_variable(environ, REALTIME_FRAME_MS)
     return None if frame_ms == 0 else RealtimeAdmission(frame_ms)
 
 

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 from vllm.v1.request import RequestStatus
 
-from edgemon.integrations._vllm_deadlines import DeadlineDriver, Mode, mode_from_environ
+from edgemon.integrations._vllm_deadlines import DeadlineDriver
 from edgemon.integrations._vllm_shed import SHED_STOP_REASON
 from edgemon.integrations.shed import EdgemonShedMiddleware
 from edgemon.integrations.vllm import EdgemonScheduler
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from starlette.requests import Request
+
+    from edgemon.policy.values import Mode
 
 T = 30.0  # generous: a loaded machine
 DEVICE = "box-1"
@@ -380,12 +382,3 @@ def _eventually(check: Any, timeout: float = T) -> bool:
             return False
         time.sleep(0.02)
     return True
-
-
-def test_the_mode_setting() -> None:
-    """EDGEMON_DEADLINES is off (default), hold or shed; anything else stops the start naming
-    the variable."""
-    assert mode_from_environ({}) == "off"
-    assert mode_from_environ({"EDGEMON_DEADLINES": " Shed "}) == "shed"
-    with pytest.raises(ValueError, match="EDGEMON_DEADLINES"):
-        mode_from_environ({"EDGEMON_DEADLINES": "drop"})
