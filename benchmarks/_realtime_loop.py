@@ -47,11 +47,11 @@ from _vllm_engine import VllmEngine  # noqa: E402
 from edgemon.broker_url import Broker, parse_broker_url  # noqa: E402
 from edgemon.client import Reporter, ThrottleGate  # noqa: E402
 from edgemon.integrations._vllm_deadlines import DeadlineDriver  # noqa: E402
-from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig  # noqa: E402
-from edgemon.integrations.shed import CapacityView  # noqa: E402
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler  # noqa: E402
 from edgemon.policy.deadlines import START_SLO_MS, Deadlines  # noqa: E402
 from edgemon.policy.realtime import RealtimeAdmission  # noqa: E402
+from edgemon.shedding.middleware import CapacityView  # noqa: E402
+from edgemon.shedding.topic import CapacityPublisher, TopicConfig  # noqa: E402
 from edgemon.simulate.loop import prebuffer_ms  # noqa: E402
 from edgemon.simulate.players import Delivery  # noqa: E402
 from edgemon.simulate.realtime import Box  # noqa: E402

@@ -33,7 +33,7 @@ from harness import make_request, run_step
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from edgemon.integrations.shed import CapacityView
+    from edgemon.shedding.middleware import CapacityView
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request
 

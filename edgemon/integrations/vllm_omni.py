@@ -52,7 +52,7 @@ from edgemon.integrations._admission import (
 from edgemon.integrations._versions import check_version
 from edgemon.integrations._vllm_planned import DeadlineScheduling
 from edgemon.integrations._vllm_shed import EngineReport
-from edgemon.integrations.capacity_topic import CapacityPublisher
+from edgemon.shedding.topic import CapacityPublisher
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, MutableMapping

@@ -27,11 +27,11 @@ from vllm.v1.request import RequestStatus
 
 from edgemon.integrations._vllm_deadlines import DeadlineDriver
 from edgemon.integrations._vllm_shed import SHED_STOP_REASON
-from edgemon.integrations.shed import EdgemonShedMiddleware
 from edgemon.integrations.vllm import EdgemonScheduler
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
 from edgemon.policy.deadlines import Deadlines, DeadlineSettings
 from edgemon.policy.realtime import RealtimeAdmission
+from edgemon.shedding.middleware import EdgemonShedMiddleware
 
 from harness import FlagGate, build_scheduler, make_request, run_step, talker_classes, waiting_ids
 from mqtt_probe import probe

@@ -19,13 +19,13 @@ from vllm.entrypoints.launchers.app import build_app
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-from edgemon.integrations.capacity_topic import TopicConfig
-from edgemon.integrations.shed import (
+from edgemon.shedding.middleware import (
     GENERATION_PATHS,
     CapacityView,
     EdgemonShedMiddleware,
     Refusal,
 )
+from edgemon.shedding.topic import TopicConfig
 
 from brokers import free_port
 from mqtt_probe import Probe, probe

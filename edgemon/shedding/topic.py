@@ -39,15 +39,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from edgemon.client import _mqtt
+from edgemon.client import mqtt as _mqtt
 from edgemon.environ import read_gate_environ
-from edgemon.integrations._retained import RetainedLink
 from edgemon.protocol import (
     CAPACITY_REFRESH_S,
     MAX_START_WAIT_MS,
     MAX_TIME_MS,
     SHED_BURST,
 )
+from edgemon.shedding._retained import RetainedLink
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
