@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from edgemon.integrations._vllm_shed import SHED_STOP_REASON
+from edgemon.integrations._vllm_report import SHED_STOP_REASON
 from edgemon.policy.announced import next_estimate
 from edgemon.policy.deadlines import START_SLO_MS
 from edgemon.simulate.engine import Frames, Step

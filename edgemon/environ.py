@@ -131,10 +131,11 @@ def _number(what: str, accept: Callable[[float], bool]) -> Callable[[str], float
 
 
 _milliseconds = _number("a number of milliseconds ≥ 0", lambda ms: ms >= 0)
+_whole = _number("a whole number of frames ≥ 0", lambda n: n >= 0 and n.is_integer())
 
 
 def _frames(text: str) -> int:
-    return int(_number("a whole number of frames ≥ 0", lambda n: n >= 0 and n.is_integer())(text))
+    return int(_whole(text))
 
 
 def _mode(text: str) -> Mode:

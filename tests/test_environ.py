@@ -14,7 +14,7 @@ from edgemon.environ import (
     read_gate_environ,
     read_variable,
 )
-from edgemon.integrations._vllm_deadlines import deadline_settings
+from edgemon.integrations._deadlines import deadline_settings
 from edgemon.integrations.plugin import wanted
 
 if TYPE_CHECKING:

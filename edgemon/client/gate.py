@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from types import TracebackType
 
+    from edgemon.environ import GateEnviron
+
 __all__ = ["ALL_DEVICES", "DeviceThrottle", "GateState", "GateStats", "ThrottleGate"]
 
 
@@ -130,7 +132,12 @@ class ThrottleGate:
         logged as a warning.
         """
         gate = read_gate_environ(environ)
-        return None if gate is None else cls(gate.broker_url, gate.device, **gate.gate_keywords())
+        return None if gate is None else cls.from_gate_environ(gate)
+
+    @classmethod
+    def from_gate_environ(cls, gate: GateEnviron) -> ThrottleGate:
+        """A gate (not opened) from the gate's variables as `edgemon.environ` read them."""
+        return cls(gate.broker_url, gate.device, **gate.gate_keywords())
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> Self:

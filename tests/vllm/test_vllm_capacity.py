@@ -12,7 +12,7 @@ pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
 from realtime_cases import ModelClock, steps
 
-from edgemon.integrations._vllm_shed import SHED_STOP_REASON
+from edgemon.integrations._vllm_report import SHED_STOP_REASON
 from edgemon.integrations.vllm import EdgemonScheduler
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
 from edgemon.policy.realtime import RealtimeAdmission

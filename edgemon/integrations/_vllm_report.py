@@ -14,7 +14,7 @@ because their start deadline could no longer be met, and the capacity object.
 - **The capacity object.** After every step the scheduler hands its figures to the
   `CapacityPublisher` (which publishes only on change, from its own thread).
 
-Every call into vLLM here is guarded by the caller (`GatedScheduler`): on an exception the
+Every call into vLLM here is guarded by the caller (`StepDriver`): on an exception the
 step goes on as vLLM's own, counted and logged once.
 """
 
