@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
-from realtime_cases import ModelClock, steps
+from realtime_cases import ModelClock, roomy, steps
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -90,22 +90,6 @@ def _arrive(
 ) -> None:
     scheduler.add_request(
         make_request(request_id, prompt, max_tokens=max_tokens, arrival_time=clock.now_s)
-    )
-
-
-def _realtime(
-    tiny_model: Path, clock: ModelClock, admission: RealtimeAdmission, **kwargs: Any
-) -> Any:
-    """An `EdgemonRealtimeScheduler` with room for 32 requests, timed by `clock`."""
-    return build_scheduler(
-        EdgemonRealtimeScheduler,
-        tiny_model,
-        max_num_seqs=32,
-        max_num_batched_tokens=512,
-        edgemon_gate=FlagGate(),
-        edgemon_realtime=admission,
-        edgemon_clock=clock,
-        **kwargs,
     )
 
 
@@ -327,7 +311,9 @@ def test_real_time_admission_is_the_plans_limit(tiny_model: Path) -> None:
     clock = ModelClock()
     admission = RealtimeAdmission(80.0)
     deadlines = _deadlines("hold", admission=admission, max_num_seqs=32)
-    scheduler = _realtime(tiny_model, clock, admission, edgemon_deadlines=deadlines)
+    scheduler = roomy(
+        EdgemonRealtimeScheduler, tiny_model, clock, admission, edgemon_deadlines=deadlines
+    )
     _measure_the_batch(scheduler, clock)
     assert admission.limit == 12
     later = [f"c-{i}" for i in range(6)]
@@ -409,7 +395,7 @@ def test_one_clock_times_the_steps_for_real_time_admission_and_the_policy(
     monkeypatch.delenv("EDGEMON_GATE_DEVICE", raising=False)
     clock = ModelClock()
     admission = RealtimeAdmission(80.0)
-    scheduler = _realtime(tiny_model, clock, admission)
+    scheduler = roomy(EdgemonRealtimeScheduler, tiny_model, clock, admission)
     _measure_the_batch(scheduler, clock)
     assert admission.limit == 12
     for i in range(4):
