@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS
+from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS
 from edgemon.simulate.figures import row, run_virtual
 from edgemon.simulate.policies import policy
 

@@ -54,7 +54,7 @@ import aiohttp
 from _real_model import SPECIALS
 from _real_server import MODEL_NAME
 
-from edgemon.integrations.announced import ALPHA
+from edgemon.policy.announced import ALPHA
 from edgemon.simulate.engine import Frames
 from edgemon.simulate.players import Player, Score, score
 from edgemon.simulate.profiles import FRAME_MS
@@ -122,7 +122,7 @@ def stream_frames(request: Request) -> int:
 class StepEstimate:
     """The box's recent step duration, from the token intervals of every stream: an EWMA in
     which the `streams` intervals of one step weigh as one step (the `ALPHA` of
-    `edgemon.integrations.announced`)."""
+    `edgemon.policy.announced`)."""
 
     ms: float | None = None
     streams: int = 0

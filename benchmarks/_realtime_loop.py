@@ -46,12 +46,12 @@ from _vllm_engine import VllmEngine  # noqa: E402
 
 from edgemon.broker_url import Broker, parse_broker_url  # noqa: E402
 from edgemon.client import Reporter, ThrottleGate  # noqa: E402
-from edgemon.integrations._vllm_deadlines import DeadlineDriver  # noqa: E402
-from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig  # noqa: E402
-from edgemon.integrations.deadlines import START_SLO_MS, Deadlines  # noqa: E402
-from edgemon.integrations.realtime import RealtimeAdmission  # noqa: E402
-from edgemon.integrations.shed import CapacityView  # noqa: E402
+from edgemon.integrations._deadlines import VllmDeadlines  # noqa: E402
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler  # noqa: E402
+from edgemon.policy.deadlines import START_SLO_MS, Deadlines  # noqa: E402
+from edgemon.policy.realtime import RealtimeAdmission  # noqa: E402
+from edgemon.shedding.middleware import CapacityView  # noqa: E402
+from edgemon.shedding.topic import CapacityPublisher, TopicConfig  # noqa: E402
 from edgemon.simulate.loop import prebuffer_ms  # noqa: E402
 from edgemon.simulate.players import Delivery  # noqa: E402
 from edgemon.simulate.realtime import Box  # noqa: E402
@@ -153,7 +153,7 @@ class RealtimeStack:
             else None
         )
         engine_box: list[VllmEngine] = []
-        shedding = self._shedding(policy, device, admission, engine_box, start_slo_ms)
+        shedding = self._shedding(policy, device, admission, start_slo_ms)
         scheduler = build_scheduler(
             EdgemonRealtimeScheduler,
             self.model,
@@ -163,7 +163,8 @@ class RealtimeStack:
             max_model_len=MAX_MODEL_LEN,
             edgemon_gate=gate,
             edgemon_realtime=admission,
-            # Steps timed on the model's timeline (the driver's overshoots are not step time).
+            # Steps timed, and the deadline policy's now read, on the model's timeline (the
+            # driver's overshoots are not step time).
             edgemon_clock=lambda: engine_box[0].now_ms / 1000.0,
             **shedding,
         )
@@ -212,11 +213,10 @@ class RealtimeStack:
         policy: Policy,
         device: str,
         admission: RealtimeAdmission | None,
-        engine_box: list[VllmEngine],
         start_slo_ms: float,
     ) -> dict[str, Any]:
         """The scheduler's deadline policy and capacity publisher for `policy` (none without
-        `deadline:`), timed on the model's timeline as the real-time admission is."""
+        `deadline:`)."""
         if policy.deadlines is None:
             return {}
         profile = self.profile
@@ -230,10 +230,8 @@ class RealtimeStack:
             frame_ms=profile.frame_ms,
         )
         cap = policy.max_num_seqs or profile.max_num_seqs
-        driver = DeadlineDriver(
-            Deadlines(settings, admission, max_num_seqs=cap),
-            "shed" if settings.shed else "hold",
-            wall=lambda: engine_box[0].now_ms / 1000.0,
+        deadlines = VllmDeadlines(
+            Deadlines(settings, admission, max_num_seqs=cap), "shed" if settings.shed else "hold"
         )
         publisher = CapacityPublisher(TopicConfig(self._broker_config(), (device,))).open()
-        return {"edgemon_deadlines": driver, "edgemon_capacity": publisher}
+        return {"edgemon_deadlines": deadlines, "edgemon_capacity": publisher}

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from edgemon.integrations._vllm_shed import SHED_STOP_REASON
-from edgemon.integrations.announced import next_estimate
-from edgemon.integrations.deadlines import START_SLO_MS
+from edgemon.integrations._vllm_report import SHED_STOP_REASON
+from edgemon.policy.announced import next_estimate
+from edgemon.policy.deadlines import START_SLO_MS
 from edgemon.simulate.engine import Frames, Step
 
 from harness import make_request, run_step
@@ -33,7 +33,7 @@ from harness import make_request, run_step
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from edgemon.integrations.shed import CapacityView
+    from edgemon.shedding.middleware import CapacityView
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request
 

@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 
 from _slo_capacity import parse_bounds  # noqa: E402
 
-from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS  # noqa: E402
+from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row  # noqa: E402
 from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS, policy  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile, StepModel  # noqa: E402

@@ -61,8 +61,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from shipped_broker import ACL, launch_shipped
 
 from edgemon.broker_url import parse_broker_url
-from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig
-from edgemon.integrations.shed import CapacityView, EdgemonShedMiddleware
+from edgemon.shedding.middleware import CapacityView, EdgemonShedMiddleware
+from edgemon.shedding.topic import CapacityPublisher, TopicConfig
 
 from mqtt_probe import eventually
 

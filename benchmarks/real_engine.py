@@ -92,7 +92,7 @@ from _support import Edgemon, mosquitto  # noqa: E402
 from closed_loop import framed, loads, seeds  # noqa: E402
 
 from edgemon.client import Reporter  # noqa: E402
-from edgemon.integrations.deadlines import START_SLO_MS  # noqa: E402
+from edgemon.policy.deadlines import START_SLO_MS  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row  # noqa: E402
 from edgemon.simulate.players import percentile  # noqa: E402
 from edgemon.simulate.profiles import PROFILES  # noqa: E402

@@ -78,6 +78,30 @@ def valid_device_id(device: object) -> bool:
     )
 
 
+def check_device(device: str) -> str:
+    """A device id as a topic level: `[A-Za-z0-9._-]{1,64}`, not the reserved `_edgemon`."""
+    if device == RESERVED_DEVICE:
+        raise ValueError(f"device {device!r} is reserved: it names edgemon's own topics")
+    if not valid_device_id(device):
+        raise ValueError(f"device {device!r} must match {DEVICE_ID_PATTERN}")
+    return device
+
+
+def check_devices(devices: str) -> tuple[str, ...]:
+    """`+` (every device), one device id, or a comma-separated list of them: `("+",)` or the
+    ids, sorted, without repeats (blanks around a comma are ignored)."""
+    if not isinstance(devices, str):
+        raise ValueError(f"device {devices!r} must be an id, a comma-separated list or '+'")  # noqa: TRY004
+    if devices.strip() == "+":
+        return ("+",)
+    ids = [part.strip() for part in devices.split(",")]
+    for part in ids:
+        if part == "+":
+            raise ValueError(f"device {devices!r}: '+' stands alone, not in a list")
+        check_device(part)
+    return tuple(sorted(set(ids)))
+
+
 def valid_stream_id(stream: object) -> bool:
     """Whether `stream` can name a stream."""
     return isinstance(stream, str) and STREAM_ID.fullmatch(stream) is not None

@@ -5,9 +5,9 @@
 The engine is edgemon's simulated one (`edgemon.simulate.engine.TtsEngine`), stepped in real
 time as the demo does: each step sleeps its modelled duration, on the model's timeline. It
 runs edgemon's scheduler rules: real-time admission measured as edgemon's schedulers measure
-it (`edgemon.integrations.realtime.RealtimeAdmission`, fed each step's modelled duration;
+it (`edgemon.policy.realtime.RealtimeAdmission`, fed each step's modelled duration;
 until its steps have shown the real-time batch, the step model's own largest one bounds the
-running set) and the deadline policy (`edgemon.integrations.deadlines.Deadlines`): a request
+running set) and the deadline policy (`edgemon.policy.deadlines.Deadlines`): a request
 is admitted, queued or refused at arrival by its predicted start against the start SLO, and
 a queued one whose start deadline became infeasible is refused too.
 
@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any
 import aiomqtt
 from aiohttp import web
 
-from edgemon.integrations.deadlines import (
+from edgemon.policy.deadlines import (
     Deadlines,
     DeadlineSettings,
     Running,
     Waiting,
 )
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.policy.realtime import RealtimeAdmission
 from edgemon.protocol import CAPACITY_REFRESH_S
 from edgemon.simulate.engine import DeadlineHook, TtsEngine
 from edgemon.simulate.profiles import FRAME_MS, Profile, StepModel

@@ -1,10 +1,10 @@
-"""`edgemon.integrations.announced`: the step estimate behind a server's `eta_ms` hints."""
+"""`edgemon.policy.announced`: the step estimate behind a server's `eta_ms` hints."""
 
 from __future__ import annotations
 
 import pytest
 
-from edgemon.integrations.announced import ALPHA, next_estimate
+from edgemon.policy.announced import ALPHA, next_estimate
 
 
 def test_the_first_step_that_decodes_is_the_estimate() -> None:

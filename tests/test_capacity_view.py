@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from edgemon.broker_url import parse_broker_url
-from edgemon.integrations.capacity_topic import (
+from edgemon.protocol import CAPACITY_MAX_AGE_MS, SHED_BURST
+from edgemon.shedding.middleware import CapacityView, EdgemonShedMiddleware, Refusal
+from edgemon.shedding.topic import (
     MAX_SHED_SERVERS,
     CapacityPublisher,
     TopicConfig,
     read_capacity,
 )
-from edgemon.integrations.shed import CapacityView, EdgemonShedMiddleware, Refusal
-from edgemon.protocol import CAPACITY_MAX_AGE_MS, SHED_BURST
 
 from mqtt_probe import Probe, eventually, probe
 

@@ -1,4 +1,4 @@
-"""The deadline policy (`edgemon.integrations.deadlines`): feasibility, shedding at arrival,
+"""The deadline policy (`edgemon.policy.deadlines`): feasibility, shedding at arrival,
 bounded holds, admission order and the capacity figures, on a known step-time model."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgemon.integrations.deadlines import (
+from edgemon.policy.deadlines import (
     IDLE_PROBE_MS,
     Deadlines,
     DeadlineSettings,
@@ -17,7 +17,7 @@ from edgemon.integrations.deadlines import (
     Throttle,
     Waiting,
 )
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.policy.realtime import RealtimeAdmission
 
 BASE_MS, PER_SEQ_MS = 30.0, 4.0  # the jetson profile: 12 streams fit an 80 ms frame
 

@@ -19,9 +19,9 @@ import pytest
 from shipped_broker import ACL, CONF, launch_shipped
 
 from edgemon.broker_url import parse_broker_url
-from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig
-from edgemon.integrations.shed import CapacityView
 from edgemon.settings import LimitsSettings
+from edgemon.shedding.middleware import CapacityView
+from edgemon.shedding.topic import CapacityPublisher, TopicConfig
 
 from brokers import MosquittoStartError
 from links import until

@@ -11,13 +11,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from edgemon.integrations._admission import (
-    IDLE_SLEEP_S,
-    AdmissionControl,
-    AdmissionStats,
-    put_back,
-    require_hook,
-)
+from edgemon.integrations._admission import IDLE_SLEEP_S, AdmissionControl, AdmissionStats
+from edgemon.integrations._queue import put_back
+from edgemon.integrations._versions import require_hook
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -76,10 +72,11 @@ def test_a_gate_handed_in_stays_the_callers() -> None:
 
 @pytest.mark.integration  # starts a process
 def test_importing_the_package_imports_no_engine() -> None:
-    """`import edgemon.integrations` loads neither vLLM nor vLLM-Omni nor torch, and the vLLM
-    plugin is a no-op where vLLM-Omni is not installed (as here)."""
+    """`import edgemon.integrations`, and the driver the schedulers share with its parts, load
+    neither vLLM nor vLLM-Omni nor torch, and the vLLM plugin is a no-op where vLLM-Omni is
+    not installed (as here)."""
     code = (
-        "import sys, edgemon.integrations, edgemon.integrations._admission\n"
+        "import sys, edgemon.integrations, edgemon.integrations._scheduler\n"
         "from edgemon.integrations.plugin import register_omni_pipelines\n"
         "register_omni_pipelines()\n"
         "heavy = {'vllm', 'vllm_omni', 'torch'} & set(sys.modules)\n"

@@ -1,4 +1,4 @@
-"""Request lengths predicted from prompts (`edgemon.integrations.lengths`), checked against a
+"""Request lengths predicted from prompts (`edgemon.policy.lengths`), checked against a
 naive reference that refits from scratch after every finished request."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgemon.integrations.lengths import (
+from edgemon.policy.lengths import (
     HALF_LIFE,
     KEPT,
     MIN_FINISHED,

@@ -1,4 +1,4 @@
-"""Real-time admission (`edgemon.integrations.realtime`): the concurrency whose measured decode
+"""Real-time admission (`edgemon.policy.realtime`): the concurrency whose measured decode
 step fits a frame, checked against the exact answer of a known step-time model."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgemon.integrations.realtime import FRAME_MS, RealtimeAdmission
+from edgemon.policy.realtime import FRAME_MS, RealtimeAdmission
 
 
 def exact_limit(base: float, per_seq: float, factor: float, frame: float) -> int:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from edgemon.integrations.announced import ALPHA
+from edgemon.policy.announced import ALPHA
 from edgemon.simulate.engine import TtsEngine
 from edgemon.simulate.profiles import JETSON, PROFILES, StepModel
 from edgemon.simulate.workload import Arrivals, Request

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgemon.integrations.deadlines import DeadlineSettings
+from edgemon.policy.deadlines import DeadlineSettings
 from edgemon.simulate.engine import Chunk, TtsEngine
 from edgemon.simulate.loop import LoopPlan, run_loop
 from edgemon.simulate.players import OUTCOMES, Player, score
@@ -186,7 +186,7 @@ def test_a_refusal_reaches_the_player_one_network_delay_after_the_decision() -> 
 def test_the_engine_refuses_at_submit_and_sheds_from_its_queue() -> None:
     """`TtsEngine` with the deadline policy: `submit` is False for a request that cannot
     start in time; one queued whose deadline passes is handed out by `refused()`."""
-    from edgemon.integrations.deadlines import Deadlines  # noqa: PLC0415
+    from edgemon.policy.deadlines import Deadlines  # noqa: PLC0415
     from edgemon.simulate.engine import DeadlineHook  # noqa: PLC0415
 
     policy = Deadlines(DeadlineSettings(shed=True), max_num_seqs=1)

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from edgemon.integrations.deadlines import DeadlineSettings
+from edgemon.policy.deadlines import DeadlineSettings
 from edgemon.simulate.engine import TtsEngine
 from edgemon.simulate.loop import HoldGate, LoopPlan, run_loop
 from edgemon.simulate.policies import policy

@@ -1,4 +1,4 @@
-"""What the Reporter and the ThrottleGate share: device ids, client ids, the paho client for
+"""What the Reporter and the ThrottleGate share: client ids, the paho client for
 a `Broker` (`edgemon.broker_url`), and how a connection that cannot be made is said.
 
 Both run paho-mqtt 2.x on its own network thread (`loop_start`), never asyncio: a player's
@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from edgemon.protocol import DEVICE_ID_PATTERN, RESERVED_DEVICE, valid_device_id
-
 if TYPE_CHECKING:
     from edgemon.broker_url import Broker
 
@@ -33,30 +31,6 @@ CONNECT_TIMEOUT_S = 3.0
 KEEPALIVE_S = 30
 
 log = logging.getLogger("edgemon.client")
-
-
-def check_device(device: str) -> str:
-    """A device id as a topic level: `[A-Za-z0-9._-]{1,64}`, not the reserved `_edgemon`."""
-    if device == RESERVED_DEVICE:
-        raise ValueError(f"device {device!r} is reserved: it names edgemon's own topics")
-    if not valid_device_id(device):
-        raise ValueError(f"device {device!r} must match {DEVICE_ID_PATTERN}")
-    return device
-
-
-def check_devices(devices: str) -> tuple[str, ...]:
-    """`+` (every device), one device id, or a comma-separated list of them: `("+",)` or the
-    ids, sorted, without repeats (blanks around a comma are ignored)."""
-    if not isinstance(devices, str):
-        raise ValueError(f"device {devices!r} must be an id, a comma-separated list or '+'")  # noqa: TRY004
-    if devices.strip() == "+":
-        return ("+",)
-    ids = [part.strip() for part in devices.split(",")]
-    for part in ids:
-        if part == "+":
-            raise ValueError(f"device {devices!r}: '+' stands alone, not in a list")
-        check_device(part)
-    return tuple(sorted(set(ids)))
 
 
 def default_client_id(role: str, device: str) -> str:

@@ -45,18 +45,20 @@ from typing import TYPE_CHECKING, Self
 
 from edgemon.broker_url import parse_broker_url
 from edgemon.client import _mqtt
-from edgemon.client._gate_env import gate_arguments
 from edgemon.client._gate_errors import GateErrors
 from edgemon.client._gate_heard import Heard
 from edgemon.client._gate_hold import Holds
 from edgemon.client._gate_link import GateLink
 from edgemon.client._gate_views import ALL_DEVICES, DeviceThrottle, GateState, GateStats
-from edgemon.protocol import check_topic_prefix
+from edgemon.environ import MAX_HOLD_MS, read_gate_environ
+from edgemon.protocol import check_devices, check_topic_prefix
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Mapping
     from types import TracebackType
+
+    from edgemon.environ import GateEnviron
 
 __all__ = ["ALL_DEVICES", "DeviceThrottle", "GateState", "GateStats", "ThrottleGate"]
 
@@ -87,7 +89,7 @@ class ThrottleGate:
         key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         #: The devices followed: `("+",)` for every device, else the ids, sorted.
-        self.following = _mqtt.check_devices(device)
+        self.following = check_devices(device)
         #: The same as one string (`"+"`, `"a"`, `"a,b"`).
         self.device = ",".join(self.following)
         prefix = check_topic_prefix(topic_prefix)
@@ -103,9 +105,9 @@ class ThrottleGate:
         if (
             isinstance(max_hold_ms, bool)
             or not isinstance(max_hold_ms, int | float)
-            or not 0 < max_hold_ms <= 3_600_000
+            or not 0 < max_hold_ms <= MAX_HOLD_MS
         ):
-            raise ValueError(f"max_hold_ms must be 0 < x ≤ 3600000, not {max_hold_ms!r}")
+            raise ValueError(f"max_hold_ms must be 0 < x ≤ {MAX_HOLD_MS:.0f}, not {max_hold_ms!r}")
         self.max_hold_ms = float(max_hold_ms)
         name = "all" if self.following == (ALL_DEVICES,) else "_".join(self.following)[:64]
         clock = clock or time.monotonic
@@ -124,18 +126,18 @@ class ThrottleGate:
     def from_environ(cls, environ: Mapping[str, str]) -> ThrottleGate | None:
         """A gate (not opened) from `EDGEMON_GATE_*`; None without `EDGEMON_GATE_DEVICE`.
 
-        Connection: `BROKER`, and `USERNAME`, `PASSWORD_FILE` and `CA_FILE` (docs/client.md).
-        Bad values raise ValueError naming the variable; a variable no gate reads (a
-        misspelling) is logged as a warning.
+        Connection: `BROKER`, and `USERNAME`, `PASSWORD_FILE`, `CA_FILE`, `CERT_FILE` and
+        `KEY_FILE` (docs/client.md). Bad values raise `edgemon.environ.EnvironError`
+        (a ValueError) naming each variable; a variable no gate reads (a misspelling) is
+        logged as a warning.
         """
-        arguments = gate_arguments(environ)
-        if arguments is None:
-            return None
-        broker, device, kwargs = arguments
-        try:
-            return cls(broker, device, **kwargs)
-        except ValueError as exc:
-            raise ValueError(f"EDGEMON_GATE_MAX_HOLD_MS: {exc}") from None
+        gate = read_gate_environ(environ)
+        return None if gate is None else cls.from_gate_environ(gate)
+
+    @classmethod
+    def from_gate_environ(cls, gate: GateEnviron) -> ThrottleGate:
+        """A gate (not opened) from the gate's variables as `edgemon.environ` read them."""
+        return cls(gate.broker_url, gate.device, **gate.gate_keywords())
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> Self:

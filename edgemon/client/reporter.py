@@ -51,6 +51,7 @@ from edgemon.protocol import (
     MAX_BATCH_EVENTS,
     MAX_PAYLOAD_BYTES,
     MAX_STREAMS_PER_DEVICE,
+    check_device,
     check_topic_prefix,
 )
 
@@ -137,7 +138,7 @@ class Reporter:
         merge_chunks: bool = True,
         exit_flush_s: float = 2.0,
     ) -> None:
-        self.device = _mqtt.check_device(device)
+        self.device = check_device(device)
         topic = f"{check_topic_prefix(topic_prefix)}/{device}/events"
         broker = parse_broker_url(
             broker_url,

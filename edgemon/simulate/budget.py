@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from edgemon.integrations.realtime import FRAME_MS, RealtimeAdmission
+from edgemon.policy.realtime import FRAME_MS, RealtimeAdmission
 
 AHEAD_FRAMES = 12.0
 """Decodes a new request is charged for by default: half a 25-frame chunk, the mean wait

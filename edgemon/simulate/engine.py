@@ -30,7 +30,7 @@ the profile's (a static cap); `step_factor(now_ms)` stretches every step (a box 
 down). A step with nothing to run returns None: the caller waits for the next arrival, or a
 short poll when everything is held (no busy spinning).
 
-`deadlines`, if given (a `DeadlineHook`: the policy of `edgemon.integrations.deadlines` and
+`deadlines`, if given (a `DeadlineHook`: the policy of `edgemon.policy.deadlines` and
 edgemon's throttle state), takes over admissions: at `submit` it may refuse a request that
 cannot start within its SLO (`submit` returns False: shed at arrival), and at each step it
 chooses which waiting requests to admit, in its order, and which to shed (`refused()` hands
@@ -49,15 +49,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from edgemon.integrations.announced import next_estimate
-from edgemon.integrations.deadlines import OPEN, Running, Throttle, Waiting
+from edgemon.policy.announced import next_estimate
+from edgemon.policy.deadlines import OPEN, Running, Throttle, Waiting
 from edgemon.simulate.estimated import Stream
 from edgemon.simulate.serving import OPEN_SERVING, Serving
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from edgemon.integrations.deadlines import Deadlines
+    from edgemon.policy.deadlines import Deadlines
     from edgemon.simulate.estimated import Pacing
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request

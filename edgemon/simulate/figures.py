@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS
+from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS
 from edgemon.simulate.loop import LoopPlan, LoopResult, run_loop
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ after `report_latency_ms`, and edgemon's throttle changes reach a `HoldGate` (th
 
 What the engine does besides (`LoopPlan`): a static cap (`max_num_seqs`), a release after
 `max_hold_ms` that lasts until a step admits a waiting request or the queue is empty
-(`lasting`), real-time admission (`realtime`: `edgemon.integrations.realtime`, the code the
+(`lasting`), real-time admission (`realtime`: `edgemon.policy.realtime`, the code the
 vLLM scheduler runs, fed the simulated steps), the deadline policy (`deadlines`:
-`edgemon.integrations.deadlines`, fed the same real-time admission and edgemon's throttle
+`edgemon.policy.deadlines`, fed the same real-time admission and edgemon's throttle
 objects: it may refuse a request when the engine first sees it, or later while it waits), and
 a `Scenario` (a slowdown, bursts, a slow network: `edgemon.simulate.scenarios`).
 
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from edgemon.engine import EngineConfig
 from edgemon.engine.outputs import ThrottleChanged
-from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS, Throttle
 from edgemon.monitor import Monitor
+from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS, Throttle
 from edgemon.simulate.budget import SpendableBudget
 from edgemon.simulate.players import Delivery, Player, Score, score
 from edgemon.simulate.policies import OPEN_POLICY, Policy

@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from edgemon.integrations.deadlines import GAP_SLO_MS, START_SLO_MS
+from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -22,7 +22,7 @@ A policy is written as parts joined by `+`:
   length one step is let through;
 - `lasting:MARGIN_MS:HOLD_MS`: the same, but the release lasts until a step admits a waiting
   request or the queue is empty;
-- `realtime` or `realtime:F`: real-time admission (`edgemon.integrations.realtime`): never
+- `realtime` or `realtime:F`: real-time admission (`edgemon.policy.realtime`): never
   more requests running than the measured decode step fits in F frames (default 1);
 - `budget`, `budget:FRAMES`, `budget:FRAMES:ALLOW_MS` or `budget:FRAMES:ALLOW_MS:MODE`:
   budget-aware admission (`edgemon.simulate.budget`): a waiting request is admitted only if
@@ -31,7 +31,7 @@ A policy is written as parts joined by `+`:
   (default), `stale` or `fresh` (an upper bound, see there). Measured, not shipped;
 - `deadline`, `deadline:ORDER`, `deadline:ORDER:SHED`, `deadline:ORDER:SHED:GUARD_MS` or
   `deadline:ORDER:SHED:GUARD_MS:BATCH`: the deadline policy
-  (`edgemon.integrations.deadlines`): every waiting request's hold ends at its start deadline;
+  (`edgemon.policy.deadlines`): every waiting request's hold ends at its start deadline;
   ORDER `fcfs` (default) or `edf` (earliest deadline first); SHED `shed` (default: refuse what
   cannot start within the start SLO, at arrival or while queued), `arrival` (at arrival
   only), `queued` (while queued only) or `queue` (never); GUARD_MS taken off every start
@@ -52,7 +52,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from edgemon.integrations.deadlines import GUARD_MS, ORDERS, DeadlineSettings
+from edgemon.policy.deadlines import GUARD_MS, ORDERS, DeadlineSettings
 from edgemon.simulate.budget import AHEAD_FRAMES, BUDGET_MODES, BudgetSetting
 from edgemon.simulate.estimated import PARK_MS, RESUME_MS, PacingSetting
 from edgemon.simulate.serving import OPEN_SERVING, Serving
@@ -102,7 +102,7 @@ class Policy:
     budget: BudgetSetting | None = None
     """Budget-aware admission (`edgemon.simulate.budget`)."""
     deadlines: DeadlineSettings | None = None
-    """The deadline policy (`edgemon.integrations.deadlines`)."""
+    """The deadline policy (`edgemon.policy.deadlines`)."""
 
     @property
     def kind(self) -> str:

@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from edgemon.integrations.deadlines import OPEN, START_SLO_MS, Deadlines
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.policy.deadlines import OPEN, START_SLO_MS, Deadlines
+from edgemon.policy.realtime import RealtimeAdmission
 from edgemon.simulate.engine import DeadlineHook, TtsEngine
 from edgemon.simulate.players import PLAYER_CUSHION_MS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from edgemon.integrations.deadlines import Throttle
+    from edgemon.policy.deadlines import Throttle
     from edgemon.simulate.engine import Step
     from edgemon.simulate.policies import Policy
     from edgemon.simulate.profiles import Profile

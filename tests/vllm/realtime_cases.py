@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from edgemon.client import ThrottleGate
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.policy.realtime import RealtimeAdmission
 
 from harness import FlagGate, Step, build_scheduler, make_request, run_step, waiting_ids
 from mqtt_probe import probe
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ModelClock",
+    "roomy",
     "steps",
     "test_a_max_hold_release_lasts_while_real_time_admission_keeps_requests_out",
     "test_admits_up_to_the_measured_real_time_batch_then_follows_a_slowdown",
@@ -63,6 +64,23 @@ def steps(scheduler: Any, clock: ModelClock, count: int) -> Iterator[Step]:
         yield step
 
 
+def roomy(
+    cls: type[Any], tiny_model: Path, clock: ModelClock, admission: RealtimeAdmission, **kwargs: Any
+) -> Any:
+    """A scheduler of `cls` with room for 32 requests (512 tokens a step), an open gate,
+    `admission` and the steps timed by `clock`."""
+    return build_scheduler(
+        cls,
+        tiny_model,
+        max_num_seqs=32,
+        max_num_batched_tokens=512,
+        edgemon_gate=FlagGate(),
+        edgemon_realtime=admission,
+        edgemon_clock=clock,
+        **kwargs,
+    )
+
+
 def test_admits_up_to_the_measured_real_time_batch_then_follows_a_slowdown(
     tiny_model: Path, flavour: type[Any]
 ) -> None:
@@ -72,15 +90,7 @@ def test_admits_up_to_the_measured_real_time_batch_then_follows_a_slowdown(
     run."""
     clock = ModelClock()
     admission = RealtimeAdmission(80.0)
-    scheduler = build_scheduler(
-        flavour,
-        tiny_model,
-        max_num_seqs=32,
-        max_num_batched_tokens=512,
-        edgemon_gate=FlagGate(),
-        edgemon_realtime=admission,
-        edgemon_clock=clock,
-    )
+    scheduler = roomy(flavour, tiny_model, clock, admission)
     for i in range(4):
         scheduler.add_request(make_request(f"a-{i}", 8, max_tokens=400))
     list(steps(scheduler, clock, 12))

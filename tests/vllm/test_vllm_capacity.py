@@ -12,11 +12,11 @@ pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
 from realtime_cases import ModelClock, steps
 
-from edgemon.integrations._vllm_shed import SHED_STOP_REASON
-from edgemon.integrations.capacity_topic import CapacityPublisher, TopicConfig
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.integrations._vllm_report import SHED_STOP_REASON
 from edgemon.integrations.vllm import EdgemonScheduler
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
+from edgemon.policy.realtime import RealtimeAdmission
+from edgemon.shedding.topic import CapacityPublisher, TopicConfig
 
 from brokers import free_port
 from harness import build_scheduler, make_request, run_step, talker_classes, waiting_ids

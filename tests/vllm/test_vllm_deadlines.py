@@ -5,7 +5,7 @@ model's step times and the requests' arrival clock.
 
 The policy knows no request's length: it predicts what a running request has left from its
 prompt and the frames it emitted, by the lengths of requests that finished
-(`edgemon.integrations.lengths`), and `max_tokens` only caps that. A test that needs
+(`edgemon.policy.lengths`), and `max_tokens` only caps that. A test that needs
 requests to be long first lets requests that long finish; one that needs a request to end
 soon gives it a `max_tokens` below the prediction. (Here a request ends at its
 `max_tokens`: the harness's model never samples an end-of-sequence token.)"""
@@ -18,20 +18,20 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
-from realtime_cases import ModelClock, steps
+from realtime_cases import ModelClock, roomy, steps
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 from vllm.v1.request import RequestStatus
 
-from edgemon.integrations._vllm_deadlines import DeadlineDriver, Mode, mode_from_environ
-from edgemon.integrations._vllm_shed import SHED_STOP_REASON
-from edgemon.integrations.deadlines import Deadlines, DeadlineSettings
-from edgemon.integrations.realtime import RealtimeAdmission
-from edgemon.integrations.shed import EdgemonShedMiddleware
+from edgemon.integrations._deadlines import VllmDeadlines
+from edgemon.integrations._vllm_report import SHED_STOP_REASON
 from edgemon.integrations.vllm import EdgemonScheduler
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
+from edgemon.policy.deadlines import Deadlines, DeadlineSettings
+from edgemon.policy.realtime import RealtimeAdmission
+from edgemon.shedding.middleware import EdgemonShedMiddleware
 
 from harness import FlagGate, build_scheduler, make_request, run_step, talker_classes, waiting_ids
 from mqtt_probe import probe
@@ -41,25 +41,23 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
+    from edgemon.policy.values import Mode
+
 T = 30.0  # generous: a loaded machine
 DEVICE = "box-1"
 CAPACITY = f"edgemon/v1/{DEVICE}/capacity"
 ENDED = ("abort", SHED_STOP_REASON)
 
 
-def _driver(
-    clock: ModelClock,
-    mode: Mode,
-    *,
-    admission: RealtimeAdmission | None = None,
-    max_num_seqs: int = 8,
-) -> DeadlineDriver:
+def _deadlines(
+    mode: Mode, *, admission: RealtimeAdmission | None = None, max_num_seqs: int = 8
+) -> VllmDeadlines:
     policy = Deadlines(
         DeadlineSettings(start_slo_ms=3000.0, shed=mode == "shed"),
         admission,
         max_num_seqs=max_num_seqs,
     )
-    return DeadlineDriver(policy, mode, wall=clock)
+    return VllmDeadlines(policy, mode)
 
 
 @pytest.fixture(params=talker_classes(), ids=lambda cls: cls.__name__)
@@ -81,7 +79,8 @@ def _scheduler(
         cls,
         tiny_model,
         max_num_seqs=max_num_seqs,
-        edgemon_deadlines=_driver(clock, mode, max_num_seqs=max_num_seqs),
+        edgemon_deadlines=_deadlines(mode, max_num_seqs=max_num_seqs),
+        edgemon_clock=clock,
         **kwargs,
     )
 
@@ -92,6 +91,17 @@ def _arrive(
     scheduler.add_request(
         make_request(request_id, prompt, max_tokens=max_tokens, arrival_time=clock.now_s)
     )
+
+
+def _measure_the_batch(scheduler: Any, clock: ModelClock) -> None:
+    """Batches of 4 then 8 long requests decode: real-time admission learns the step shape
+    (N* = 12 on the model's clock)."""
+    for i in range(4):
+        _arrive(scheduler, clock, f"a-{i}", max_tokens=400)
+    list(steps(scheduler, clock, 12))
+    for i in range(4):
+        _arrive(scheduler, clock, f"b-{i}", max_tokens=400)
+    list(steps(scheduler, clock, 12))
 
 
 def _teach(scheduler: Any, clock: ModelClock, lengths: dict[str, tuple[int, int]]) -> None:
@@ -115,7 +125,7 @@ def test_a_hold_ends_at_the_requests_start_deadline(tiny_model: Path, flavour: t
     clock = ModelClock()
     scheduler = _scheduler(tiny_model, clock, "hold", flavour, edgemon_gate=FlagGate(throttle=True))
     _arrive(scheduler, clock, "r")
-    (waiting,) = DeadlineDriver.waiting(scheduler.waiting)
+    (waiting,) = VllmDeadlines.waiting(scheduler.waiting)
     deadline_ms = scheduler.edgemon_deadlines.policy.deadline_ms(waiting, 8)
     assert deadline_ms < waiting.arrival_ms + 3000.0
     for _ in range(400):
@@ -148,7 +158,7 @@ def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(
         (step,) = steps(scheduler, clock, 1)
         assert step.reasons.get("late") == expected, mode
         assert set(step.produced) == {"a", "b"}
-        assert scheduler._edgemon_report.shed_reasons["arrival"] == (mode == "shed")
+        assert scheduler._edgemon.report.shed_reasons["arrival"] == (mode == "shed")
         assert waiting_ids(scheduler) == ([] if mode == "shed" else ["late"])
 
 
@@ -201,7 +211,7 @@ def test_an_idle_box_is_no_step_to_the_policy(tiny_model: Path, flavour: type[An
     (step,) = steps(scheduler, clock, 1)
     assert "c" not in step.reasons
     assert set(step.produced) >= {"b"}
-    assert scheduler._edgemon_report.shed_reasons["arrival"] == 0
+    assert scheduler._edgemon.report.shed_reasons["arrival"] == 0
 
 
 def test_the_prediction_is_from_prompts_and_frames_emitted_and_max_tokens_only_caps_it(
@@ -225,7 +235,7 @@ def test_the_prediction_is_from_prompts_and_frames_emitted_and_max_tokens_only_c
     policy = scheduler.edgemon_deadlines.policy
 
     def predicted() -> dict[str, tuple[float, int]]:
-        shown = scheduler.edgemon_deadlines.running(scheduler.running)
+        shown = scheduler.edgemon_deadlines.running(scheduler.running, clock.now_s * 1000.0)
         return {r.id: (policy.remaining(r), r.emitted_frames) for r in shown}
 
     before = predicted()
@@ -300,22 +310,11 @@ def test_real_time_admission_is_the_plans_limit(tiny_model: Path) -> None:
     rest (mode hold), in arrival order; nothing beyond the real-time batch runs."""
     clock = ModelClock()
     admission = RealtimeAdmission(80.0)
-    scheduler = build_scheduler(
-        EdgemonRealtimeScheduler,
-        tiny_model,
-        max_num_seqs=32,
-        max_num_batched_tokens=512,
-        edgemon_gate=FlagGate(),
-        edgemon_realtime=admission,
-        edgemon_clock=clock,
-        edgemon_deadlines=_driver(clock, "hold", admission=admission, max_num_seqs=32),
+    deadlines = _deadlines("hold", admission=admission, max_num_seqs=32)
+    scheduler = roomy(
+        EdgemonRealtimeScheduler, tiny_model, clock, admission, edgemon_deadlines=deadlines
     )
-    for i in range(4):
-        _arrive(scheduler, clock, f"a-{i}", max_tokens=400)
-    list(steps(scheduler, clock, 12))
-    for i in range(4):
-        _arrive(scheduler, clock, f"b-{i}", max_tokens=400)
-    list(steps(scheduler, clock, 12))
+    _measure_the_batch(scheduler, clock)
     assert admission.limit == 12
     later = [f"c-{i}" for i in range(6)]
     for request_id in later:
@@ -382,10 +381,25 @@ def _eventually(check: Any, timeout: float = T) -> bool:
     return True
 
 
-def test_the_mode_setting() -> None:
-    """EDGEMON_DEADLINES is off (default), hold or shed; anything else stops the start naming
-    the variable."""
-    assert mode_from_environ({}) == "off"
-    assert mode_from_environ({"EDGEMON_DEADLINES": " Shed "}) == "shed"
-    with pytest.raises(ValueError, match="EDGEMON_DEADLINES"):
-        mode_from_environ({"EDGEMON_DEADLINES": "drop"})
+def test_one_clock_times_the_steps_for_real_time_admission_and_the_policy(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler's one clock (`edgemon_clock`, here the model's step times: 30 ms, 4 ms
+    a request, 0.2 ms a prompt token) times the steps both parts learn from: real-time
+    admission finds N* = 12, and the deadline policy (from the environment, given no clock of
+    its own) learns a prompt token's prefill cost near 0.2 ms (within 0.1: the first prefill
+    it saw came before the step shape was known). (Before, the policy timed the steps on the
+    wall clock whatever clock the scheduler was given: these steps took almost nothing there,
+    and it learned a cost of about 0.)"""
+    monkeypatch.setenv("EDGEMON_DEADLINES", "hold")
+    monkeypatch.delenv("EDGEMON_GATE_DEVICE", raising=False)
+    clock = ModelClock()
+    admission = RealtimeAdmission(80.0)
+    scheduler = roomy(EdgemonRealtimeScheduler, tiny_model, clock, admission)
+    _measure_the_batch(scheduler, clock)
+    assert admission.limit == 12
+    for i in range(4):
+        _arrive(scheduler, clock, f"c-{i}", max_tokens=400, prompt=100)
+        list(steps(scheduler, clock, 3))
+    policy = scheduler.edgemon_deadlines.policy
+    assert policy.prefill_ms_per_token == pytest.approx(0.2, abs=0.11)

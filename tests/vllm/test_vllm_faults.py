@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
-from edgemon.integrations._vllm_deadlines import DeadlineDriver
-from edgemon.integrations.deadlines import Deadlines, DeadlineSettings
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.integrations._deadlines import VllmDeadlines
 from edgemon.integrations.vllm_realtime import EdgemonRealtimeScheduler
+from edgemon.policy.deadlines import Deadlines, DeadlineSettings
+from edgemon.policy.realtime import RealtimeAdmission
 
 from harness import (
     FlagGate,
@@ -191,14 +191,14 @@ def test_a_queue_failing_midway_through_a_limited_step_loses_no_request(
     tiny_model: Path, realtime: type[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Real-time admission lets two of three waiting requests into the step, and the queue
-    fails on the second move: the one already moved goes back in front, and the step is
-    vLLM's own (all three admitted, in order); counted and logged once."""
+    fails halfway through taking them out: the one already taken goes back in front, and the
+    step is vLLM's own (all three admitted, in order); counted and logged once."""
     scheduler = build_scheduler(
         realtime, tiny_model, edgemon_gate=FlagGate(), edgemon_realtime=_TwoAtATime()
     )
     for i in range(3):
         scheduler.add_request(make_request(f"r-{i}", 10))
-    scheduler.waiting = _fail_once(scheduler.waiting, "pop_request", after=1)
+    scheduler.waiting = _fail_once(scheduler.waiting, "remove_requests")
     with caplog.at_level(logging.ERROR, logger=LOGGER):
         step = run_step(scheduler)
     assert step.admitted == ["r-0", "r-1", "r-2"]
@@ -217,7 +217,7 @@ def test_a_queue_failing_midway_through_a_planned_step_loses_no_request(
         talker,
         tiny_model,
         edgemon_gate=FlagGate(),
-        edgemon_deadlines=DeadlineDriver(policy, "hold"),
+        edgemon_deadlines=VllmDeadlines(policy, "hold"),
     )
     for i in range(3):
         scheduler.add_request(make_request(f"r-{i}", 10))

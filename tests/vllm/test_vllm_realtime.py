@@ -13,12 +13,12 @@ from realtime_cases import *  # noqa: F403 - the shared real-time admission test
 from realtime_cases import ModelClock, steps
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from edgemon.integrations.realtime import RealtimeAdmission
+from edgemon.integrations.vllm import EdgemonScheduler
 from edgemon.integrations.vllm_realtime import (
     EdgemonRealtimeAsyncScheduler,
     EdgemonRealtimeScheduler,
-    admission_from_environ,
 )
+from edgemon.policy.realtime import RealtimeAdmission
 
 from harness import FlagGate, build_scheduler, make_request, run_step
 
@@ -73,14 +73,22 @@ def test_the_gate_still_holds_everything(tiny_model: Path) -> None:
     assert next(steps(scheduler, clock, 1)).admitted == ["r"]
 
 
-@pytest.mark.parametrize("value", ["-1", "fast", "nan", "inf"])
-def test_a_bad_frame_setting_is_refused_naming_the_variable(value: str) -> None:
-    """A frame that is not a number of milliseconds ≥ 0 is refused at start-up."""
-    with pytest.raises(ValueError, match="EDGEMON_REALTIME_FRAME_MS"):
-        admission_from_environ({"EDGEMON_REALTIME_FRAME_MS": value})
-    admission = admission_from_environ({})
-    assert admission is not None
-    assert admission.frame_ms == pytest.approx(80.0)  # one frame
-    custom = admission_from_environ({"EDGEMON_REALTIME_FRAME_MS": "100"})
+def test_the_frame_comes_from_the_environment(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real-time scheduler's admission allows the frame ``EDGEMON_REALTIME_FRAME_MS``
+    says (80 ms, one codec frame, when unset); `EdgemonScheduler` builds none; a frame that is
+    not a number of milliseconds ≥ 0 stops the start naming the variable."""
+    monkeypatch.delenv("EDGEMON_GATE_DEVICE", raising=False)
+    monkeypatch.delenv("EDGEMON_REALTIME_FRAME_MS", raising=False)
+    default = build_scheduler(EdgemonRealtimeScheduler, tiny_model).edgemon_realtime
+    assert default is not None
+    assert default.frame_ms == pytest.approx(80.0)
+    assert build_scheduler(EdgemonScheduler, tiny_model).edgemon_realtime is None
+    monkeypatch.setenv("EDGEMON_REALTIME_FRAME_MS", "100")
+    custom = build_scheduler(EdgemonRealtimeScheduler, tiny_model).edgemon_realtime
     assert custom is not None
     assert custom.frame_ms == pytest.approx(100.0)
+    monkeypatch.setenv("EDGEMON_REALTIME_FRAME_MS", "fast")
+    with pytest.raises(ValueError, match=r"^EDGEMON_REALTIME_FRAME_MS: 'fast' is not"):
+        build_scheduler(EdgemonRealtimeScheduler, tiny_model)

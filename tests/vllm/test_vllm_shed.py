@@ -19,14 +19,13 @@ from vllm.entrypoints.launchers.app import build_app
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-from edgemon.integrations.capacity_topic import TopicConfig
-from edgemon.integrations.shed import (
+from edgemon.shedding.middleware import (
     GENERATION_PATHS,
     CapacityView,
     EdgemonShedMiddleware,
     Refusal,
-    start_slo_from_environ,
 )
+from edgemon.shedding.topic import TopicConfig
 
 from brokers import free_port
 from mqtt_probe import Probe, probe
@@ -192,14 +191,16 @@ def test_without_a_device_it_is_a_pass_through(monkeypatch: pytest.MonkeyPatch) 
     """Without EDGEMON_GATE_DEVICE the middleware follows nothing and refuses nothing; a bad
     start SLO stops the server's start naming the variable."""
     monkeypatch.delenv("EDGEMON_GATE_DEVICE", raising=False)
+    monkeypatch.delenv("EDGEMON_SLO_START_MS", raising=False)
     middleware = EdgemonShedMiddleware(_plain_app())
     assert middleware.view is None
     assert TestClient(middleware).post("/v1/completions").text == "generated"
-    assert start_slo_from_environ({}) == 3000.0
-    assert start_slo_from_environ({"EDGEMON_SLO_START_MS": "1500"}) == 1500.0
+    assert middleware.slo_ms == 3000.0
+    custom = EdgemonShedMiddleware(_plain_app(), environ={"EDGEMON_SLO_START_MS": "1500"})
+    assert custom.slo_ms == 1500.0
     for bad in ("0", "-5", "soon", "inf"):
-        with pytest.raises(ValueError, match="EDGEMON_SLO_START_MS"):
-            start_slo_from_environ({"EDGEMON_SLO_START_MS": bad})
+        with pytest.raises(ValueError, match=r"^EDGEMON_SLO_START_MS: "):
+            EdgemonShedMiddleware(_plain_app(), environ={"EDGEMON_SLO_START_MS": bad})
 
 
 def test_retry_after_is_the_wait_beyond_the_slo() -> None:

@@ -68,8 +68,10 @@ import heapq
 import math
 from typing import TYPE_CHECKING
 
-from edgemon.integrations.announced import next_estimate
-from edgemon.integrations.deadline_terms import (
+from edgemon.policy.announced import next_estimate
+from edgemon.policy.estimates import PlayerEstimates
+from edgemon.policy.lengths import LengthModel
+from edgemon.policy.values import (
     EXPECTED_FRAMES,
     GAP_SLO_MS,
     GUARD_MS,
@@ -85,13 +87,11 @@ from edgemon.integrations.deadline_terms import (
     Verdict,
     Waiting,
 )
-from edgemon.integrations.estimates import PlayerEstimates
-from edgemon.integrations.lengths import LengthModel
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from edgemon.integrations.realtime import RealtimeAdmission
+    from edgemon.policy.realtime import RealtimeAdmission
 
 __all__ = [
     "EXPECTED_FRAMES",
@@ -343,7 +343,7 @@ class Deadlines:
 
     def _announced_ms(self, step: float, prefill: float, prefill_steps: int) -> float:
         """The step estimate a server announces when the first chunk is out
-        (`edgemon.integrations.announced`): the recent steps that decoded, then
+        (`edgemon.policy.announced`): the recent steps that decoded, then
         `prefill_steps` steps sharing `prefill` (none when no stream decodes in them: a
         player times its steps by its tokens), then the first chunk's decode steps."""
         estimate = step if self._recent_ms is None else self._recent_ms
@@ -580,7 +580,7 @@ class Deadlines:
 
     def estimated_headroom_ms(self, now_ms: float, running: Sequence[Running]) -> float | None:
         """The running streams' spendable headroom as the server can estimate it: the least
-        audio a player holds (`edgemon.integrations.estimates`) less a frame kept in hand
+        audio a player holds (`edgemon.policy.estimates`) less a frame kept in hand
         (None while no stream has sent a chunk)."""
         least = self._players.least_held_ms(now_ms, running)
         return None if least is None else least - self.settings.frame_ms

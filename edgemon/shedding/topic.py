@@ -39,24 +39,24 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from edgemon.broker_url import Broker, parse_broker_url
-from edgemon.client import _mqtt
-from edgemon.client._gate_env import connection_from_environ
-from edgemon.integrations._retained import RetainedLink
+from edgemon.client import mqtt as _mqtt
+from edgemon.environ import read_gate_environ
 from edgemon.protocol import (
     CAPACITY_REFRESH_S,
     MAX_START_WAIT_MS,
     MAX_TIME_MS,
     SHED_BURST,
-    check_topic_prefix,
 )
+from edgemon.shedding._retained import RetainedLink
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from edgemon.broker_url import Broker
+    from edgemon.environ import GateEnviron
+
 __all__ = ["CapacityPublisher", "CapacityReading", "TopicConfig", "read_capacity"]
 
-_ENV = "EDGEMON_GATE_"
 _SHED_LEVELS = "capacity/shed"
 #: HTTP servers whose refusal counts a publisher follows at most.
 MAX_SHED_SERVERS = 16
@@ -74,32 +74,21 @@ class TopicConfig:
     def from_environ(cls, environ: Mapping[str, str]) -> TopicConfig | None:
         """From the gate's variables; None without ``EDGEMON_GATE_DEVICE`` or with ``+``.
 
-        A bad value raises ValueError naming the variable."""
-        device = environ.get(f"{_ENV}DEVICE", "").strip()
-        if not device:
+        Bad values raise `edgemon.environ.EnvironError` naming each variable."""
+        return cls.from_gate(read_gate_environ(environ))
+
+    @classmethod
+    def from_gate(cls, gate: GateEnviron | None) -> TopicConfig | None:
+        """From the gate's variables as read; None without a device or with ``+``."""
+        if gate is None:
             return None
-        broker_url = environ.get(f"{_ENV}BROKER", "").strip() or "mqtt://127.0.0.1:1883"
-        prefix = environ.get(f"{_ENV}TOPIC_PREFIX", "").strip() or "edgemon/v1"
-        checks: tuple[tuple[str, Callable[[], Any]], ...] = (
-            ("DEVICE", lambda: _mqtt.check_devices(device)),
-            ("BROKER", lambda: parse_broker_url(broker_url)),
-            ("TOPIC_PREFIX", lambda: check_topic_prefix(prefix)),
-        )
-        values = []
-        for name, check in checks:
-            try:
-                values.append(check())
-            except ValueError as exc:
-                raise ValueError(f"{_ENV}{name}: {exc}") from None
-        devices: tuple[str, ...] = values[0]
-        if devices == ("+",):
+        if gate.devices == ("+",):
             _mqtt.log.warning(
                 "edgemon: EDGEMON_GATE_DEVICE=+ names no device to publish capacity for; "
                 "the capacity topic and HTTP shedding are off (list the devices instead)"
             )
             return None
-        broker = parse_broker_url(broker_url, **connection_from_environ(environ, broker_url))
-        return cls(broker, devices, prefix)
+        return cls(gate.broker, gate.devices, gate.topic_prefix)
 
     def capacity_topics(self) -> tuple[str, ...]:
         """``P/{device}/capacity`` for every device."""

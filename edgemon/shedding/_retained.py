@@ -29,7 +29,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from edgemon.client import _mqtt
+from edgemon.client import mqtt as _mqtt
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

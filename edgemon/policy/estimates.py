@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from edgemon.integrations.deadline_terms import Running
+    from edgemon.policy.values import Running
 
 
 class PlayerEstimates:

@@ -23,7 +23,7 @@ batch sizes were seen, or when a batch costs nothing more per stream, there is n
 **A starvation bound.** With `max_wait_ms` set, a full batch still lets one request in when
 the oldest waiting one has waited that long (`admissible(running, oldest_wait_ms=...)`), so
 no request waits forever behind a batch that never shrinks. The deadline policy
-(`edgemon.integrations.deadlines`) bounds each request by its own start deadline instead.
+(`edgemon.policy.deadlines`) bounds each request by its own start deadline instead.
 
 Pure and clock-free (the caller measures durations): the vLLM schedulers and the simulation
 (`edgemon.simulate`) run this same code.

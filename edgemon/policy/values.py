@@ -1,5 +1,5 @@
-"""The deadline policy's terms: its settings, the requests and throttle it is shown, and the
-decisions and capacity it returns (`edgemon.integrations.deadlines` uses them and exports
+"""The deadline policy's values: its settings, the requests and throttle it is shown, and the
+decisions and capacity it returns (`edgemon.policy.deadlines` uses them and exports
 them again: import them from there).
 
 Plain values and the default SLOs; pure, no engine imported.
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from edgemon.integrations.realtime import FRAME_MS
+from edgemon.policy.realtime import FRAME_MS
 
 Verdict = Literal["admit", "queue", "shed"]
 """What happens to a request at arrival."""
@@ -30,6 +30,18 @@ goodput, 400 ms keeps the start p99 within the SLO at every point measured (READ
 help?"). The simulation's `edgemon` policy and the vLLM schedulers both take it."""
 EXPECTED_FRAMES = 100.0
 """A request's frames until some have finished (8 s of audio at 80 ms a frame)."""
+PREBUFFER_MS = 200.0
+"""What a listener's first audio still needs, fixed part, once the engine made it: the
+cushion of a player that prebuffers as docs/client.md recommends (200 ms) and the delivery
+on the box's own network (a few milliseconds). The simulated players use the same."""
+SECOND_CHUNK_FRAMES = 25
+"""The frames of the second chunk, which such a player waits for before it starts (it starts
+with the second chunk announced): vLLM-Omni's ``codec_chunk_frames`` for Qwen3-TTS, 25."""
+Mode = Literal["off", "hold", "shed"]
+"""How a server applies the policy: `off` predicts only (the capacity object's start wait),
+`hold` admits as its plans say (holds end at each request's start deadline), `shed` also
+refuses what cannot start in time."""
+MODES: tuple[Mode, ...] = ("off", "hold", "shed")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

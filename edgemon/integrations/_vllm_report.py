@@ -14,7 +14,7 @@ because their start deadline could no longer be met, and the capacity object.
 - **The capacity object.** After every step the scheduler hands its figures to the
   `CapacityPublisher` (which publishes only on change, from its own thread).
 
-Every call into vLLM here is guarded by the caller (`GatedScheduler`): on an exception the
+Every call into vLLM here is guarded by the caller (`StepDriver`): on an exception the
 step goes on as vLLM's own, counted and logged once.
 """
 
@@ -28,7 +28,7 @@ from vllm.v1.request import RequestStatus
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from edgemon.integrations.capacity_topic import CapacityPublisher
+    from edgemon.shedding.topic import CapacityPublisher
 
 __all__ = ["SHED_REASONS", "SHED_STOP_REASON", "EngineReport"]
 
