@@ -8,10 +8,11 @@ Per step (``schedule()``), the driver:
    the next request). Real-time admission learns from it (`edgemon.policy.realtime`: only
    decode-only steps teach it), and so does the deadline policy;
 2. **asks its parts** what vLLM may admit: with requests waiting, the deadline policy's plan
-   when it plans (``EDGEMON_DEADLINES`` ``hold`` or ``shed``), which bounds the gate's hold
-   and real-time admission's limit by each request's start deadline and names the requests
-   to end; else edgemon's gate (hold: admit nothing) and real-time admission (admit no more
-   than the batch whose decode step fits a frame, the first ones in vLLM's order);
+   when it plans (``EDGEMON_DEADLINES`` ``hold``: the gate's hold bounded by each request's
+   start deadline; ``shed``: the requests that cannot start in time named to end, and no hold
+   on the gate), within real-time admission's limit; else edgemon's gate (hold: admit
+   nothing) and real-time admission (admit no more than the batch whose decode step fits a
+   frame, the first ones in vLLM's order);
 3. **runs vLLM's own step** with a waiting queue of only the requests admitted, and puts the
    rest back (`edgemon.integrations._queue.showing`). vLLM-Omni's talker holds through its
    own hook instead (``_should_defer_waiting_admission``, answered by `defers`);
@@ -263,11 +264,13 @@ class StepDriver:
         control.stepped(admitted=admitted)
 
     def _planned(self, now_ms: float, step: Callable[[], Any]) -> Any:
-        """A step whose admissions the deadline policy chose: the gate's hold ends at each
-        request's start deadline; what cannot start in time is ended (mode ``shed``)."""
+        """A step whose admissions the deadline policy chose. Mode ``hold``: the gate's hold
+        ends at each request's start deadline. Mode ``shed`` (the shipped policy): what cannot
+        start in time is ended, and edgemon's throttle holds nothing (on top of the deadline
+        policy it bought nothing at any point measured: docs/explanation/does-it-help.md)."""
         control = self.control
         scheduler = self._scheduler
-        held = control.should_hold()
+        held = self.deadlines.mode == "hold" and control.should_hold()
         try:
             plan = self.deadlines.plan(now_ms, scheduler.running, scheduler.waiting, held=held)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM

@@ -139,6 +139,20 @@ def test_a_hold_ends_at_the_requests_start_deadline(tiny_model: Path, flavour: t
     assert scheduler.edgemon_stats.held_steps > 0
 
 
+def test_the_shipped_mode_does_not_hold_on_the_throttle(
+    tiny_model: Path, flavour: type[Any]
+) -> None:
+    """Mode `shed` (the shipped policy) admits a request with a seat free at once though
+    edgemon's gate says throttle for good: on top of the deadline policy the throttle bought
+    nothing (docs/explanation/does-it-help.md), so it holds nothing; no held step."""
+    clock = ModelClock()
+    scheduler = _scheduler(tiny_model, clock, "shed", flavour, edgemon_gate=FlagGate(throttle=True))
+    _arrive(scheduler, clock, "r")
+    step = run_step(scheduler)
+    assert step.admitted == ["r"]
+    assert scheduler.edgemon_stats.held_steps == 0
+
+
 def test_a_request_that_cannot_start_in_time_is_ended_at_arrival(
     tiny_model: Path, flavour: type[Any]
 ) -> None:
