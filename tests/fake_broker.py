@@ -223,7 +223,10 @@ class FakeBroker:
             self._send(b"\x62\x02" + packet.body[:2])
 
     def close(self) -> None:
-        """End the connection and the listener."""
+        """End the connection and the listener (a thread blocked in `accept` wakes up: closing
+        alone would leave it there until its join timed out)."""
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         if self._sock is not None:
             with contextlib.suppress(OSError):
