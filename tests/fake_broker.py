@@ -70,6 +70,15 @@ def _split(buf: bytes) -> tuple[bytes, bytes, bytes] | None:
     return buf[:i], buf[i : i + length], buf[i + length :]
 
 
+def packet_types(data: bytes) -> list[int]:
+    """The type (high nibble) of each whole packet in `data`, in order."""
+    types = []
+    while (split := _split(data)) is not None:
+        head, _, data = split
+        types.append(head[0] & 0xF0)
+    return types
+
+
 def _remaining(length: int) -> bytes:
     out = bytearray()
     while True:
