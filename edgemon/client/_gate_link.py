@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import paho.mqtt.client as mqtt
 
     from edgemon.broker_url import Broker
-    from edgemon.client._gate_errors import GateErrors
     from edgemon.client._gate_heard import Heard
+    from edgemon.errors import CaughtErrors
 
 
 class GateLink:
@@ -44,7 +44,7 @@ class GateLink:
     def __init__(
         self,
         heard: Heard,
-        errors: GateErrors,
+        errors: CaughtErrors,
         *,
         broker: Broker,
         prefix: str,

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from edgemon.broker_url import Broker, parse_broker_url
 from edgemon.client import _mqtt
 from edgemon.client._gate_env import connection_from_environ
+from edgemon.errors import EdgemonError
 from edgemon.integrations._retained import RetainedLink
 from edgemon.protocol import (
     CAPACITY_REFRESH_S,
@@ -130,7 +131,7 @@ _FIELDS = ("t_ms", "realtime_streams", "running", "waiting", "start_wait_ms", "s
 _COUNTS = frozenset({"running", "waiting", "shed_total"})
 
 
-class _UnreadableError(ValueError):
+class _UnreadableError(EdgemonError, ValueError):
     """A field that is not a number ≥ 0 (or not a whole one where a count is due)."""
 
 

@@ -17,20 +17,19 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
 from edgemon.client._mqtt import stop
+from edgemon.errors import PublishError
 
 if TYPE_CHECKING:
     from paho.mqtt.properties import Properties
     from paho.mqtt.reasoncodes import ReasonCode
+
+__all__ = ["PublishError", "PublishLink"]
 
 KEEPALIVE_S = 30
 #: How long the broker may take to accept the connection.
 CONNECT_TIMEOUT_S = 10.0
 #: How long closing may wait for paho's network thread to end.
 STOP_TIMEOUT_S = 5.0
-
-
-class PublishError(Exception):
-    """The broker could not be reached, refused the connection, or went away."""
 
 
 class PublishLink:
