@@ -14,12 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from edgemon.broker_url import parse_broker_url
-from edgemon.integrations.capacity_topic import (
-    MAX_SHED_SERVERS,
-    CapacityPublisher,
-    TopicConfig,
-    read_capacity,
-)
+from edgemon.capacity_object import Unreadable, read_capacity
+from edgemon.integrations.capacity_topic import MAX_SHED_SERVERS, CapacityPublisher, TopicConfig
 from edgemon.integrations.shed import CapacityView, EdgemonShedMiddleware, Refusal
 from edgemon.protocol import CAPACITY_MAX_AGE_MS, SHED_BURST
 
@@ -174,7 +170,7 @@ def test_an_unreadable_object_voids_the_devices_last_one(
         engine.publish(f"{P}/{device}/capacity", payload)
     assert eventually(admits(view))
     assert view.link.errors == 0
-    assert read_capacity(payload) is None
+    assert isinstance(read_capacity(payload), Unreadable)
 
 
 def test_an_emptied_topic_removes_the_object(view: CapacityView, engine: Probe) -> None:
