@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from edgemon.errors import EdgemonError
+
 #: The daemon's in-process broker, named instead of a URL.
 EMBEDDED: Final = "embedded"
 #: Default ports: MQTT over TCP, and over TLS.
@@ -45,7 +47,7 @@ class Broker:
     embedded: bool = False
 
 
-class BrokerUrlError(ValueError):
+class BrokerUrlError(EdgemonError, ValueError):
     """A broker URL refused. `str()` names the URL (its password masked); `reason` alone says
     what is wrong with it, for callers that name the URL themselves (a settings key)."""
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING
 
+from edgemon.errors import EdgemonError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
@@ -41,7 +43,7 @@ class TraceMark:
     since_ms: float | None = None
 
 
-class TraceError(ValueError):
+class TraceError(EdgemonError, ValueError):
     """A trace line that is not a record; the message says which line and why."""
 
 

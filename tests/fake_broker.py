@@ -70,6 +70,15 @@ def _split(buf: bytes) -> tuple[bytes, bytes, bytes] | None:
     return buf[:i], buf[i : i + length], buf[i + length :]
 
 
+def packet_types(data: bytes) -> list[int]:
+    """The type (high nibble) of each whole packet in `data`, in order."""
+    types = []
+    while (split := _split(data)) is not None:
+        head, _, data = split
+        types.append(head[0] & 0xF0)
+    return types
+
+
 def _remaining(length: int) -> bytes:
     out = bytearray()
     while True:
@@ -223,7 +232,10 @@ class FakeBroker:
             self._send(b"\x62\x02" + packet.body[:2])
 
     def close(self) -> None:
-        """End the connection and the listener."""
+        """End the connection and the listener (a thread blocked in `accept` wakes up: closing
+        alone would leave it there until its join timed out)."""
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         if self._sock is not None:
             with contextlib.suppress(OSError):

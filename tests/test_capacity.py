@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from edgemon.adapters.metrics import ConnectionState, build_registry
-from edgemon.engine.capacity import Capacity, CapacityRecord
+from edgemon.capacity_object import Capacity
+from edgemon.engine.capacity import CapacityRecord
 from edgemon.engine.config import EngineConfig, Limits
 from edgemon.engine.outputs import Rejected
 from edgemon.monitor import Monitor

@@ -15,8 +15,8 @@ from edgemon.adapters.agent import serve_agent
 from edgemon.adapters.capacity import agent_answer, agent_reply, device_share, spare_share
 from edgemon.adapters.http import create_app, serve
 from edgemon.adapters.metrics import ConnectionState, build_registry
+from edgemon.capacity_object import Capacity
 from edgemon.daemon import Daemon
-from edgemon.engine.capacity import Capacity
 from edgemon.engine.config import EngineConfig
 from edgemon.monitor import Monitor
 from edgemon.protocol import CAPACITY_MAX_AGE_MS, DEFAULT_MAX_SEQS

@@ -1,6 +1,6 @@
-"""How the clients' connections behave: the gate says that its broker cannot be reached in
-one WARNING naming the broker, however many attempts fail (`wait_connected` False meanwhile
-and True once a broker is there); every connection sends without Nagle's delay."""
+"""How the clients' connections behave (`PahoLink`): the gate says that its broker cannot be
+reached in one WARNING naming the broker, however many attempts fail (`wait_connected` False
+meanwhile and True once a broker is there); every connection sends without Nagle's delay."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from edgemon.broker_url import Broker
 from edgemon.client import ThrottleGate
-from edgemon.client._mqtt import new_client, start, stop
+from edgemon.client._mqtt import PahoLink
 
 from ports import MosquittoServer
 
@@ -51,15 +51,20 @@ def test_an_unreachable_broker_is_said_once_by_the_gate(
 def test_a_client_connection_sends_without_nagles_delay(
     mosquitto_server: MosquittoServer,
 ) -> None:
-    """Every connection the Reporter and the gate open (`edgemon.client._mqtt.new_client`)
-    has `TCP_NODELAY` set, the one made after the broker restarted too: a report published
-    just after the client's PUBACK of a throttle object would otherwise wait for the broker's
-    delayed ACK of it."""
+    """Every connection of a `PahoLink` (the Reporter's, the gate's, the engine's links, the
+    simulator's) has `TCP_NODELAY` set, the one made after the broker restarted too: a report
+    published just after the client's PUBACK of a throttle object would otherwise wait for
+    the broker's delayed ACK of it."""
     broker = Broker(mosquitto_server.host, mosquitto_server.port)
-    client = new_client(broker, client_id="nodelay-test", clean_session=True)
     connected = threading.Event()
-    client.on_connect = lambda *_: connected.set()
-    start(client, broker)
+
+    def up(_client: object) -> None:
+        connected.set()
+
+    link = PahoLink(
+        broker, who="nodelay test", client_id="nodelay-test", on_up=up, on_down=lambda _: False
+    )
+    client = link.open()
     try:
         for restart in (True, False):  # the first connection, then the one after a restart
             assert connected.wait(30)
@@ -71,4 +76,4 @@ def test_a_client_connection_sends_without_nagles_delay(
                 mosquitto_server.stop()
                 mosquitto_server.start()
     finally:
-        stop(client, 10)
+        link.close(10)

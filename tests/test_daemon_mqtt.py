@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
+from sessions import connect_request
 
 from edgemon.daemon import Daemon
 from edgemon.daemon.intake import Intake
-from edgemon.daemon.mqtt_codec import V311
 from edgemon.daemon.mqtt_connection import Connection
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
@@ -34,7 +34,7 @@ async def test_the_link_disables_nagle_so_throttles_are_not_held_back(
     broker's delayed ACK."""
     _, port = mosquitto_broker
     intake = Intake(lambda *_: None)
-    session = Connection(intake, version=V311, keepalive_s=30, on_accepted=lambda *_: None)
+    session = Connection(intake, connect_request(), on_accepted=lambda *_: None)
     loop = asyncio.get_running_loop()
     transport, _ = await loop.create_connection(lambda: session, "127.0.0.1", port)
     try:

@@ -11,11 +11,12 @@ import tracemalloc
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from sessions import connect_request
 
 from edgemon.daemon import Daemon
 from edgemon.daemon.intake import Intake
 from edgemon.daemon.mqtt import LinkHooks
-from edgemon.daemon.mqtt_codec import V311, varint
+from edgemon.daemon.mqtt_codec import varint
 from edgemon.daemon.mqtt_connection import Connection
 from edgemon.settings import HttpSettings, LimitsSettings, MqttSettings, Settings
 
@@ -102,7 +103,7 @@ async def test_a_message_too_large_is_never_held_whole() -> None:
         too_large=lambda topic, size: too_large.append((topic, size)),
     )
     conn = Connection(
-        intake, version=V311, keepalive_s=30, max_packet=4096,
+        intake, connect_request(), max_packet=4096,
         on_accepted=lambda conn, _: intake.begin(conn, persistent=True),
     )  # fmt: skip
     conn.data_received(b"\x20\x02\x00\x00")  # CONNACK, accepted
@@ -119,9 +120,8 @@ def connection(applied: list[tuple[str, bytes]]) -> Connection:
     """A connection fed by hand (no socket), accepted, applying to `applied`."""
     intake = Intake(lambda topic, payload: applied.append((topic, payload)))
     conn = Connection(
-        intake, version=V311, keepalive_s=30,
-        on_accepted=lambda conn, _: intake.begin(conn, persistent=True),
-    )  # fmt: skip
+        intake, connect_request(), on_accepted=lambda conn, _: intake.begin(conn, persistent=True)
+    )
     conn.data_received(b"\x20\x02\x00\x00")  # CONNACK, accepted
     return conn
 
@@ -169,9 +169,8 @@ async def test_acknowledged_messages_are_remembered_by_digest_not_payload() -> N
     applied: list[int] = []
     intake = Intake(lambda _topic, payload: applied.append(len(payload)))
     conn = Connection(
-        intake, version=V311, keepalive_s=30,
-        on_accepted=lambda conn, _: intake.begin(conn, persistent=True),
-    )  # fmt: skip
+        intake, connect_request(), on_accepted=lambda conn, _: intake.begin(conn, persistent=True)
+    )
     conn.data_received(b"\x20\x02\x00\x00")  # CONNACK, accepted
     tracemalloc.start()
     try:
@@ -196,9 +195,8 @@ async def test_qos_0_messages_awaiting_the_log_count_toward_pausing() -> None:
     held: list[Callable[[], None]] = []
     intake = Intake(lambda *_: None, when_durable=held.append, pending_limits=(8, 1 << 40))
     conn = Connection(
-        intake, version=V311, keepalive_s=30,
-        on_accepted=lambda conn, _: intake.begin(conn, persistent=True),
-    )  # fmt: skip
+        intake, connect_request(), on_accepted=lambda conn, _: intake.begin(conn, persistent=True)
+    )
     conn.data_received(b"\x20\x02\x00\x00")  # CONNACK, accepted
     for n in range(8):
         conn.data_received(publish_packet(TOPIC, b"%d" % n, n + 1, qos=0))

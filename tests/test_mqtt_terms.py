@@ -12,7 +12,7 @@ import pytest
 
 from edgemon.daemon import Daemon
 from edgemon.daemon.mqtt import LinkHooks
-from edgemon.daemon.publisher import PublishError
+from edgemon.errors import PublishError
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
 from clients import scrape

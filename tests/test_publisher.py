@@ -11,9 +11,10 @@ import pytest
 import pytest_asyncio
 
 from edgemon.adapters.exposition import Slicer
-from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
+from edgemon.daemon.publisher import SeqSource, ThrottlePublisher
 from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine.outputs import ThrottleChanged
+from edgemon.errors import PublishError
 
 from links import until
 

@@ -36,7 +36,7 @@ from edgemon.protocol import DEFAULT_MAX_SEQS
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from edgemon.engine.capacity import Capacity
+    from edgemon.capacity_object import Capacity
     from edgemon.engine.engine import Engine
     from edgemon.engine.views import DeviceView
 

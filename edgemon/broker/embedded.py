@@ -13,6 +13,8 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+from edgemon.errors import EdgemonError
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -22,7 +24,7 @@ EXTRA_HINT = "the embedded broker needs `pip install edgemon[embedded]`"
 _FREE_PORT_TRIES = 3
 
 
-class EmbeddedBrokerError(RuntimeError):
+class EmbeddedBrokerError(EdgemonError, RuntimeError):
     """The embedded broker cannot run (the extra is missing, or the address is unusable)."""
 
 

@@ -42,9 +42,9 @@ from edgemon.broker import EmbeddedBrokerError, embedded_broker
 from edgemon.cli import demo_loop
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from edgemon.cli.signals import on_stop_signals
+from edgemon.errors import PublishError
 from edgemon.monitor import APPLIED
 from edgemon.settings import HttpSettings, LogSettings, MqttSettings, Settings, parse_listen
-from edgemon.simulate.mqtt_link import PublishError
 from edgemon.simulate.profiles import PROFILES
 from edgemon.view import DeviceTotals, render_view, status_line
 

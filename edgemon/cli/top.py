@@ -30,6 +30,7 @@ from rich.text import Text
 
 from edgemon.cli.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from edgemon.cli.signals import on_stop_signals
+from edgemon.errors import EdgemonError
 from edgemon.view import DeviceTotals, ViewError, render_view, status_line
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ TIMEOUT_S = 5.0
 _FRAME_CHROME = 12
 
 
-class UnreachableError(Exception):
+class UnreachableError(EdgemonError):
     """The daemon could not be read; the message says why, in a few words."""
 
 

@@ -22,6 +22,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from edgemon.client.audio import AudioFormat
+from edgemon.errors import EdgemonError
 from edgemon.protocol import (
     MAX_AUDIO_MS,
     MAX_ETA_MS,
@@ -42,7 +43,7 @@ Event = dict[str, Any]
 ConflictKind = Literal["ended", "unknown", "live", "max_streams", "closed"]
 
 
-class Conflict(Exception):  # noqa: N818 - not an error of the caller's arguments
+class Conflict(EdgemonError):  # noqa: N818 - not an error of the caller's arguments
     """A call that the stream's state makes moot (`kind`); nothing is queued for it.
 
     - `ended`: the stream has ended (a chunk, `start` or `end` after `end`);

@@ -1,8 +1,8 @@
-"""A `ThrottleGate`'s connection: the paho client and its callbacks, and the heartbeat
-watcher thread.
+"""A `ThrottleGate`'s connection: its `PahoLink` and the callbacks of its own, and the
+heartbeat watcher thread.
 
-`GateLink` owns the paho client (and its network thread) and the watcher thread, and hands
-what arrives to `Heard`: on every (re)connect it subscribes to the followed devices'
+`GateLink` owns the link (the paho client and its network thread) and the watcher thread, and
+hands what arrives to `Heard`: on every (re)connect it subscribes to the followed devices'
 `P/{device}/throttle` and to `P/_edgemon/+/status`; each message is routed by its topic. A
 filter the broker refuses is one error in the log. The watcher wakes when an instance's 3
 heartbeats run out, since the network thread may be quiet then.
@@ -21,30 +21,19 @@ if TYPE_CHECKING:
     import paho.mqtt.client as mqtt
 
     from edgemon.broker_url import Broker
-    from edgemon.client._gate_errors import GateErrors
     from edgemon.client._gate_heard import Heard
+    from edgemon.errors import CaughtErrors
 
 
 class GateLink:
-    """The gate's paho client and heartbeat watcher; `open` and `close` them."""
+    """The gate's paho link and heartbeat watcher; `open` and `close` them."""
 
-    __slots__ = (
-        "_broker",
-        "_client",
-        "_client_id",
-        "_errors",
-        "_heard",
-        "_prefix",
-        "_status_prefix",
-        "_stop",
-        "_unreachable",
-        "_watcher",
-    )
+    __slots__ = ("_errors", "_heard", "_link", "_prefix", "_status_prefix", "_stop", "_watcher")
 
     def __init__(
         self,
         heard: Heard,
-        errors: GateErrors,
+        errors: CaughtErrors,
         *,
         broker: Broker,
         prefix: str,
@@ -52,45 +41,37 @@ class GateLink:
     ) -> None:
         self._heard = heard
         self._errors = errors
-        self._broker = broker
         self._prefix = prefix
         self._status_prefix = f"{prefix}/_edgemon/"
-        self._client_id = client_id
-        self._unreachable = _mqtt.Unreachable(f"edgemon gate {heard.device}", broker)
-        self._client: mqtt.Client | None = None
+        self._link = _mqtt.PahoLink(
+            broker, who=f"edgemon gate {heard.device}", client_id=client_id,
+            on_up=self._up, on_down=lambda _reason: heard.disconnected(),
+            lost_means="; not holding until it is back",
+        )  # fmt: skip
         self._watcher: threading.Thread | None = None
         self._stop = False
 
     def open(self) -> None:
         """Start the network thread and the watcher (never waits for the broker); idempotent."""
         with self._heard.cond:
-            if self._client is not None:
+            if self._watcher is not None:
                 return
-            client = _mqtt.new_client(self._broker, client_id=self._client_id, clean_session=True)
-            client.on_connect = self._on_connect
-            client.on_connect_fail = self._on_connect_fail
-            client.on_disconnect = self._on_disconnect
-            client.on_message = self._on_message
-            client.on_subscribe = self._on_subscribe
-            self._client = client
             self._stop = False
             self._watcher = threading.Thread(
                 target=self._watch, name="edgemon-gate-heartbeats", daemon=True
             )
             self._watcher.start()
-        _mqtt.start(client, self._broker)
+            self._link.open(self._configure)
 
     def close(self, timeout: float) -> None:
         """Disconnect and end both threads, waiting at most `timeout` s."""
         with self._heard.cond:
-            client, self._client = self._client, None
             watcher, self._watcher = self._watcher, None
             self._stop = True
             self._heard.disconnected()
         if watcher is not None:
             watcher.join(max(0.0, timeout))
-        if client is not None:
-            _mqtt.stop(client, timeout)
+        self._link.close(timeout)
 
     def _watch(self) -> None:
         """The heartbeat watcher: an `online` instance not heard from for 3 of its
@@ -106,17 +87,13 @@ class GateLink:
                 heard.cond.wait(None if due == math.inf else max(0.001, due))
 
     # ------------------------------------------------------------------ paho callbacks
-    def _on_connect(
-        self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
-    ) -> None:
-        if client is not self._client:  # closed meanwhile
-            return
-        if reason_code.is_failure:
-            self._unreachable.failed(f"the broker refused the connection: {reason_code}")
-            return
-        self._unreachable.connected()
+    def _configure(self, client: mqtt.Client) -> None:
+        client.on_message = self._on_message
+        client.on_subscribe = self._on_subscribe
+
+    def _up(self, client: mqtt.Client) -> None:
+        """Connected: subscribe to the followed devices' throttles and the statuses."""
         heard = self._heard
-        _mqtt.log.info("edgemon gate %s: connected to the broker", heard.device)
         heard.connected_afresh()
         filters = [f"{self._prefix}/{device}/throttle" for device in heard.following]
         filters.append(f"{self._status_prefix}+/status")
@@ -129,7 +106,7 @@ class GateLink:
     ) -> None:
         """The SUBACK: a filter the broker refused is one error in the log and shows in
         `state.refused`; the gate cannot hold for it."""
-        if client is not self._client:
+        if client is not self._link.client:
             return
         try:
             codes = [int(getattr(code, "value", code)) for code in reason_codes]
@@ -143,21 +120,6 @@ class GateLink:
                 "gate cannot hold for what these topics would bring",
                 self._heard.device,
                 ", ".join(refused),
-            )
-
-    def _on_connect_fail(self, client: mqtt.Client, _userdata: Any) -> None:
-        if client is self._client:  # not closed meanwhile
-            self._unreachable.failed("no connection")
-
-    def _on_disconnect(
-        self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _properties: Any
-    ) -> None:
-        was_connected = self._heard.disconnected()
-        if client is self._client and was_connected:  # not a close(), nor a refused attempt
-            _mqtt.log.warning(
-                "edgemon gate %s: lost the broker (%s); not holding until it is back",
-                self._heard.device,
-                reason_code,
             )
 
     def _on_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:

@@ -1,4 +1,5 @@
-"""A `Reporter`'s sending side: the paho client and its callbacks, and the flusher thread.
+"""A `Reporter`'s sending side: its `PahoLink` and the callbacks of its own, and the flusher
+thread.
 
 The flusher waits until a batch is due (the oldest waiting event has waited `flush_s`, a
 full batch waits, or `flush()` asks), while connected and fewer than `max_in_flight`
@@ -33,21 +34,18 @@ _SENT = frozenset({mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN})  # NO_CONN: pa
 
 
 class Sender:
-    """The paho client, the connection's state and the flusher thread of one Reporter."""
+    """The paho link, the connection's state and the flusher thread of one Reporter."""
 
     __slots__ = (
-        "_broker",
         "_buffer",
-        "_clean_session",
-        "_client_id",
         "_cond",
         "_device",
         "_flight",
         "_flusher",
+        "_link",
         "_max_in_flight",
         "_max_payload_bytes",
         "_topic",
-        "_unreachable",
         "client",
         "connected",
         "connects",
@@ -72,14 +70,15 @@ class Sender:
         self._cond = cond
         self._buffer = buffer
         self._flight = flight
-        self._broker = broker
         self._topic = topic
         self._device = device
-        self._client_id = client_id
-        self._clean_session = clean_session
         self._max_in_flight = max_in_flight
         self._max_payload_bytes = max_payload_bytes
-        self._unreachable = _mqtt.Unreachable(f"edgemon reporter {device}", broker)
+        self._link = _mqtt.PahoLink(
+            broker, who=f"edgemon reporter {device}", client_id=client_id,
+            clean_session=clean_session, on_up=self._up, on_down=self._down,
+            lost_means="; buffering events until it is back",
+        )  # fmt: skip
         #: The paho client (None until `start`).
         self.client: mqtt.Client | None = None
         self._flusher: threading.Thread | None = None
@@ -96,19 +95,10 @@ class Sender:
         made in the background. Idempotent."""
         if self.client is not None:
             return
-        client = _mqtt.new_client(
-            self._broker, client_id=self._client_id, clean_session=self._clean_session
-        )
-        client.max_inflight_messages_set(0)  # bounded here: max_in_flight messages
-        client.on_connect = self._on_connect
-        client.on_connect_fail = self._on_connect_fail
-        client.on_disconnect = self._on_disconnect
-        client.on_publish = self._on_publish
-        self.client = client
+        self.client = self._link.open(self._configure)
         self._flusher = threading.Thread(
             target=self._run, name=f"edgemon-reporter-{self._device}", daemon=True
         )
-        _mqtt.start(client, self._broker)
         self._flusher.start()
 
     def stop(self, deadline: float) -> None:
@@ -118,8 +108,7 @@ class Sender:
             self._cond.notify_all()
         if self._flusher is not None:
             self._flusher.join(max(0.0, deadline - time.monotonic()))
-        if self.client is not None:
-            _mqtt.stop(self.client, deadline - time.monotonic())
+        self._link.close(deadline - time.monotonic())
 
     # ------------------------------------------------------------------ the flusher
     def _take(self) -> list[Indexed] | None:
@@ -182,45 +171,22 @@ class Sender:
         return out
 
     # ------------------------------------------------------------------ paho callbacks
-    def _on_connect(
-        self,
-        _client: mqtt.Client,
-        _userdata: Any,
-        _flags: Any,
-        reason_code: Any,
-        _properties: Any,
-    ) -> None:
-        if reason_code.is_failure:
-            self._unreachable.failed(f"the broker refused the connection: {reason_code}")
-            return
-        self._unreachable.connected()
-        _mqtt.log.info("edgemon reporter %s: connected to the broker", self._device)
+    def _configure(self, client: mqtt.Client) -> None:
+        client.max_inflight_messages_set(0)  # bounded here: max_in_flight messages
+        client.on_publish = self._on_publish
+
+    def _up(self, _client: mqtt.Client) -> None:
         with self._cond:
             self.connected = True
             self.connects += 1
             self._cond.notify_all()
 
-    def _on_connect_fail(self, _client: mqtt.Client, _userdata: Any) -> None:
-        self._unreachable.failed("no connection")
-
-    def _on_disconnect(
-        self,
-        _client: mqtt.Client,
-        _userdata: Any,
-        _flags: Any,
-        reason_code: Any,
-        _properties: Any,
-    ) -> None:
+    def _down(self, _reason: str) -> bool:
+        """The connection is lost: news unless it was not up, or `stop` asked for it."""
         with self._cond:
             was_connected, self.connected = self.connected, False
-            closing = self.stopping
             self._cond.notify_all()
-        if was_connected and not closing:  # a refused attempt was said by `_unreachable`
-            _mqtt.log.warning(
-                "edgemon reporter %s: lost the broker (%s); buffering events until it is back",
-                self._device,
-                reason_code,
-            )
+            return was_connected and not self.stopping
 
     def _on_publish(
         self,

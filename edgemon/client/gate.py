@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING, Self
 
 from edgemon.broker_url import parse_broker_url
 from edgemon.client import _mqtt
-from edgemon.client._gate_errors import GateErrors
 from edgemon.client._gate_heard import Heard
 from edgemon.client._gate_hold import Holds
 from edgemon.client._gate_link import GateLink
 from edgemon.client._gate_views import ALL_DEVICES, DeviceThrottle, GateState, GateStats
 from edgemon.environ import MAX_HOLD_MS, read_gate_environ
+from edgemon.errors import CaughtErrors
 from edgemon.protocol import check_devices, check_topic_prefix
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class ThrottleGate:
 
     Its parts each own their state: `Heard` (what the broker sent, and the answer flag),
     `GateLink` (the paho client and the heartbeat watcher), `Holds` (the hold state machine,
-    on the scheduler's thread) and `GateErrors` (exceptions caught)."""
+    on the scheduler's thread) and `CaughtErrors` (exceptions caught)."""
 
     __slots__ = ("_errors", "_heard", "_holds", "_link", "device", "following", "max_hold_ms")
 
@@ -111,7 +111,11 @@ class ThrottleGate:
         self.max_hold_ms = float(max_hold_ms)
         name = "all" if self.following == (ALL_DEVICES,) else "_".join(self.following)[:64]
         clock = clock or time.monotonic
-        self._errors = GateErrors(self.device)
+        self._errors = CaughtErrors(
+            _mqtt.log,
+            f"edgemon gate {self.device}",
+            "; answering 'do not hold' (further errors are counted in stats.errors, not logged)",
+        )
         self._heard = Heard(device=self.device, following=self.following, clock=clock)
         self._holds = Holds(self._heard, max_hold_s=self.max_hold_ms / 1000, clock=clock)
         self._link = GateLink(

@@ -1,7 +1,8 @@
 """The paho-mqtt helpers edgemon's client is built on, for edgemon's other links to the box's
 broker (the capacity topic's publisher and the shedding middleware's view, `edgemon.shedding`):
-a paho client for a `Broker` (`edgemon.broker_url`), its network thread started and stopped,
-unique client ids, and one warning per outage rather than one per reconnect attempt.
+`PahoLink`, the paho client for a `Broker` (`edgemon.broker_url`) with the callbacks of its
+connection, unique client ids, and one warning per outage rather than one per reconnect
+attempt.
 
 paho-mqtt 2.x on its own network thread (`loop_start`), never asyncio: the engine's and the
 API server's processes import these, and neither should own an event loop for them.
@@ -14,12 +15,9 @@ from edgemon.client._mqtt import (
     KEEPALIVE_S,
     RECONNECT_MAX_S,
     RECONNECT_MIN_S,
-    Unreachable,
+    PahoLink,
     default_client_id,
     log,
-    new_client,
-    start,
-    stop,
 )
 
 __all__ = [
@@ -27,10 +25,7 @@ __all__ = [
     "KEEPALIVE_S",
     "RECONNECT_MAX_S",
     "RECONNECT_MIN_S",
-    "Unreachable",
+    "PahoLink",
     "default_client_id",
     "log",
-    "new_client",
-    "start",
-    "stop",
 ]

@@ -46,12 +46,13 @@ from edgemon.daemon.gcpacer import GcPacer
 from edgemon.daemon.logs import LogBudget, RejectionLog
 from edgemon.daemon.mqtt import LinkHooks, MqttLink, max_packet_size
 from edgemon.daemon.persistence import open_persistence
-from edgemon.daemon.publisher import PublishError, SeqSource, ThrottlePublisher
+from edgemon.daemon.publisher import SeqSource, ThrottlePublisher
 from edgemon.daemon.recorder import TraceRecorder
 from edgemon.daemon.status import status_line, status_payload
 from edgemon.daemon.systemd import Notifier
 from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine.outputs import Rejected, ThrottleChanged
+from edgemon.errors import PublishError
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
 from edgemon.trace import TraceMark, TraceRecord

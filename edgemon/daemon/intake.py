@@ -1,44 +1,49 @@
 """Messages in from the socket: applied as they are read, acknowledged once durable.
 
-Flow control, not shedding (docs/reliability.md). The link's `Connection` splits each PUBLISH
-out of what the broker's socket gave it, and `Intake.on_message` applies it right there: no
-queue between the network and the engine, so nothing is read faster than it is applied, and
+Flow control, not shedding (docs/reliability.md). The link's session splits each PUBLISH out
+of what the broker's socket gave it, and `Intake.read` applies it right there: no queue
+between the network and the engine, so nothing is read faster than it is applied, and
 when edgemon falls behind the socket is simply read later (TCP backpressure: the broker holds
 the rest). Messages read together (one loop iteration) form a batch; once the write-ahead log
 says the batch is durable, its QoS 1 messages are acknowledged (PUBACK), in the order they
 were received; a QoS 2 one (a broker should send none: edgemon subscribes at QoS 1) the same
-way with PUBREC, the connection answering the broker's PUBREL. While more than
+way with PUBREC, the session answering the broker's PUBREL. While more than
 `PENDING_MESSAGES` messages (or `PENDING_BYTES` payload bytes) wait for durability, QoS 0 ones
 included (the log holds them too), the socket is not read at all (`paused`): a log that
 cannot write holds every acknowledgement, and the broker keeps what follows.
 
 A message applied whose PUBACK could not be sent (the session ended first), or was sent so
 shortly before the end that it may not have reached the broker (the last `RECENT_ACKS`), will
-be delivered again by the broker, with the DUP flag, to the next session: it is acknowledged
-then without being applied or counted twice. So are the messages of the write-ahead log
-replayed after a crash (`expect_redelivery`): edgemon cannot know which of them it had
-acknowledged. A redelivery is recognised by its DUP flag and its exact topic and payload,
-through their digest (`message_digest`, 16 bytes): what is remembered of a message is its
-digest and its size, never its payload, so memory stays bounded in bytes whatever the
-payloads weigh (at most `RECENT_ACKS` digests, and one per message awaiting durability).
+be delivered again by the broker, with the DUP flag, to the next session (in the first
+`REDELIVERY_WINDOW_S` of it, on `clock`): it is acknowledged then without being applied or
+counted twice. So are the messages of the write-ahead log replayed after a crash
+(`expect_redelivery`): edgemon cannot know which of them it had acknowledged. A redelivery is
+recognised by its DUP flag and its exact topic and payload, through their digest
+(`message_digest`, 16 bytes): what is remembered of a message is its digest and its size, never
+its payload, so memory stays bounded in bytes whatever the payloads weigh (at most
+`RECENT_ACKS` digests, and one per message awaiting durability).
 
 Two costs a general-purpose client would pay per message are paid per read and per batch
 instead: the socket is read in blocks (asyncio hands the connection whatever the socket holds,
-which it splits into packets itself), and the PUBACKs of every batch made durable in one loop
-iteration leave in one write.
+which the session splits into packets itself), and the PUBACKs of every batch made durable in
+one loop iteration leave in one write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Protocol
 
 from edgemon.daemon.mqtt_codec import acknowledgement
+from edgemon.daemon.mqtt_session import TooLarge
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+
+    from edgemon.daemon.mqtt_session import Event, Session
 
 #: Messages applied but not yet durable and acknowledged beyond which reading pauses. The
 #: log holds their lines meanwhile (and a commit their join): the bytes bound keeps that
@@ -91,8 +96,11 @@ class Intake:
         pending_limits: tuple[int, int] = (PENDING_MESSAGES, PENDING_BYTES),
         topics: frozenset[str] | None = None,
         too_large: Callable[[str, int], None] = lambda _topic, _size: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock`: monotonic seconds, for how long redeliveries are expected."""
         self._apply = apply
+        self._clock = clock
         #: Told of each message too large to read (topic, packet size).
         self._too_large = too_large
         #: The topics this instance reads (its own devices'), or None for any.
@@ -115,8 +123,9 @@ class Intake:
         #: Times reading was paused for durability (a flood, or a slow disk).
         self.pauses = 0
         self._redelivery: Counter[bytes] = Counter()
+        #: Until when (`clock`) the redeliveries in `_redelivery` may come.
+        self._expected_until = float("inf")
         self._recent: deque[bytes] = deque(maxlen=RECENT_ACKS)
-        self._forget: asyncio.TimerHandle | None = None
         self._drained = asyncio.Event()
         self._drained.set()
         self._closed = False
@@ -128,14 +137,11 @@ class Intake:
         """CONNACK accepted: the messages of this session come to `on_message` from now on
         (a persistent session's queue comes right after CONNACK), acknowledged through
         `wire`."""
-        loop = asyncio.get_running_loop()
-        self._loop = loop
+        self._loop = asyncio.get_running_loop()
         self._session += 1
         self._wire = wire
         self.paused = False
-        if self._forget is not None:
-            self._forget.cancel()
-        self._forget = loop.call_later(REDELIVERY_WINDOW_S, self._redelivery.clear)
+        self._expected_until = self._clock() + REDELIVERY_WINDOW_S
         if not persistent:
             self._redelivery.clear()
 
@@ -158,6 +164,31 @@ class Intake:
         self._redelivery.update(message_digest(topic, payload) for topic, payload in messages)
 
     # ------------------------------------------------------------------ reading
+    def read(
+        self, session: Session, now: float, *, budget: int, control: Callable[[Event], None]
+    ) -> bool:
+        """Take one batch of what `session` received: each message applied (`budget` of them
+        at most), one too large reported, anything else (a CONNACK, an answer) handed to
+        `control`; until the intake pauses or nothing whole is left. Whether the budget ran
+        out with more left to take."""
+        try:
+            while not self.paused:
+                event = session.next_event(now)
+                if event is None:
+                    return False
+                if type(event) is tuple:  # a Message
+                    self.on_message(*event)
+                    budget -= 1
+                    if not budget:
+                        return session.buffer.pending > 0
+                elif type(event) is TooLarge:
+                    self.on_too_large(event.topic, event.size, event.qos, event.mid)
+                else:
+                    control(event)
+            return False
+        finally:
+            self.end_batch()
+
     def on_message(self, topic: str, payload: bytes, qos: int, dup: bool, mid: int) -> None:
         """One PUBLISH received: apply it (unless it is a known redelivery); a QoS 1 one is
         acknowledged once durable. The connection calls `end_batch` after what it read
@@ -165,9 +196,7 @@ class Intake:
         if self._closed:
             return
         digest = message_digest(topic, payload) if qos else None
-        if digest is not None and dup and self._redelivery and self._redelivery[digest] > 0:
-            self._redelivery[digest] -= 1
-            self.redelivered += 1
+        if digest is not None and dup and self._redelivered(digest):
             self._queue(acknowledgement(qos, mid), digest, len(payload))
             return
         if self._topics is not None and topic not in self._topics:
@@ -175,6 +204,21 @@ class Intake:
         else:
             self._apply(topic, payload)
         self._queue(acknowledgement(qos, mid) if qos else b"", digest, len(payload))
+
+    def _redelivered(self, digest: bytes) -> bool:
+        """Whether a message with the DUP flag is one expected again (then counted as such);
+        what was expected is forgotten `REDELIVERY_WINDOW_S` after the session began."""
+        expected = self._redelivery
+        if not expected:
+            return False
+        if self._clock() >= self._expected_until:
+            expected.clear()
+            return False
+        if expected[digest] <= 0:
+            return False
+        expected[digest] -= 1
+        self.redelivered += 1
+        return True
 
     def on_too_large(self, topic: str, size: int, qos: int, mid: int) -> None:
         """A PUBLISH too large to read (MQTT 3.1.1: dropped as it arrives): not applied,

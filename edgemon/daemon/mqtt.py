@@ -10,7 +10,7 @@ MQTT client library: see the README's "The MQTT link" for why.
   `P/+/capacity` (with `[mqtt] devices`, each listed device's topics only), then messages flow.
 - A lost connection is re-established with jittered exponential backoff capped at 30 s;
   nothing of the engine's state is touched. A broker gone silent is noticed within 1.5
-  keep-alives (`mqtt_connection`).
+  keep-alives (`mqtt_session`).
 - What the broker says is heard: a reconnection whose CONNACK says it kept no session (what
   was queued for edgemon is gone) is logged and counted; a grant below the QoS asked for
   (SUBACK, or MQTT 5's Maximum QoS) is an error and `/readyz` says "degraded"; a refused
@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from edgemon.daemon import mqtt_codec as codec
 from edgemon.daemon.intake import PENDING_BYTES, PENDING_MESSAGES, Intake
 from edgemon.daemon.mqtt_codec import Connack, ConnectRequest, Will
-from edgemon.daemon.mqtt_connection import Connection, ConnectionLostError, NotSendableError
+from edgemon.daemon.mqtt_connection import Connection
 from edgemon.daemon.mqtt_terms import BrokerUnsuitableError, Terms, refusal
-from edgemon.daemon.publisher import PublishError
+from edgemon.errors import ConnectionLostError, NotSendableError, PublishError
 from edgemon.settings import ConfigError
 
 #: A device's topics edgemon reads.
@@ -199,10 +199,7 @@ class MqttLink:
             self._on_connected()
             self.intake.begin(conn, persistent=persistent)
 
-        conn = Connection(
-            self.intake, version=request.version, keepalive_s=request.keepalive_s,
-            on_accepted=accepted, max_packet=self._max_packet,
-        )  # fmt: skip
+        conn = Connection(self.intake, request, on_accepted=accepted, max_packet=self._max_packet)
         context = tls_context(settings)
         loop = asyncio.get_running_loop()
         try:
@@ -211,7 +208,6 @@ class MqttLink:
                     lambda: conn, broker.host, broker.port, ssl=context,
                     server_hostname=broker.host if context is not None else None,
                 )  # fmt: skip
-                conn.write(codec.connect(request))
                 connack = await conn.connack
         except TimeoutError:
             conn.fail(ConnectionLostError("no CONNACK in time"))

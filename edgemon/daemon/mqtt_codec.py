@@ -9,12 +9,14 @@ server's DISCONNECT. Properties that arrive are skipped, except the ones the lin
 Size; a Reason String). A topic alias is refused: edgemon declares a Topic Alias Maximum of 0.
 Anything malformed (reserved flags included) is a `ProtocolError`, which ends the connection.
 
-Pure functions over bytes: no socket, no event loop (`session` drives them).
+Pure functions over bytes: no socket, no event loop (`mqtt_session` drives them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from edgemon.errors import ProtocolError
 
 CONNECT = 0x10
 CONNACK = 0x20
@@ -101,10 +103,6 @@ _V5_REASONS = {
     0x9D: "server moved",
     0x9F: "connection rate exceeded",
 }
-
-
-class ProtocolError(Exception):
-    """The broker sent something that is not MQTT as this link speaks it."""
 
 
 class PacketTooLargeError(ProtocolError):
@@ -292,7 +290,8 @@ def split(
     return i, i + length
 
 
-#: One PUBLISH received: topic, payload, QoS, DUP flag, packet id (0 at QoS 0).
+#: One PUBLISH received: topic, payload, QoS, DUP flag, packet id (0 at QoS 0). A plain tuple:
+#: one is made per message, and a named one costs several times more.
 Message = tuple[str, bytes, int, bool, int]
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from edgemon.daemon import mqtt_codec as codec
-from edgemon.daemon.mqtt_connection import ConnectionLostError
+from edgemon.errors import ConnectionLostError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

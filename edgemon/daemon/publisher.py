@@ -23,13 +23,11 @@ import json
 from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
+from edgemon.errors import PublishError
+
 if TYPE_CHECKING:
     from edgemon.daemon.wall_clock import Clock
     from edgemon.engine.outputs import ThrottleChanged
-
-
-class PublishError(Exception):
-    """A publish that did not reach the broker (not connected, timed out)."""
 
 
 class Sink(Protocol):

@@ -20,6 +20,8 @@ import re
 import time
 from typing import TYPE_CHECKING, BinaryIO
 
+from edgemon.errors import EdgemonError
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
@@ -45,7 +47,7 @@ def generations(directory: Path) -> list[int]:
     return sorted(found)
 
 
-class SkippedError(Exception):
+class SkippedError(EdgemonError):
     """A write queued behind one that failed: not tried (it is retried after that one)."""
 
 

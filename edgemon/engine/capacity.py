@@ -1,4 +1,5 @@
-"""What a device's engine says about its room for more streams (docs/protocol.md, capacity object).
+"""What edgemon keeps of each device's capacity objects (docs/protocol.md, capacity object;
+the object itself, as read: `edgemon.capacity_object`).
 
 The capacity object is published by the engine's scheduler (retained, at most once a second
 and on change, and again at least every few seconds): the streams it can decode in real time
@@ -26,41 +27,10 @@ the engine's history before edgemon heard of it, is taken as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from edgemon.capacity_object import Capacity
 from edgemon.protocol import CAPACITY_MAX_AGE_MS, SHED_BURST, SHED_RATE_PER_S, capacity_age_ms
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    """One capacity object as received; None where the engine left a field out."""
-
-    t_ms: float | None = None
-    realtime_streams: float | None = None
-    running: int | None = None
-    waiting: int | None = None
-    start_wait_ms: float | None = None
-    shed_total: int | None = None
-
-    @property
-    def spare_streams(self) -> float | None:
-        """Real-time streams the engine has room for now (`realtime_streams − running`, at
-        least 0); None unless both are known."""
-        if self.realtime_streams is None or self.running is None:
-            return None
-        return max(0.0, self.realtime_streams - self.running)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The object's fields as JSON values (None for those left out)."""
-        return {
-            "t_ms": self.t_ms,
-            "realtime_streams": self.realtime_streams,
-            "running": self.running,
-            "waiting": self.waiting,
-            "start_wait_ms": self.start_wait_ms,
-            "shed_total": self.shed_total,
-        }
 
 
 class CapacityRecord:

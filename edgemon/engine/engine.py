@@ -22,7 +22,7 @@ from edgemon.engine.outputs import DeviceForgotten
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from edgemon.engine.capacity import Capacity
+    from edgemon.capacity_object import Capacity
     from edgemon.engine.config import EngineConfig
     from edgemon.engine.events import Event
     from edgemon.engine.outputs import Output, ThrottleChanged

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from edgemon.errors import EdgemonError
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -34,7 +36,7 @@ DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
 AUTO = "auto"
 
 
-class KVConfigError(ValueError):
+class KVConfigError(EdgemonError, ValueError):
     """A KV geometry, size or dtype is missing or invalid; the message names the field."""
 
 

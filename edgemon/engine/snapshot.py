@@ -27,6 +27,7 @@ from edgemon.engine.stream import Phase, Stream
 from edgemon.engine.timers import MIN_ON
 from edgemon.engine.tombstones import Tombstones
 from edgemon.engine.tts import TtsEngineInfo
+from edgemon.errors import EdgemonError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -73,7 +74,7 @@ _STREAM_LATE_FIELDS = {"underrun_provisional": False, "underrun_published": Fals
 _STREAM_SLO_FIELDS: dict[str, float | None] = {"start_silence_ms": None, "longest_gap_ms": 0.0}
 
 
-class SnapshotError(ValueError):
+class SnapshotError(EdgemonError, ValueError):
     """A snapshot that cannot be restored (wrong format or version, missing fields)."""
 
 

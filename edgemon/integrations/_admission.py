@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from edgemon.client import ThrottleGate
+from edgemon.errors import CaughtErrors
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,7 +101,12 @@ class AdmissionControl:
         self._sleep = sleep
         self._held_steps = 0
         self._idle_sleeps = 0
-        self._errors = 0
+        self._errors = CaughtErrors(
+            _log,
+            "edgemon",
+            ", caught: the step goes on as vLLM's own would (further errors are counted in "
+            "edgemon_stats.errors, not logged)",
+        )
         self._disabled = False
         admitted = getattr(gate, "admitted", None)
         self._admitted: Callable[[], None] | None = admitted if callable(admitted) else None
@@ -150,13 +156,7 @@ class AdmissionControl:
     def failed(self, where: str) -> None:
         """Count an exception caught in edgemon's part of a step; log the first one (call
         from an `except` block: the traceback goes with it)."""
-        self._errors += 1
-        if self._errors == 1:
-            _log.exception(
-                "edgemon: an error in %s, caught: the step goes on as vLLM's own would "
-                "(further errors are counted in edgemon_stats.errors, not logged)",
-                where,
-            )
+        self._errors.caught(where)
 
     def check_drift(self, held: set[str], admitted: set[str]) -> None:
         """The drift guard: `admitted` (this held step's newly scheduled request ids) must
@@ -184,7 +184,7 @@ class AdmissionControl:
         return AdmissionStats(
             held_steps=self._held_steps,
             idle_sleeps=self._idle_sleeps,
-            errors=self._errors,
+            errors=self._errors.count,
             disabled=self._disabled,
         )
 

@@ -78,7 +78,7 @@ from edgemon.policy.values import (
     OPEN,
     ORDERS,
     START_SLO_MS,
-    Capacity,
+    CapacityFigures,
     DeadlineSettings,
     Order,
     Running,
@@ -103,7 +103,7 @@ __all__ = [
     "ORDERS",
     "START_SLO_MS",
     "STEP_ALPHA",
-    "Capacity",
+    "CapacityFigures",
     "DeadlineSettings",
     "Deadlines",
     "Learned",
@@ -610,7 +610,7 @@ class Deadlines:
         soonest = min((self.remaining(r) for r in running), default=0.0)
         return self.prefill_ms(request.prompt_tokens) + overrun * soonest
 
-    def capacity(self, running: Sequence[Running], waiting: Sequence[Waiting]) -> Capacity:
+    def capacity(self, running: Sequence[Running], waiting: Sequence[Waiting]) -> CapacityFigures:
         """The capacity object's figures now."""
         prompt = self._prompt_tokens
         usual = Waiting("", 0.0, round(prompt.value) if prompt.seen else 1)
@@ -621,7 +621,7 @@ class Deadlines:
             wait = steps * self._wait_step_ms(
                 len(running)
             ) + self.settings.first_chunk_frames * self.step_ms(self._batch(None))
-        return Capacity(
+        return CapacityFigures(
             realtime_streams=None if self.admission is None else self.admission.limit,
             running=len(running),
             waiting=len(waiting),

@@ -1,5 +1,5 @@
 """The deadline policy's values: its settings, the requests and throttle it is shown, and the
-decisions and capacity it returns (`edgemon.policy.deadlines` uses them and exports
+decisions and capacity figures it returns (`edgemon.policy.deadlines` uses them and exports
 them again: import them from there).
 
 Plain values and the default SLOs; pure, no engine imported.
@@ -156,8 +156,9 @@ class StepPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class Capacity:
-    """What a scheduler publishes (the capacity object, SPEC §1)."""
+class CapacityFigures:
+    """The policy's figures for the capacity object a scheduler publishes (the object itself,
+    as read: `edgemon.capacity_object.Capacity`)."""
 
     realtime_streams: int | None
     """The batch the engine can decode in real time now (None while unknown)."""

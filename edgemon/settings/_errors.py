@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from edgemon.errors import EdgemonError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
-class ConfigError(ValueError):
+class ConfigError(EdgemonError, ValueError):
     """A configuration that cannot be used; `problems` lists every reason, one line each.
 
     Each problem names its key as `section.key`, e.g. `slack.default_margin_ms: must be ≥ 0
@@ -27,7 +29,7 @@ class ConfigError(ValueError):
         return f"{count} problem{'' if count == 1 else 's'} in {self.source}"
 
 
-class CrossFieldError(ValueError):
+class CrossFieldError(EdgemonError, ValueError):
     """Raised by a section's validator: problems involving several keys, as (key, message)."""
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:

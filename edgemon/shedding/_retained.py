@@ -19,7 +19,7 @@ is one error in the log naming it, `refused` and `subscriptions_refused` (a coun
 client can see that; the capacity view says when no object came at all.)
 
 Nothing here raises into the caller after construction: a failed publish or a bad callback is
-counted (`errors`) and the first one logged.
+counted (`errors`) and the first one logged (`CaughtErrors`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from edgemon.client import mqtt as _mqtt
+from edgemon.errors import CaughtErrors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -43,15 +44,14 @@ class RetainedLink:
     """See the module doc."""
 
     __slots__ = (
-        "_broker",
-        "_client",
-        "_client_id",
+        "_caught",
         "_clock",
         "_cond",
         "_connected",
         "_dirty",
         "_last_sent",
         "_latest",
+        "_link",
         "_min_interval_s",
         "_on_message",
         "_refresh_s",
@@ -59,8 +59,6 @@ class RetainedLink:
         "_stop",
         "_subscribing",
         "_thread",
-        "_unreachable",
-        "errors",
         "published",
         "refused",
         "subscriptions_refused",
@@ -88,28 +86,27 @@ class RetainedLink:
         self.who = who
         self.topics = tuple(topics)
         self.watch = tuple(watch)
-        self._broker = broker
-        self._client_id = client_id
+        self._link = _mqtt.PahoLink(
+            broker, who=who, client_id=client_id, on_up=self._up, on_down=self._down
+        )
         self._on_message = on_message
         self._min_interval_s = min_interval_s
         self._refresh_s = refresh_s
         self._stamp = stamp
         self._clock = clock
-        self._unreachable = _mqtt.Unreachable(who, broker)
         self._cond = threading.Condition()
         self._latest: dict[str, Any] | None = None
         self._dirty = False
         self._stop = False
         self._connected = False
         self._last_sent = -float("inf")
-        self._client: mqtt.Client | None = None
         self._thread: threading.Thread | None = None
         #: The filters of each SUBSCRIBE under way, by packet id.
         self._subscribing: dict[int, tuple[str, ...]] = {}
         #: Objects handed to the broker (each to every topic; MQTT 3.1.1 cannot tell one the
-        #: ACL dropped), and errors caught (the first logged).
+        #: ACL dropped).
         self.published = 0
-        self.errors = 0
+        self._caught = CaughtErrors(_mqtt.log, who)
         #: The filters of `watch` the broker refused at the last subscription, and how many
         #: refusals there were in all.
         self.refused: tuple[str, ...] = ()
@@ -133,42 +130,32 @@ class RetainedLink:
         with self._cond:
             return self._cond.wait_for(lambda: self._connected, timeout)
 
+    @property
+    def errors(self) -> int:
+        """Errors caught so far (the first logged)."""
+        return self._caught.count
+
     def failed(self, where: str) -> None:
         """Count an exception caught in `where`; log the first (call from an `except` block)."""
-        self.errors += 1
-        if self.errors == 1:
-            _mqtt.log.exception(
-                "%s: an error in %s, caught (further errors are counted, not logged)",
-                self.who,
-                where,
-            )
+        self._caught.caught(where)
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> RetainedLink:
         """Start the network thread and the publishing thread; never waits for the broker."""
         with self._cond:
-            if self._client is not None:
+            if self._thread is not None:
                 return self
-            client = _mqtt.new_client(self._broker, client_id=self._client_id, clean_session=True)
-            if self.topics:
-                client.will_set(self.topics[0], b"", qos=1, retain=True)
-            client.on_connect = self._on_connect
-            client.on_connect_fail = self._on_connect_fail
-            client.on_disconnect = self._on_disconnect
-            client.on_message = self._on_paho_message
-            client.on_subscribe = self._on_subscribe
-            self._client = client
             self._stop = False
             self._thread = threading.Thread(target=self._run, name=f"{self.who}", daemon=True)
             self._thread.start()
-        _mqtt.start(client, self._broker)
+            self._link.open(self._configure)
         return self
 
     def close(self, timeout: float = 5.0, *, clear: bool = True) -> None:
         """Stop both threads (waiting at most `timeout` s); with `clear`, first empty the
         retained topics if connected."""
         with self._cond:
-            client, self._client = self._client, None
+            client = self._link.client
             thread, self._thread = self._thread, None
             self._stop = True
             connected, self._connected = self._connected, False
@@ -184,7 +171,7 @@ class RetainedLink:
                     info.wait_for_publish(min(1.0, timeout))
             except Exception:  # noqa: BLE001 - closing must not raise into the engine's shutdown
                 self.failed("emptying the retained topics")
-        _mqtt.stop(client, timeout)
+        self._link.close(timeout)
 
     # ------------------------------------------------------------------ threads
     def _run(self) -> None:
@@ -209,7 +196,7 @@ class RetainedLink:
                     self._cond.wait(due)
                 if self._stop:
                     return
-                value, client = self._latest, self._client
+                value, client = self._latest, self._link.client
                 self._dirty = False
                 self._last_sent = self._clock()
             if value is not None and client is not None:
@@ -226,15 +213,15 @@ class RetainedLink:
         except Exception:  # noqa: BLE001 - a publish must never stop the engine
             self.failed("publishing")
 
-    def _on_connect(
-        self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _props: Any
-    ) -> None:
-        if client is not self._client:
-            return
-        if reason_code.is_failure:
-            self._unreachable.failed(f"the broker refused the connection: {reason_code}")
-            return
-        self._unreachable.connected()
+    def _configure(self, client: mqtt.Client) -> None:
+        if self.topics:
+            client.will_set(self.topics[0], b"", qos=1, retain=True)
+        client.on_message = self._on_paho_message
+        client.on_subscribe = self._on_subscribe
+
+    def _up(self, client: mqtt.Client) -> None:
+        """Connected: subscribe to `watch`; publish the object again (the broker may have
+        forgotten it)."""
         if self.watch:
             _, mid = client.subscribe([(topic, 1) for topic in self.watch])
             if mid is not None:  # None: not sent (the connection is already gone)
@@ -242,14 +229,21 @@ class RetainedLink:
                     self._subscribing = {mid: self.watch}
         with self._cond:
             self._connected = True
-            self._dirty = self._latest is not None  # again: the broker may have forgotten it
+            self._dirty = self._latest is not None
             self._cond.notify_all()
+
+    def _down(self, _reason: str) -> bool:
+        """The connection is lost: news if it was up."""
+        with self._cond:
+            was, self._connected = self._connected, False
+            self._cond.notify_all()
+            return was
 
     def _on_subscribe(
         self, client: mqtt.Client, _userdata: Any, mid: int, reason_codes: Any, _props: Any
     ) -> None:
         """The SUBACK: each refused filter (0x80 and above, or a code missing) is said."""
-        if client is not self._client:
+        if client is not self._link.client:
             return
         try:
             with self._cond:
@@ -271,19 +265,6 @@ class RetainedLink:
                 self.who,
                 ", ".join(refused),
             )
-
-    def _on_connect_fail(self, client: mqtt.Client, _userdata: Any) -> None:
-        if client is self._client:
-            self._unreachable.failed("no connection")
-
-    def _on_disconnect(
-        self, client: mqtt.Client, _userdata: Any, _flags: Any, reason_code: Any, _props: Any
-    ) -> None:
-        with self._cond:
-            was, self._connected = self._connected, False
-            self._cond.notify_all()
-        if client is self._client and was:
-            _mqtt.log.warning("%s: lost the broker (%s)", self.who, reason_code)
 
     def _on_paho_message(
         self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage

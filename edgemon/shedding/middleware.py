@@ -54,7 +54,8 @@ from edgemon.protocol import (
     capacity_age_ms,
 )
 from edgemon.shedding._retained import RetainedLink
-from edgemon.shedding.topic import CapacityReading, TopicConfig, read_capacity
+from edgemon.capacity_object import Capacity, read_capacity
+from edgemon.shedding.topic import TopicConfig
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -126,7 +127,7 @@ class CapacityView:
         self._wall = wall
         self._prefix = f"{config.prefix}/"
         #: Each device's last readable object and when it arrived (wall ms).
-        self._devices: dict[str, tuple[CapacityReading, float]] = {}
+        self._devices: dict[str, tuple[Capacity, float]] = {}
         self._refused = 0
         #: When an object last arrived, or the view opened (wall ms).
         self._heard_ms = wall() * 1000.0
@@ -173,7 +174,7 @@ class CapacityView:
         """Requests refused so far."""
         return self._refused
 
-    def readings(self) -> dict[str, CapacityReading]:
+    def readings(self) -> dict[str, Capacity]:
         """Each device's object that is fresh now (no older than `CAPACITY_MAX_AGE_MS`)."""
         now_ms = self._wall() * 1000.0
         fresh = {}
@@ -186,7 +187,7 @@ class CapacityView:
         return fresh
 
     @property
-    def latest(self) -> CapacityReading | None:
+    def latest(self) -> Capacity | None:
         """The fresh object decisions follow now: the one predicting the shortest wait
         (None: no fresh object)."""
         fresh = list(self.readings().values())
@@ -220,7 +221,7 @@ class CapacityView:
         if device not in self.config.devices:
             return
         reading = read_capacity(payload) if payload else None
-        if reading is None:
+        if not isinstance(reading, Capacity):
             self._devices.pop(device, None)
             if payload:
                 self.unreadable += 1

@@ -14,9 +14,10 @@ read, and the engine's publisher.
   (`RetainedLink`): readers ignore an object older than `CAPACITY_MAX_AGE_MS`, so the objects
   an engine leaves behind when it dies lose their power by themselves (its will empties
   only the first device's topic: MQTT has one will per connection).
-- **Reading it** (`read_capacity`): standard JSON only; an object with a field that is not a
-  number ≥ 0 (up to 2^53) is unreadable as a whole, which voids what the reader knew of that
-  device; ``start_wait_ms`` is read as at most `MAX_START_WAIT_MS`.
+- **Reading it** (`edgemon.capacity_object.read_capacity`, as the daemon reads it): standard
+  JSON only; an object with a field that is not a number ≥ 0 (up to 2^53) is unreadable as a
+  whole, which voids what the reader knew of that device; ``start_wait_ms`` is read as at
+  most `MAX_START_WAIT_MS`.
 - **Every refusal is counted** in ``shed_total`` and, by reason, in ``shed_reasons``
   (``{"http": n, "arrival": n, "queued": n}``, a field beyond SPEC's, which consumers may
   ignore): ``http`` the middleware's 503s, ``arrival`` and ``queued`` the requests the
@@ -32,19 +33,16 @@ read, and the engine's publisher.
 
 from __future__ import annotations
 
-import json
-import math
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgemon.capacity_object import Capacity, read_capacity
 from edgemon.client import mqtt as _mqtt
 from edgemon.environ import read_gate_environ
 from edgemon.protocol import (
     CAPACITY_REFRESH_S,
-    MAX_START_WAIT_MS,
-    MAX_TIME_MS,
     SHED_BURST,
 )
 from edgemon.shedding._retained import RetainedLink
@@ -55,7 +53,7 @@ if TYPE_CHECKING:
     from edgemon.broker_url import Broker
     from edgemon.environ import GateEnviron
 
-__all__ = ["CapacityPublisher", "CapacityReading", "TopicConfig", "read_capacity"]
+__all__ = ["CapacityPublisher", "TopicConfig"]
 
 _SHED_LEVELS = "capacity/shed"
 #: HTTP servers whose refusal counts a publisher follows at most.
@@ -103,81 +101,10 @@ class TopicConfig:
         return f"{self.prefix}/{self.devices[0]}/{_SHED_LEVELS}/+"
 
 
-@dataclass(frozen=True, slots=True)
-class CapacityReading:
-    """A capacity object as read: every field optional (None when absent or unreadable)."""
-
-    t_ms: float | None = None
-    realtime_streams: float | None = None
-    running: int | None = None
-    waiting: int | None = None
-    start_wait_ms: float | None = None
-    shed_total: int | None = None
-
-
-_FIELDS = ("t_ms", "realtime_streams", "running", "waiting", "start_wait_ms", "shed_total")
-_COUNTS = frozenset({"running", "waiting", "shed_total"})
-
-
-class _UnreadableError(ValueError):
-    """A field that is not a number ≥ 0 (or not a whole one where a count is due)."""
-
-
-def _field(name: str, value: Any) -> float | int | None:
-    """A field's value (None when absent or null); _UnreadableError if it is not readable."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _UnreadableError(name)
-    if isinstance(value, int) and not 0 <= value <= MAX_TIME_MS:
-        raise _UnreadableError(name)  # before float(): a 400-digit integer overflows it
-    number = float(value)
-    if not (math.isfinite(number) and 0 <= number <= MAX_TIME_MS):
-        raise _UnreadableError(name)
-    if name in _COUNTS:
-        if number != int(number):
-            raise _UnreadableError(name)
-        return int(number)
-    return number
-
-
-def _json(payload: bytes) -> Any:
-    """The payload as JSON; _UnreadableError if it is not (standard JSON only)."""
-    try:
-        return json.loads(payload, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise _UnreadableError(type(exc).__name__) from None
-
-
-def _no_constant(name: str) -> Any:
-    raise _UnreadableError(name)  # NaN, Infinity: not standard JSON
-
-
-def read_capacity(payload: bytes) -> CapacityReading | None:
-    """The capacity object in `payload`, or None if it is unreadable: not a JSON object, or a
-    field that is not a number ≥ 0 up to 2^53 (a whole one for the counts). ``start_wait_ms``
-    is read as at most `MAX_START_WAIT_MS`; unknown fields are ignored."""
-    try:
-        data = _json(payload)
-        if not isinstance(data, dict):
-            return None
-        values = {name: _field(name, data.get(name)) for name in _FIELDS}
-    except _UnreadableError:
-        return None
-    wait = values["start_wait_ms"]
-    if wait is not None:
-        values["start_wait_ms"] = min(float(wait), MAX_START_WAIT_MS)
-    return CapacityReading(**values)  # type: ignore[arg-type]
-
-
 def read_shed_count(payload: bytes) -> int | None:
-    """An HTTP server's ``{"shed_total": n}``, or None."""
-    try:
-        data = _json(payload)
-        count = _field("shed_total", data.get("shed_total")) if isinstance(data, dict) else None
-    except _UnreadableError:
-        return None
-    return None if count is None else int(count)
+    """An HTTP server's ``{"shed_total": n}`` (read as a capacity object is), or None."""
+    read = read_capacity(payload)
+    return read.shed_total if isinstance(read, Capacity) else None
 
 
 class CapacityPublisher:

@@ -15,6 +15,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from edgemon.errors import EdgemonError
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -26,7 +28,7 @@ BAR_WIDTH = 20
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
 
-class ViewError(ValueError):
+class ViewError(EdgemonError, ValueError):
     """The body is not a `/api/v1/streams` answer (the reason says what is wrong)."""
 
 

@@ -9,7 +9,7 @@ rate for the same verdicts, `benchmarks/decode.py`). Its parser takes standard J
 payload it cannot parse is parsed once more by pydantic-core's, which also reads `NaN` and
 `±Infinity`: those are refused per event, as protocol.md (finite numbers) and the old decoder did.
 Engine objects (rare) are still validated by pydantic; capacity objects (once a second per
-device at most) by msgspec, into `edgemon.engine.capacity.Capacity`.
+device at most) as every reader of them does (`edgemon.capacity_object`).
 
 Stream ids are matched against their pattern here, each id once (`_StreamIds`), not by msgspec
 with every event (`edgemon.engine.events`). A payload with an id that does not match takes the
@@ -29,11 +29,10 @@ import msgspec
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from edgemon.engine.capacity import Capacity
+from edgemon.capacity_object import Capacity, Unreadable, read_capacity
 from edgemon.engine.events import STREAM_ID_REGEX, CheckedEvent, Event
 from edgemon.engine.kv import KVConfigError, verdict_from_engine_object
 from edgemon.engine.tts import TtsEngineInfo
-from edgemon.protocol import MAX_START_WAIT_MS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -279,46 +278,15 @@ def decode_engine(value: Any) -> TtsEngineInfo | Problem:
     )
 
 
-_Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
-_Amount = Annotated[float, msgspec.Meta(ge=0, le=2**53)]
-
-
-class _CapacityObject(msgspec.Struct, frozen=True):
-    """docs/protocol.md capacity object; everything optional (null too), unknown fields ignored."""
-
-    t_ms: _Amount | None = None
-    realtime_streams: _Amount | None = None
-    running: _Count | None = None
-    waiting: _Count | None = None
-    start_wait_ms: _Amount | None = None
-    shed_total: _Count | None = None
-
-
-_CAPACITY = msgspec.json.Decoder(_CapacityObject)
-
-
 def decode_capacity(payload: bytes, *, max_bytes: int) -> Capacity | Problem:
-    """A capacity object as the engine keeps it, or the problem with it (standard JSON only:
-    no NaN or infinities, numbers finite and ≥ 0 up to 2^53, counts whole numbers);
-    `start_wait_ms` is kept as at most `MAX_START_WAIT_MS`."""
+    """A capacity object (`edgemon.capacity_object.read_capacity`: the one reading of it, the
+    engine's middleware's too), or the problem with it."""
     if len(payload) > max_bytes:
         return _oversized(payload, max_bytes)
-    try:
-        value = _CAPACITY.decode(payload)
-    except msgspec.ValidationError as exc:
-        return Problem("invalid_event", _first_line(str(exc)))
-    except (msgspec.DecodeError, RecursionError) as exc:
-        return Problem("invalid_json", _first_line(str(exc) or type(exc).__name__))
-    return Capacity(
-        t_ms=value.t_ms,
-        realtime_streams=value.realtime_streams,
-        running=value.running,
-        waiting=value.waiting,
-        start_wait_ms=None
-        if value.start_wait_ms is None
-        else min(value.start_wait_ms, MAX_START_WAIT_MS),
-        shed_total=value.shed_total,
-    )
+    read = read_capacity(payload)
+    if isinstance(read, Unreadable):
+        return Problem(read.reason, read.detail)
+    return read
 
 
 def _describe(exc: ValidationError) -> str:
