@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from edgemon.broker_url import Broker, parse_broker_url
+from edgemon.errors import EdgemonError
 from edgemon.policy.realtime import FRAME_MS
 from edgemon.policy.values import (
     GUARD_MS,
@@ -93,7 +94,7 @@ _FLAGS = {"1": True, "true": True, "yes": True, "on": True,
           "0": False, "false": False, "no": False, "off": False}  # fmt: skip
 
 
-class EnvironError(ValueError):
+class EnvironError(EdgemonError, ValueError):
     """Variables whose values cannot be used; `problems` holds one line for each, naming it."""
 
     def __init__(self, problems: Iterable[str]) -> None:
@@ -101,7 +102,7 @@ class EnvironError(ValueError):
         super().__init__("; ".join(self.problems))
 
 
-class _KindError(ValueError):
+class _KindError(EdgemonError, ValueError):
     """A value that is not what its variable takes (`what`)."""
 
 

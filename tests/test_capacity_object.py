@@ -9,9 +9,9 @@ import pytest
 
 from edgemon.broker_url import Broker
 from edgemon.capacity_object import Capacity, Unreadable, read_capacity
-from edgemon.integrations.capacity_topic import TopicConfig, read_shed_count
-from edgemon.integrations.shed import CapacityView
 from edgemon.protocol import MAX_START_WAIT_MS
+from edgemon.shedding.middleware import CapacityView
+from edgemon.shedding.topic import TopicConfig, read_shed_count
 from edgemon.wire.decode import Problem, decode_capacity
 
 T_S = 1_764_000_000.0

@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgemon.capacity_object import Capacity, read_capacity
 from edgemon.client import mqtt as _mqtt
 from edgemon.environ import read_engine_environ
 from edgemon.protocol import (
@@ -54,7 +55,6 @@ from edgemon.protocol import (
     capacity_age_ms,
 )
 from edgemon.shedding._retained import RetainedLink
-from edgemon.capacity_object import Capacity, read_capacity
 from edgemon.shedding.topic import TopicConfig
 
 if TYPE_CHECKING:
