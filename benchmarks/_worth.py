@@ -84,7 +84,7 @@ def _spread(values: list[float], fmt: str) -> str:
 class Figures:
     """The rows, indexed: SLO capacities and goodputs per point, policy and seed."""
 
-    def __init__(self, rows: list[Row], lengths: str = "eos") -> None:
+    def __init__(self, rows: list[Row], lengths: str = "eos", mode: str = "virtual") -> None:
         self.lengths = lengths
         self.tuned: dict[str, str] = {}
         self.grid: dict[str, list[str]] = {}
@@ -96,7 +96,9 @@ class Figures:
         )
         for row in rows:
             kind = row.get("kind")
-            if kind != "tuned" and row.get("lengths", "eos") != lengths:
+            if kind != "tuned" and (
+                row.get("lengths", "eos") != lengths or row.get("mode", "virtual") != mode
+            ):
                 continue
             if kind == "tuned":
                 self.tuned[row["profile"]] = row["policy"]

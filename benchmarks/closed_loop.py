@@ -368,6 +368,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--report", type=Path, nargs="+", help="tables from rows written before")
     parser.add_argument("--plot", type=Path, help="with --report: one PNG per scenario here")
     parser.add_argument(
+        "--real-report",
+        type=Path,
+        nargs="+",
+        help="the real engine's rows and their virtual prediction (make bench-real): the "
+        "tables, and with --summary the documentation's figures",
+    )
+    parser.add_argument(
         "--summary",
         type=Path,
         help="with --report: also write the figures the documentation shows here, as JSON "
@@ -551,6 +558,19 @@ def header(args: argparse.Namespace) -> str:
     )
 
 
+def _read_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for path in paths
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith("{")
+    ]
+
+
+def _today() -> str:
+    return f"{datetime.now(UTC):%Y-%m-%d}"
+
+
 def write_summary(path: Path, rows: list[dict[str, Any]]) -> None:
     """The documentation's figures from `rows` (both lengths modes), with what made them."""
     from _worth import summary  # noqa: PLC0415
@@ -558,7 +578,7 @@ def write_summary(path: Path, rows: list[dict[str, Any]]) -> None:
     made = {
         "kind": "made",
         "command": "make bench-worth",
-        "date": f"{datetime.now(UTC):%Y-%m-%d}",
+        "date": _today(),
         "seeds": sorted({str(r["seeds"]) for r in rows if r.get("kind") == "slo_capacity"}),
         "training_seeds": sorted({str(r["seeds"]) for r in rows if r.get("kind") == "tuned"}),
         "tuned": {r["profile"]: r["policy"] for r in rows if r.get("kind") == "tuned"},
@@ -570,6 +590,16 @@ def write_summary(path: Path, rows: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run, or report on rows written before."""
     args = parse(argv)
+    if args.real_report:
+        from _real_worth import real_report, real_summary  # noqa: PLC0415
+
+        read = _read_rows(args.real_report)
+        print("\n".join(real_report(read)))
+        if args.summary is not None:
+            made = {"kind": "made", "command": "make bench-real", "date": _today()}
+            lines = [made, *real_summary(read)]
+            args.summary.write_text("".join(json.dumps(r) + "\n" for r in lines), "utf-8")
+        return 0
     if args.report or args.spots:
         from _loop_report import report, spot_checks  # noqa: PLC0415
 
