@@ -75,7 +75,20 @@ $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	touch $@
 
-docs: $(DOCS_STAMP)
+# Mermaid draws the site's diagrams in the reader's browser. The site serves it itself, so a
+# reader offline sees a diagram, not its source: docs_hooks.py adds this file (and its
+# licence) to the site. From the npm registry, the major version Material for MkDocs is
+# written for; npm checks the package's integrity.
+MERMAID_VERSION = 11.17.2
+MERMAID_DIR = $(VENV)/share/mermaid
+$(MERMAID_DIR)/mermaid.min.js:
+	mkdir -p $(MERMAID_DIR)
+	cd $(MERMAID_DIR) && npm pack --silent mermaid@$(MERMAID_VERSION) > /dev/null && \
+	  tar -xzf mermaid-$(MERMAID_VERSION).tgz --strip-components=1 package/LICENSE && \
+	  tar -xzf mermaid-$(MERMAID_VERSION).tgz --strip-components=2 package/dist/mermaid.min.js && \
+	  rm mermaid-$(MERMAID_VERSION).tgz
+
+docs: $(DOCS_STAMP) $(MERMAID_DIR)/mermaid.min.js
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)

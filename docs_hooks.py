@@ -1,10 +1,12 @@
-"""MkDocs hook: the reference pages that must never drift from the code, written at build time.
+"""MkDocs hook: what the pages show that must never drift from the code or the data, written at
+build time.
 
 A page that holds a marker line `<!-- generated: NAME -->` gets it replaced by what the code
 says now: `configuration` from the pydantic settings models (edgemon/settings/) with each key's
-comment from deploy/edgemon.toml, `cli` from the argparse parsers (edgemon/cli/). The pages
-stay ordinary files in docs/ and in the navigation, so `mkdocs build --strict` checks their
-links like any other page's; nothing is written to the source tree.
+comment from deploy/edgemon.toml, `cli` from the argparse parsers (edgemon/cli/), the tables of
+results from benchmarks/results/*.jsonl. The pages stay ordinary files in docs/ and in the
+navigation, so `mkdocs build --strict` checks their links like any other page's; nothing is
+written to the source tree. The site also serves Mermaid itself (`on_files`).
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from __future__ import annotations
 import inspect
 import io
 import json
+import logging
 import os
 import re
+import sys
 import types
 from contextlib import contextmanager, redirect_stdout, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
+from mkdocs.structure.files import File
 from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
@@ -29,6 +34,8 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Iterator
 
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.structure.files import Files
     from pydantic.fields import FieldInfo
 
 ROOT = Path(__file__).resolve().parent
@@ -41,9 +48,30 @@ SECTION_LINE = re.compile(r"^\[([a-z_]+)[.\]]")
 CONSTRAINTS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "at least"}
 
 
+#: Where `make docs` puts Mermaid (npm's package, in the venv that runs MkDocs), and where the
+#: site serves it (mkdocs.yml's `extra_javascript`).
+MERMAID = Path(sys.prefix) / "share" / "mermaid"
+MERMAID_SITE = "javascripts/mermaid"
+LOG = logging.getLogger("mkdocs.hooks.edgemon")
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """MkDocs' hook: each marker replaced by its generated Markdown."""
     return MARKER.sub(lambda match: GENERATORS[match.group(1)](), markdown)
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """MkDocs' hook: Mermaid and its licence served from the site, so that a reader without a
+    network sees the diagrams (Material loads Mermaid from a CDN only when none is loaded). A
+    warning, which fails a strict build, when `make docs` has not fetched it."""
+    script = MERMAID / "mermaid.min.js"
+    if not script.is_file():
+        LOG.warning("Mermaid is not at %s: `make docs` fetches it from the npm registry", script)
+        return files
+    for name, source in (("min.js", script), ("LICENSE.txt", MERMAID / "LICENSE")):
+        src_uri = f"{MERMAID_SITE}.{name}"
+        files.append(File.generated(config, src_uri, abs_src_path=str(source)))
+    return files
 
 
 # --- the configuration reference -------------------------------------------------------------
