@@ -417,6 +417,43 @@ def worth_lengths() -> str:
     return "\n".join(out)
 
 
+def worth_home() -> str:
+    """The home page's headline: the medians of SLO capacity and of goodput in overload, for
+    vLLM's defaults, its flags tuned, and edgemon."""
+    slo, good = _figures("slo_capacity"), _figures("goodput")
+    made = next(row for row in results() if row.get("kind") == "made")
+    roles = ("open", "tuned", "edgemon")
+    out = [
+        (
+            "| profile | scenario | SLO capacity: vLLM's defaults | vLLM's flags, tuned | "
+            "**edgemon** | goodput at load 1.2: vLLM's defaults | vLLM's flags, tuned | "
+            "**edgemon** |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for profile, scenario in _points(slo):
+        capacity = [slo.get((profile, scenario, 0.95, role)) for role in roles]
+        overload = [good.get((profile, scenario, 1.2, role)) for role in roles]
+        cells = [_median(row) for row in capacity]
+        cells += [_median(row, percent=True) for row in overload]
+        out.append(f"| {profile} | {scenario} | " + " | ".join(cells) + " |")
+    out += [
+        "",
+        (
+            f"Medians over the held-out seeds {', '.join(made['seeds'])}; made by "
+            f"`{made['command']}` on {made['date']}."
+        ),
+    ]
+    return "\n".join(out)
+
+
+def _median(row: dict[str, Any] | None, *, percent: bool = False) -> str:
+    """A figure's median alone, or a dash."""
+    if row is None:
+        return "–"
+    return f"{100 * row['median']:.0f} %" if percent else f"{row['median']:.2f}"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "configuration": configuration,
     "cli": cli,
@@ -425,4 +462,5 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "worth-peers": worth_peers,
     "worth-parts": worth_parts,
     "worth-lengths": worth_lengths,
+    "worth-home": worth_home,
 }
