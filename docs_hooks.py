@@ -11,6 +11,7 @@ written to the source tree. The site also serves Mermaid itself (`on_files`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import json
@@ -23,7 +24,6 @@ from contextlib import contextmanager, redirect_stdout, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
-from mkdocs.structure.files import File
 from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
@@ -64,6 +64,8 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     """MkDocs' hook: Mermaid and its licence served from the site, so that a reader without a
     network sees the diagrams (Material loads Mermaid from a CDN only when none is loaded). A
     warning, which fails a strict build, when `make docs` has not fetched it."""
+    from mkdocs.structure.files import File  # noqa: PLC0415 - MkDocs runs this hook
+
     script = MERMAID / "mermaid.min.js"
     if not script.is_file():
         LOG.warning("Mermaid is not at %s: `make docs` fetches it from the npm registry", script)
@@ -267,16 +269,54 @@ def help_width(columns: str) -> Iterator[None]:
             os.environ["COLUMNS"] = before
 
 
-# --- the results of `make bench-worth` -------------------------------------------------------
+# --- the results of the benchmarks ------------------------------------------------------------
 
 RESULTS = ROOT / "benchmarks" / "results" / "worth.jsonl"
+PERFORMANCE = ROOT / "benchmarks" / "results" / "performance.jsonl"
 SCENARIO_ORDER = ("steady", "slowdown", "contention", "burst", "network")
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a results file."""
+    text = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def results() -> list[dict[str, Any]]:
     """The figures `make bench-worth` wrote (benchmarks/results/worth.jsonl)."""
-    text = RESULTS.read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return records(RESULTS)
+
+
+def performance(bench: str) -> str:
+    """One benchmark's figures from benchmarks/results/performance.jsonl: a table (with the
+    targets, where it has any), then what made them."""
+    rows = [row for row in records(PERFORMANCE) if row.get("bench") == bench]
+    [made] = [row for row in rows if row["kind"] == "made"]
+    figures = [row for row in rows if row["kind"] == "figure"]
+    targets = any("target" in row for row in figures)
+    out = ["| figure | measured |" + (" target |" if targets else ""), "|---|---|"]
+    out[1] += "---|" if targets else ""
+    for row in figures:
+        cells = [row["figure"], _measured(row)] + ([row.get("target", "–")] if targets else [])
+        out.append("| " + " | ".join(cells) + " |")
+    dates = made["date"] if isinstance(made["date"], list) else [made["date"]]
+    how = f"Made by `{made['command']}`" if "command" in made else made["how"]
+    line = f"{how} on {' and '.join(dates)}"
+    if "runs" in made:
+        line += f", {made['runs']} runs (a range: the least and the most)"
+    out += ["", line + (f"; {made['note']}." if "note" in made else ".")]
+    return "\n".join(out)
+
+
+def _measured(row: dict[str, Any]) -> str:
+    """`about 190,000 events/s`, `1.80–1.98×`, `≤ 0.25–0.5 ms (histogram bucket)`."""
+    digits = row["digits"]
+    low, high = (f"{row[k]:,.{digits}f}" for k in ("min", "max"))
+    text = low if low == high else f"{low}–{high}"
+    text = ("about " if row.get("about") else "") + text + row["unit"]
+    if "bound" in row:
+        text = f"{row['bound']} {text}"
+    return text + (f" ({row['note']})" if "note" in row else "")
 
 
 def _figures(kind: str, lengths: str = "eos") -> dict[tuple[str, str, float, str], dict[str, Any]]:
@@ -463,4 +503,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "worth-parts": worth_parts,
     "worth-lengths": worth_lengths,
     "worth-home": worth_home,
+}
+GENERATORS |= {
+    f"performance-{bench}": functools.partial(performance, bench)
+    for bench in dict.fromkeys(row["bench"] for row in records(PERFORMANCE))
 }
