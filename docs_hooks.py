@@ -273,6 +273,11 @@ def help_width(columns: str) -> Iterator[None]:
 
 RESULTS = ROOT / "benchmarks" / "results" / "worth.jsonl"
 PERFORMANCE = ROOT / "benchmarks" / "results" / "performance.jsonl"
+#: Tables of figures, one per benchmark: `<!-- generated: PREFIX-BENCH -->` renders BENCH's.
+FIGURES = {
+    "performance": PERFORMANCE,
+    "hostile": ROOT / "benchmarks" / "results" / "hostile.jsonl",
+}
 SCENARIO_ORDER = ("steady", "slowdown", "contention", "burst", "network")
 
 
@@ -287,14 +292,15 @@ def results() -> list[dict[str, Any]]:
     return records(RESULTS)
 
 
-def performance(bench: str) -> str:
-    """One benchmark's figures from benchmarks/results/performance.jsonl: a table (with the
-    targets, where it has any), then what made them."""
-    rows = [row for row in records(PERFORMANCE) if row.get("bench") == bench]
+def figures_table(path: Path, bench: str) -> str:
+    """One benchmark's figures from a results file (benchmarks/results/performance.jsonl,
+    hostile.jsonl): a table (with the targets, where it has any), then what made them."""
+    rows = [row for row in records(path) if row.get("bench") == bench]
     [made] = [row for row in rows if row["kind"] == "made"]
     figures = [row for row in rows if row["kind"] == "figure"]
     targets = any("target" in row for row in figures)
-    out = ["| figure | measured |" + (" target |" if targets else ""), "|---|---|"]
+    target = made.get("target", "target")
+    out = ["| figure | measured |" + (f" {target} |" if targets else ""), "|---|---|"]
     out[1] += "---|" if targets else ""
     for row in figures:
         cells = [row["figure"], _measured(row)] + ([row.get("target", "–")] if targets else [])
@@ -302,7 +308,9 @@ def performance(bench: str) -> str:
     dates = made["date"] if isinstance(made["date"], list) else [made["date"]]
     how = f"Made by `{made['command']}`" if "command" in made else made["how"]
     line = f"{how} on {' and '.join(dates)}"
-    if "runs" in made:
+    if made.get("runs") == 1:
+        line += ", one run"
+    elif "runs" in made:
         line += f", {made['runs']} runs (a range: the least and the most)"
     out += ["", line + (f"; {made['note']}." if "note" in made else ".")]
     return "\n".join(out)
@@ -505,6 +513,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "worth-home": worth_home,
 }
 GENERATORS |= {
-    f"performance-{bench}": functools.partial(performance, bench)
-    for bench in dict.fromkeys(row["bench"] for row in records(PERFORMANCE))
+    f"{prefix}-{bench}": functools.partial(figures_table, path, bench)
+    for prefix, path in FIGURES.items()
+    for bench in dict.fromkeys(row["bench"] for row in records(path))
 }

@@ -39,11 +39,12 @@ def markers(page: str) -> list[str]:
     return found
 
 
-def test_every_performance_record_says_what_made_it_and_when() -> None:
-    """Each benchmark in performance.jsonl has one `made` record with a command (or how it was
+@pytest.mark.parametrize("prefix", ["performance", "hostile"])
+def test_every_record_says_what_made_it_and_when(prefix: str) -> None:
+    """Each benchmark of a results file has one `made` record with a command (or how it was
     measured, where no script does) and ISO dates, and at least one figure, each with a range
     whose least is not above its most."""
-    rows = docs_hooks.records(docs_hooks.PERFORMANCE)
+    rows = docs_hooks.records(docs_hooks.FIGURES[prefix])
     benches = dict.fromkeys(row["bench"] for row in rows)
     for bench in benches:
         made = [row for row in rows if row["bench"] == bench and row["kind"] == "made"]
@@ -68,6 +69,15 @@ def test_the_performance_page_shows_every_benchmark_recorded_once() -> None:
         figures = sum(1 for row in rows if row["bench"] == bench and row["kind"] == "figure")
         assert len([line for line in table if line.startswith("| ")]) == figures + 1
         assert table[-1].startswith(("Made by `", "Timed by hand"))
+
+
+def test_reliability_shows_what_make_test_hostile_recorded() -> None:
+    """The hostile clients' figures on the reliability page are the records', with their
+    bounds and the command that checks them."""
+    assert markers("reliability.md").count("hostile-clients") == 1
+    table = docs_hooks.GENERATORS["hostile-clients"]()
+    assert "| figure | measured | bound |" in table
+    assert table.endswith("Made by `make test-hostile` on 2026-12-07, one run.")
 
 
 def test_every_marker_on_every_page_has_a_generator() -> None:
