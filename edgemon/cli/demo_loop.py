@@ -150,14 +150,13 @@ def summary_lines(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> li
     first = scores[DEVICES[0]]
     served = plan.policies()
     lines = [
+        f"  the loop, same requests (seed {plan.seed}) on three {profile.name} boxes",
+        f"  at {plan.load:.0%} of estimated capacity ({plan.rate_rps:.2f} req/s):",
         (
-            f"  the loop, same requests (seed {plan.seed}) on three {profile.name} boxes at "
-            f"{plan.load:.0%} of estimated capacity ({plan.rate_rps:.2f} req/s):"
+            f"  goodput: the share of requests that start playing within "
+            f"{first.start_slo_ms:g} ms of the request"
         ),
-        (
-            f"  goodput: the share of requests that start within {first.start_slo_ms:g} ms "
-            f"(request → playback, prebuffer included) with no gap over {first.gap_slo_ms:g} ms"
-        ),
+        f"  (prebuffer included) and never go silent for more than {first.gap_slo_ms:g} ms",
         f"  {'box':<13} {'goodput':>8} {'good':>5} {'late':>5} {'gappy':>6} {'shed':>5}  policy",
     ]
     for device in DEVICES:
@@ -178,11 +177,12 @@ def summary_lines(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> li
             f"{score.total_silence_s:>12.1f} s"
         )
     static, mine = scores[STATIC], scores[EDGEMON]
-    held = f"; edgemon's gate held admissions {held_s:.1f} s" if held_s else ""
+    if held_s:
+        lines.append(f"  edgemon's gate held admissions {held_s:.1f} s")
     lines.append(
         f"  edgemon against vLLM's own flags: goodput {static.goodput:.0%} → "
         f"{mine.goodput:.0%} ({100 * (mine.goodput - static.goodput):+.0f} points) for this "
-        f"seed{held}"
+        "seed"
     )
     return lines
 
@@ -193,7 +193,7 @@ def _describe(served: Policy) -> str:
         return "vLLM's defaults"
     if served.kind == "cap":
         return f"--max-num-seqs {served.max_num_seqs} {served.serving.flags()}".strip()
-    return "edgemon: real-time admission, start deadlines, shedding"
+    return "edgemon: real-time, start deadlines, shedding"
 
 
 def summary_json(plan: LoopPlan, scores: dict[str, Score], held_s: float) -> dict[str, Any]:

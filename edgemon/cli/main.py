@@ -18,6 +18,22 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
+DESCRIPTION = """\
+edgemon watches the playback of streaming text-to-speech on an edge box and
+keeps the engine from causing gaps. Players report each audio chunk's arrival
+over MQTT; the daemon (edgemon run) keeps every stream's playback slack,
+publishes a throttle signal the engine obeys, and exports what listeners heard
+as Prometheus metrics."""
+
+EPILOG = """\
+new here? `edgemon demo` runs the whole loop on this machine with nothing to
+set up, and `edgemon COMMAND --help` lists a command's options.
+
+exit codes: 0 success, 1 an unexpected error, 2 bad usage or input (one line
+on stderr says which), 3 a negative answer (kv-budget: the sequences would be
+preempted)."""
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit code 2."""
 
@@ -36,9 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
         view_extra,
     )
 
-    parser = _Parser(prog="edgemon", description=__doc__)
+    parser = _Parser(
+        prog="edgemon",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"edgemon {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(
+        title="commands", dest="command", required=True, parser_class=_Parser
+    )
     run.register(commands)
     view_extra.register(commands, "demo", "zero set-up showcase with a live view")
     for module in (replay, kv_budget, check_config, simulate):

@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     """Add `run` to the command line."""
     parser = commands.add_parser(
         "run",
-        help="run the daemon",
+        help="the daemon: players' reports in, throttle signals and /metrics out",
         description="Listen to devices over MQTT, publish throttle signals, serve /metrics. "
         "SIGTERM/SIGINT stop it cleanly; SIGHUP reloads the config file.",
     )

@@ -1,10 +1,7 @@
-"""The shedding middleware under the name vLLM's ``--middleware`` option is given
-(docs/client.md)::
-
-    vllm serve MODEL --scheduler-cls edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler \\
-        --middleware edgemon.integrations.shed.EdgemonShedMiddleware
-
-It lives in `edgemon.shedding.middleware`, with the capacity topic it follows.
+"""The shedding middleware under the name vLLM's ``--middleware`` option is given:
+``--middleware edgemon.integrations.shed.EdgemonShedMiddleware``, as in the engine command line
+the documentation shows (docs/how-to/vllm.md). It lives in `edgemon.shedding.middleware`, with
+the capacity topic it follows.
 """
 
 from __future__ import annotations

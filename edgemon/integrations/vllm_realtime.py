@@ -1,8 +1,9 @@
 """vLLM V1 schedulers with edgemon's gate and real-time admission (the `edgemon` policy).
 
-``vllm serve ... --scheduler-cls edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler``
-(or ``EdgemonRealtimeAsyncScheduler``). Everything `edgemon.integrations.vllm.EdgemonScheduler`
-does (the gate from ``EDGEMON_GATE_*``) stays; on top of it, a step admits no request beyond
+``--scheduler-cls edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler`` (or
+``EdgemonRealtimeAsyncScheduler``), as in the engine command line the documentation shows
+(docs/how-to/vllm.md). Everything `edgemon.integrations.vllm.EdgemonScheduler` does (the gate
+from ``EDGEMON_GATE_*``) stays; on top of it, a step admits no request beyond
 the concurrency whose decode step, as this scheduler measures it, fits in one codec frame
 (`edgemon.policy.realtime.RealtimeAdmission`; ``EDGEMON_REALTIME_FRAME_MS``, default 80,
 the frame of Qwen3-TTS's 12.5 Hz codec; ``0`` turns real-time admission off).

@@ -1,13 +1,11 @@
 """Shedding at arrival: an ASGI middleware that answers **503 with ``Retry-After``** when the
 box cannot start a new request within its start SLO (docs/client.md).
 
-Turn it on with vLLM's public option (vLLM adds a class with ``app.add_middleware``)::
-
-    vllm serve MODEL --scheduler-cls edgemon.integrations.vllm_realtime.EdgemonRealtimeScheduler \\
-        --middleware edgemon.integrations.shed.EdgemonShedMiddleware
-
-with ``EDGEMON_GATE_DEVICE`` / ``EDGEMON_GATE_BROKER`` (and friends) in the environment, the
-same as the scheduler's, and optionally ``EDGEMON_SLO_START_MS`` (default 3000).
+Turn it on with vLLM's public option (vLLM adds a class with ``app.add_middleware``),
+``--middleware edgemon.integrations.shed.EdgemonShedMiddleware``, as in the engine command line
+the documentation shows (docs/how-to/vllm.md), with ``EDGEMON_GATE_DEVICE`` /
+``EDGEMON_GATE_BROKER`` (and friends) in the environment, the same as the scheduler's, and
+optionally ``EDGEMON_SLO_START_MS`` (default 3000).
 
 The API server is not the process where the scheduler runs, so the middleware learns the
 box's state from the scheduler's retained capacity object (``P/{device}/capacity``, followed

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -24,7 +25,9 @@ if TYPE_CHECKING:
 
 #: Slack that fills a whole bar; more is drawn full with an arrow.
 BAR_FULL_MS = 4_000.0
-BAR_WIDTH = 20
+BAR_WIDTH = 16
+#: The terminal width a frame is drawn for: both tables fit it, no header cut.
+VIEW_COLUMNS = 100
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
 
@@ -161,13 +164,26 @@ def render_view(
     return Group(*parts)
 
 
+def _table(title: str) -> Table:
+    """A table without vertical rules, so that a frame fits `VIEW_COLUMNS`."""
+    return Table(
+        title=title,
+        title_justify="left",
+        expand=False,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
+
+
 def _devices_table(
     devices: list[_Device],
     totals: Mapping[str, DeviceTotals] | None,
     labels: Mapping[str, str],
     prefills: Mapping[str, str] | None,
 ) -> Table:
-    table = Table(title="devices", title_justify="left", expand=False)
+    table = _table("devices")
     table.add_column("device", no_wrap=True)
     table.add_column("throttle", no_wrap=True)
     table.add_column("margin", justify="right")
@@ -177,7 +193,7 @@ def _devices_table(
     table.add_column("underruns", justify="right")
     table.add_column("engaged", justify="right")
     if prefills is not None:
-        table.add_column("engine prefills", no_wrap=True)
+        table.add_column("prefills", no_wrap=True)
     if not devices:
         table.add_row(Text("no device has published yet", style="dim"))
     for device in devices:
@@ -208,7 +224,7 @@ def _devices_table(
 
 
 def _streams_table(streams: list[_Stream]) -> Table:
-    table = Table(title="streams, lowest headroom first", title_justify="left", expand=False)
+    table = _table("streams, lowest headroom first")
     table.add_column("device", no_wrap=True)
     table.add_column("stream", no_wrap=True, max_width=24)
     table.add_column("slack", no_wrap=True, min_width=BAR_WIDTH + 1)
@@ -237,7 +253,7 @@ def _streams_table(streams: list[_Stream]) -> Table:
 _PREFILLS = {
     "held": ("■ held", "bold yellow"),
     "admitting": ("admitting", "green"),
-    "ignored": ("ignores throttle", "dim"),
+    "ignored": ("not gated", "dim"),
 }
 
 

@@ -1,39 +1,39 @@
 """vLLM's OpenAI server started from the command line the documentation prints, for the tests
-that serve it: `documented_command` reads that line from a page's `sh` block, `start_server`
-runs it on a test model (dummy weights) and a free port and waits until it answers, `post`
-and `waiting` speak to it. Nothing here imports vLLM."""
+that serve it: `documented_command` reads that line (the shipped policy, the same text on
+every page: tests/documented.py), `start_server` runs it on a test model (dummy weights) and
+a free port and waits until it answers, `post` and `waiting` speak to it. Nothing here
+imports vLLM."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
 from brokers import end_process, free_port
+from documented import CPU_OPTIONS, engine_block, words
 from processes import poll
 from scrapes import total
 
-ROOT = Path(__file__).resolve().parents[2]
-ENTRY_POINT = "vllm.entrypoints.openai.api_server"
+if TYPE_CHECKING:
+    from pathlib import Path
+
 START_S = 240.0
 """How long a start may take on a loaded 2-core machine (20-60 s on a quiet one)."""
 TEST_OPTIONS = (
     "--served-model-name", "m", "--load-format", "dummy", "--enforce-eager",
-    "--dtype", "float32", "--max-model-len", "4096",
+    *CPU_OPTIONS, "--max-model-len", "4096",
 )  # fmt: skip
-"""What the tests add to a documented command line: the test model's name in requests, its
-dummy weights, eager mode, fp32 and a context that fits it."""
-_SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
+"""What the tests add to the documented command line: the test model's name in requests, its
+dummy weights, eager mode, what the vLLM CPU how-to adds (fp32) and a context that fits it."""
 _ASSIGNMENT = re.compile(r"^[A-Z][A-Z0-9_]*=")
 
 
@@ -54,21 +54,16 @@ class Command:
         return Command(self.env, (*self.argv, *words))
 
 
-def documented_command(page: Path, scheduler: str) -> Command:
-    """The command line in one of `page`'s `sh` blocks that runs vLLM's OpenAI server with
-    `--scheduler-cls scheduler`; `python` in it is this interpreter."""
-    for block in _SH_BLOCK.findall(page.read_text(encoding="utf-8")):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if ENTRY_POINT not in words or scheduler not in words:
-                continue
-            prefix = 0
-            while prefix < len(words) and _ASSIGNMENT.match(words[prefix]):
-                prefix += 1
-            env = dict(word.split("=", 1) for word in words[:prefix])
-            argv = tuple(sys.executable if w == "python" else w for w in words[prefix:])
-            return Command(env, argv)
-    raise AssertionError(f"{page.name} shows no command serving with {scheduler}")
+def documented_command() -> Command:
+    """The engine command line as the documentation prints it; `python` in it is this
+    interpreter."""
+    command = words(engine_block())
+    prefix = 0
+    while prefix < len(command) and _ASSIGNMENT.match(command[prefix]):
+        prefix += 1
+    env = dict(word.split("=", 1) for word in command[:prefix])
+    argv = tuple(sys.executable if w == "python" else w for w in command[prefix:])
+    return Command(env, argv)
 
 
 def start_server(

@@ -1,8 +1,10 @@
-"""A user's path, end to end: vLLM's OpenAI server started with the README's command line
-(`EdgemonRealtimeScheduler`, the gate following one device), a real `edgemon run` and
-Mosquitto, a player reporting through `Reporter`. While edgemon throttles the device a new
-request's first token waits, the running stream decoding on; once the throttle is off it
-comes. A tiny Llama with dummy weights, made here; nothing downloaded.
+"""A user's path, end to end: vLLM's OpenAI server started with the documented command line
+(`EdgemonRealtimeScheduler`, the gate following one device) with `EDGEMON_DEADLINES=off`, the
+schedulers' default, in which the gate holds (the shipped `shed` holds nothing on edgemon's
+throttle: docs/client.md; `test_vllm_server.py` serves the command whole), a real
+`edgemon run` and Mosquitto, a player reporting through `Reporter`. While edgemon throttles
+the device a new request's first token waits, the running stream decoding on; once the
+throttle is off it comes. A tiny Llama with dummy weights, made here; nothing downloaded.
 
 On vLLM's CPU engine scheduling is never asynchronous: `vllm/platforms/cpu.py` sets
 `scheduler_config.async_scheduling = False` whatever the command line says, so there is no
@@ -28,7 +30,7 @@ from edgemon.client import GateState, Reporter, ThrottleGate
 
 from brokers import end_process
 from processes import edgemon_run, poll
-from served import ROOT, documented_command, start_server, waiting
+from served import documented_command, start_server, waiting
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -87,17 +89,24 @@ def released(state: GateState) -> bool:
 def test_a_new_request_waits_while_edgemon_throttles_and_starts_once_it_stops(
     served_model: Path, mosquitto_broker: tuple[str, int], tmp_path: Path
 ) -> None:
-    """The README's command, its broker the test's and a hold that never times out: three
-    short streams are served in full; with a long stream decoding, a reported stream gets one
-    1.5 s chunk and runs dry, and edgemon throttles the device; a new request then waits in
-    vLLM's queue with no token while the long stream decodes 40 more steps; the stream's end
-    lifts the throttle and the new request's tokens come, all after that end was reported."""
-    command = documented_command(ROOT / "README.md", SCHEDULER)
+    """The documented command in the gate's mode (no middleware, `EDGEMON_DEADLINES=off`),
+    its broker the test's and a hold that never times out: three short streams are served in
+    full; with a long stream decoding, a reported stream gets one 1.5 s chunk and runs dry, and
+    edgemon throttles the device; a new request then waits in vLLM's queue with no token while
+    the long stream decodes 40 more steps; the stream's end lifts the throttle and the new
+    request's tokens come, all after that end was reported."""
+    documented = documented_command()
+    assert SCHEDULER in documented.argv
+    assert "EDGEMON_GATE_BROKER" in documented.env
+    command = documented.without("--middleware")
     device = command.env["EDGEMON_GATE_DEVICE"]
     host, port = mosquitto_broker
     url = f"mqtt://{host}:{port}"
-    env = {"EDGEMON_GATE_BROKER": url, "EDGEMON_GATE_MAX_HOLD_MS": str(HOLD_MS)}
-    assert "EDGEMON_GATE_BROKER" in command.env
+    env = {
+        "EDGEMON_GATE_BROKER": url,
+        "EDGEMON_GATE_MAX_HOLD_MS": str(HOLD_MS),
+        "EDGEMON_DEADLINES": "off",
+    }
     (tmp_path / "server").mkdir()
     with (
         edgemon_run(port, tmp_path),

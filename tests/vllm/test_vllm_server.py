@@ -18,7 +18,7 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 
 from brokers import end_process
-from served import ROOT, documented_command, post, start_server
+from served import documented_command, post, start_server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,10 +39,11 @@ MIDDLEWARE = "--middleware"
 def served(
     served_model: Path, mosquitto_broker: tuple[str, int], tmp_path: Path, request: Any
 ) -> Iterator[int]:
-    """The server as docs/client.md runs it (the command under "Refused at arrival"), one
-    seat (`--max-num-seqs 1`), without the middleware unless the test is parametrized so;
-    its port."""
-    command = documented_command(ROOT / "docs" / "client.md", SCHEDULER)
+    """The server as the documentation runs it (the shipped policy, the same command line
+    on every page), one seat (`--max-num-seqs 1`), without the middleware unless the test is
+    parametrized so; its port."""
+    command = documented_command()
+    assert SCHEDULER in command.argv
     assert MIDDLEWARE in command.argv
     if not request.param:
         command = command.without(MIDDLEWARE)
