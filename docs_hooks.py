@@ -502,7 +502,58 @@ def _median(row: dict[str, Any] | None, *, percent: bool = False) -> str:
     return f"{100 * row['median']:.0f} %" if percent else f"{row['median']:.2f}"
 
 
+REAL = ROOT / "benchmarks" / "results" / "real.jsonl"
+
+
+def real_rows() -> list[dict[str, Any]]:
+    """The figures `make bench-real` wrote (benchmarks/results/real.jsonl)."""
+    text = REAL.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def real_made() -> str:
+    """What made the real engine's figures."""
+    made = next(row for row in real_rows() if row.get("kind") == "made")
+    return (
+        f"Made by `{made['command']}` on {made['date']}: seeds 1–3 on the real engine, each "
+        "beside the virtual loop's prediction for the same seeds on the shape measured first; "
+        "median [least–most] over the seeds."
+    )
+
+
+def real_headline() -> str:
+    """SLO capacity at 95 % and goodput at load 1.0, real and predicted, per policy."""
+    rows = real_rows()
+    index = {
+        (r["kind"], r["scenario"], r["role"], r["mode"]): r for r in rows if r.get("kind") != "made"
+    }
+    scenarios = list(dict.fromkeys(r["scenario"] for r in rows if "scenario" in r))
+    roles = list(dict.fromkeys(r["role"] for r in rows if "role" in r))
+    out = [
+        (
+            "| scenario | policy | SLO capacity, real | predicted | goodput at 1.0, real | "
+            "predicted |"
+        ),
+        "|---|---|---|---|---|---|",
+    ]
+    for scenario in scenarios:
+        for role in roles:
+            cells = [
+                _cell(index.get((kind, scenario, role, mode)), percent=kind == "goodput")
+                for kind in ("slo_capacity", "goodput")
+                for mode in ("real", "virtual")
+            ]
+            policy = next(
+                (r["policy"] for (_, s, o, _), r in index.items() if s == scenario and o == role),
+                role,
+            )
+            out.append(f"| {scenario} | `{policy}` | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "real-made": real_made,
+    "real-headline": real_headline,
     "configuration": configuration,
     "cli": cli,
     "worth-made": worth_made,
