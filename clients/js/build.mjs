@@ -1,0 +1,32 @@
+// The browser bundle: dist/edgemon-reporter.min.js, one minified ES module with mqtt.js in it
+// (its client and WebSocket transport only; build-shims/ says what replaces what).
+import { build } from "esbuild";
+
+const shims = new URL("./build-shims/", import.meta.url).pathname;
+const result = await build({
+  entryPoints: ["dist/index.js"],
+  bundle: true,
+  minify: true,
+  format: "esm",
+  platform: "browser",
+  target: "es2022",
+  mainFields: ["main"],
+  outfile: "dist/edgemon-reporter.min.js",
+  // The bare `mqtt` the Reporter imports becomes the WebSocket-only client (its subpaths stay).
+  plugins: [{
+    name: "mqtt-ws",
+    setup(b) {
+      b.onResolve({ filter: /^mqtt$/ }, () => ({ path: `${shims}mqtt-ws.js` }));
+    },
+  }],
+  alias: {
+    debug: `${shims}debug.js`,
+    "worker-timers": `${shims}worker-timers.js`,
+    "lru-cache": `${shims}lru-cache.js`,
+  },
+  define: { "process.env.NODE_ENV": '"production"' },
+  legalComments: "eof",
+  metafile: true,
+});
+const [output] = Object.values(result.metafile.outputs);
+console.log(`dist/edgemon-reporter.min.js: ${output.bytes} bytes`);
