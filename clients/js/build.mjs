@@ -10,7 +10,6 @@ const result = await build({
   format: "esm",
   platform: "browser",
   target: "es2022",
-  mainFields: ["main"],
   outfile: "dist/edgemon-reporter.min.js",
   // The bare `mqtt` the Reporter imports becomes the WebSocket-only client (its subpaths stay).
   plugins: [{
@@ -20,10 +19,11 @@ const result = await build({
     },
   }],
   alias: {
-    debug: `${shims}debug.js`,
+    debug: `${shims}debug.cjs`,
     "worker-timers": `${shims}worker-timers.js`,
     "lru-cache": `${shims}lru-cache.js`,
   },
+  inject: [`${shims}globals.js`],
   define: { "process.env.NODE_ENV": '"production"' },
   legalComments: "eof",
   metafile: true,
