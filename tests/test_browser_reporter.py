@@ -141,19 +141,17 @@ async def _play(directory: Path, port: int, wss_port: int, http: int) -> WebRun:
         "pause": paced(pcm, lead=LEAD, withhold={PAUSE_CHUNK: PAUSE_DELAY_MS}),
         "mse": paced(mp3, lead=LEAD, chunk_ms=mp3_chunk_ms),
     }
-    web = {"kind": "webaudio", "rate": voice.rate}
-    plan = {
-        "broker": f"wss://127.0.0.1:{wss_port}",
-        "streams": [
-            {**web, "device": "web-under", "stream": "req-under", "path": "/audio/under"},
-            {**web, "device": "web-pause", "stream": "req-pause", "path": "/audio/pause",
-             "pauseAfter": PAUSE_AFTER, "pauseMs": PAUSE_MS},
-            {"kind": "mse", "device": "web-mse", "stream": "req-mse", "path": "/audio/mse",
-             "chunkMs": mp3_chunk_ms},
-        ],
-    }  # fmt: skip
-    for stream in plan["streams"]:
-        stream["password"] = PASSWORDS[stream["device"]]
+    web: dict[str, Any] = {"kind": "webaudio", "rate": voice.rate}
+    players: list[dict[str, Any]] = [
+        {**web, "device": "web-under", "stream": "req-under", "path": "/audio/under"},
+        {**web, "device": "web-pause", "stream": "req-pause", "path": "/audio/pause",
+         "pauseAfter": PAUSE_AFTER, "pauseMs": PAUSE_MS},
+        {"kind": "mse", "device": "web-mse", "stream": "req-mse", "path": "/audio/mse",
+         "chunkMs": mp3_chunk_ms},
+    ]  # fmt: skip
+    for player in players:
+        player["password"] = PASSWORDS[player["device"]]
+    plan = {"broker": f"wss://127.0.0.1:{wss_port}", "streams": players}
     server = PageServer(plan, schedules)
     await server.start()
     reporter = Reporter(

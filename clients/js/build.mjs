@@ -6,16 +6,18 @@ const shims = new URL("./build-shims/", import.meta.url).pathname;
 const result = await build({
   entryPoints: ["dist/index.js"],
   bundle: true,
-  minify: true,
+  minify: process.env.NOMIN ? false : true,
   format: "esm",
   platform: "browser",
   target: "es2022",
   outfile: "dist/edgemon-reporter.min.js",
-  // The bare `mqtt` the Reporter imports becomes the WebSocket-only client (its subpaths stay).
+  // The bare `mqtt` the Reporter imports becomes the WebSocket-only client (its subpaths stay);
+  // `process` (readable-stream asks for "process/") the page's own (build-shims/process.cjs).
   plugins: [{
     name: "mqtt-ws",
     setup(b) {
       b.onResolve({ filter: /^mqtt$/ }, () => ({ path: `${shims}mqtt-ws.js` }));
+      b.onResolve({ filter: /^process\/?$/ }, () => ({ path: `${shims}process.cjs` }));
     },
   }],
   alias: {

@@ -1,6 +1,7 @@
-// Node's globals that mqtt.js and its streams use, injected where they are used: `process`
-// (the `process` package's browser version, a dependency of readable-stream) and `global`.
-import process from "process/browser.js";
+// Node's globals that mqtt.js and readable-stream use, injected where they are used.
+import process from "./process.cjs";
 
 export { process };
 export const global = globalThis;
+// mqtt.js's client uses the global Buffer for payloads that are not strings.
+export { Buffer } from "buffer";

@@ -27,6 +27,8 @@ export class EventBuffer {
     readonly flushMs: number,
     readonly merge: boolean,
     private readonly now: () => number,
+    /** Pieces of one stream's chunk merge within this window (ms) of its first piece. */
+    readonly mergeMs: number = flushMs,
   ) {}
 
   get length(): number {
@@ -41,7 +43,7 @@ export class EventBuffer {
   mergeInto(stream: string, now: number): Event | null {
     if (!this.merge) return null;
     const waiting = this.openChunks.get(stream);
-    if (waiting !== undefined && now - waiting[0] <= this.flushMs) return waiting[1];
+    if (waiting !== undefined && now - waiting[0] <= this.mergeMs) return waiting[1];
     return null;
   }
 

@@ -56,17 +56,30 @@ export function ratioToNumber(num: bigint, den: bigint): number {
 
 /** The audio of a stream: `base` (ms given as such, exact) plus `frames` whole frames at
  * `rate` Hz (integers while the format stays the same), as the Python `_Stream` keeps it. */
+/** Whether `a + b` is exact in doubles (Knuth's TwoSum: its rounding error is zero). */
+function exactSum(a: number, b: number): boolean {
+  const sum = a + b;
+  const bPart = sum - a;
+  const aPart = sum - bPart;
+  return Number.isFinite(sum) && a - aPart + (b - bPart) === 0;
+}
+
+/** The audio of a stream: `base` (ms given as such, exact) plus `frames` whole frames at
+ * `rate` Hz (integers while the format stays the same), as the Python `_Stream` keeps it.
+ * While every sum of ms is exact in doubles (80 ms chunks, say) the base is a double; the
+ * first inexact one moves it to BigInt units, exact from then on. */
 export class AudioTotal {
-  private base = 0n; // units of 2^-1074 ms
+  private fast = 0; // the base while every sum was exact
+  private units: bigint | null = null; // the base in units of 2^-1074 ms, once one was not
   private frames = 0;
   private rate = 0; // 0: no frames counted yet
+  /** Frames of earlier formats: (ms numerator, denominator) pairs, exact. */
+  private readonly pending: [bigint, bigint][] = [];
 
   /** Count `frames` whole frames at `rate` Hz; their milliseconds. */
   addFrames(frames: number, rate: number): number {
     if (rate !== this.rate) {
       if (this.rate !== 0 && this.frames !== 0) {
-        // base += frames × 1000 / rate, exactly: kept as units needs a common denominator,
-        // so the frames move into `base` only when they divide out; else keep a ratio.
         this.pending.push([BigInt(this.frames) * 1000n, BigInt(this.rate)]);
       }
       this.rate = rate;
@@ -76,25 +89,29 @@ export class AudioTotal {
     return (frames * 1000) / rate;
   }
 
-  /** Frames of earlier formats: (ms numerator, denominator) pairs, exact. */
-  private readonly pending: [bigint, bigint][] = [];
-
   /** Count `ms` milliseconds given as such. */
   addMs(ms: number): void {
-    this.base += toUnits(ms);
+    if (this.units !== null) {
+      this.units += toUnits(ms);
+    } else if (exactSum(this.fast, ms)) {
+      this.fast += ms;
+    } else {
+      this.units = toUnits(this.fast) + toUnits(ms);
+    }
   }
 
   /** All audio counted so far, rounded once. */
   totalMs(): number {
     const rate = this.rate;
-    if (rate === 0 && this.pending.length === 0) {
-      return ratioToNumber(this.base, 1n << UNIT_BITS);
+    if (this.units === null && this.pending.length === 0) {
+      if (rate === 0) return this.fast;
+      if (this.fast === 0) return (this.frames * 1000) / rate;
     }
-    if (this.base === 0n && this.pending.length === 0) {
-      return (this.frames * 1000) / rate;
+    if (rate === 0 && this.pending.length === 0) {
+      return ratioToNumber(this.units ?? toUnits(this.fast), 1n << UNIT_BITS);
     }
     // base / 2^1074 + Σ pending + frames × 1000 / rate, as one ratio.
-    let num = this.base;
+    let num = this.units ?? toUnits(this.fast);
     let den = 1n << UNIT_BITS;
     const parts: [bigint, bigint][] = [...this.pending];
     if (rate !== 0) parts.push([BigInt(this.frames) * 1000n, BigInt(rate)]);

@@ -11,6 +11,12 @@ const INTEGER_FIELDS = new Set(["seq"]);
 /** `x` (finite) as Python's `repr(float)` writes it. */
 export function pyFloat(x: number): string {
   if (x === 0) return Object.is(x, -0) ? "-0.0" : "0.0";
+  const size = Math.abs(x);
+  if (size >= 1e-4 && size < 1e16) {
+    // Both write these positionally, with the same shortest digits.
+    const text = String(x);
+    return text.includes(".") ? text : `${text}.0`;
+  }
   const exponential = x.toExponential(); // the shortest digits that read back as x
   const at = exponential.indexOf("e");
   const exponent = Number(exponential.slice(at + 1));
@@ -47,7 +53,7 @@ export function encodeEvent(event: Readonly<Record<string, unknown>>): string {
     } else {
       continue; // undefined: not on the wire
     }
-    parts.push(`${pyString(key)}:${text}`);
+    parts.push(`"${key}":${text}`); // the wire's keys: plain ASCII names
   }
   return `{${parts.join(",")}}`;
 }

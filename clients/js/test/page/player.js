@@ -40,6 +40,7 @@ function pcmBuffer(context, data, rate) {
 function reporterFor(plan, spec) {
   return new Reporter(plan.broker, {
     device: spec.device, password: spec.password, flushMs: plan.flushMs ?? 5,
+    mergeMs: plan.mergeMs ?? plan.flushMs ?? 5,
   });
 }
 
@@ -104,7 +105,9 @@ async function playMse(plan, spec) {
 
 // Load: `streams` streams of one `chunkMs` chunk every `chunkMs`, on one device, for
 // `seconds`, with the hook and Reporter (`report`) or with plain scheduling (the baseline).
-async function load(plan, spec, report) {
+// `phase` ("baseline" or "report") is marked when the chunks start, after the set-up (the
+// connection), and when every event is acknowledged.
+async function load(plan, spec, report, phase) {
   const context = new AudioContext();
   await context.resume();
   const reporter = report ? reporterFor(plan, spec) : null;
@@ -120,6 +123,7 @@ async function load(plan, spec, report) {
   }
   const chunks = Math.round((spec.seconds * 1000) / spec.chunkMs);
   let sent = 0;
+  await window.phase?.(`${phase}-start`);
   await new Promise((resolve) => {
     const timers = streams.map((stream, i) => setTimeout(() => {
       let count = 0;
@@ -148,8 +152,9 @@ async function load(plan, spec, report) {
     void timers;
   });
   let stats = null;
+  if (reporter) await reporter.flush(10_000);
+  await window.phase?.(`${phase}-end`);
   if (reporter) {
-    await reporter.flush(10_000);
     stats = reporter.stats;
     await reporter.close();
   }
@@ -161,12 +166,8 @@ async function main() {
   const plan = await (await fetch("/plan.json", { cache: "no-store" })).json();
   const results = { streams: [], load: null };
   if (plan.load) {
-    await window.phase?.("baseline-start");
-    const baseline = await load(plan, plan.load, false);
-    await window.phase?.("baseline-end");
-    await window.phase?.("report-start");
-    const reported = await load(plan, plan.load, true);
-    await window.phase?.("report-end");
+    const baseline = await load(plan, plan.load, false, "baseline");
+    const reported = await load(plan, plan.load, true, "report");
     results.load = { baseline, reported };
   }
   const players = (plan.streams ?? []).map((spec) => (spec.kind === "mse" ? playMse(plan, spec) : playWebAudio(plan, spec)));
