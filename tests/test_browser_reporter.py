@@ -4,16 +4,31 @@ test's server, and reports it with edgemon-reporter (clients/js, the built bundl
 shipped Mosquitto's wss:// listener, logged in as its device; a real `edgemon run` process
 applies it. A Python `Reporter` plays the same stream at the same time (the same trace).
 
-Three web players at once, each its own device:
+Four web players at once, each its own device:
 - `web-under`: Web Audio (`WebAudioStream`), one chunk withheld `UNDER_DELAY_MS` while the
   player holds `LEAD_MS` of audio: one underrun, which the page measures from its schedule
-  and edgemon from the arrivals. `py-under` is the Python player of the same trace.
+  and edgemon from the arrivals. `py-under` is the Python player of the same trace. Neither
+  merges the chunks that arrive together (`mergeChunks`, `merge_chunks`): their slacks are
+  compared whenever edgemon has applied as many chunk events of each, which is the same audio
+  only if both sent one event a chunk (merging goes by each client's own timing: a burst read
+  in two pieces a few ms apart merges in one and not in the other).
 - `web-pause`: Web Audio, paused `PAUSE_MS` (the context suspended) after chunk
   `PAUSE_AFTER`, then a chunk withheld `PAUSE_DELAY_MS`: more than the lead, less than the
   lead and the pause, so the listener hears no gap, and edgemon, told of the pause (its play
   start moved later), counts none; had the pause not been reported it would count one.
 - `web-mse`: MP3 chunks (lame) appended to an `<audio>` element's SourceBuffer
   (`MediaElementStream`).
+- `web-fallback`: Web Audio, its Reporter pointed at a worker script the server does not
+  have: the worker fails to start, and the Reporter reports from the page instead.
+
+Every other Reporter reports from its Web Worker (the page's main thread only posts the calls).
+
+edgemon trusts the devices' clocks (`[slack] clock = "trust"`): the page's clock
+(`performance.timeOrigin + performance.now()`), the Python player's and edgemon's are this
+machine's. With the default estimate, each device's clock is edgemon's less the fastest
+delivery it has seen, and in a device's first second that is whatever its first few messages
+took on a loaded machine (tens of ms at times, for either player): the slacks compared would
+differ by that, not by anything the Reporters said.
 
 "±1 frame" is one codec frame, a chunk of `CHUNK_MS`: the page hears the late chunk when it
 has scheduled it, edgemon when it arrived, and the two differ by less than a render step.
@@ -61,7 +76,10 @@ PASSWORDS = {
     "web-pause": "pw-web-pause",
     "web-mse": "pw-web-mse",
     "py-under": "pw-py-under",
+    "web-fallback": "pw-web-fallback",
 }
+#: Where `web-fallback`'s Reporter looks for its worker: nothing is served there.
+MISSING_WORKER = "/no-such-worker.js"
 #: The chunks sent at once before the pace sets in; what the player holds ahead then.
 LEAD = 4
 LEAD_MS = (LEAD - 1) * CHUNK_MS
@@ -86,6 +104,7 @@ class WebRun:
     events: dict[str, int]  # device -> chunk events its Reporter sent (pieces merged)
     python_chunks: int
     slack: list[tuple[int, float, float]]  # (chunks, web slack, Python slack) at equal chunks
+    console: list[str]  # the page's console
 
 
 def test_the_schedules_force_what_they_are_meant_to() -> None:
@@ -121,7 +140,7 @@ def web_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebRun]:
             f'[mqtt]\nurl = "mqtt://127.0.0.1:{port}"\nclient_id = "edgemon-web"\n'
             f'username = "edgemon"\npassword_file = "{password_file}"\n'
             f'[http]\nlisten = "127.0.0.1:{http}"\n[state]\ndir = "{directory}/state"\n'
-            '[log]\nformat = "json"\n',
+            '[log]\nformat = "json"\n[slack]\nclock = "trust"\n',
             encoding="utf-8",
         )
         servers.spawn("edgemon", sys.executable, "-m", "edgemon", "run", "--config", str(config))
@@ -140,14 +159,18 @@ async def _play(directory: Path, port: int, wss_port: int, http: int) -> WebRun:
         "under": paced(pcm, lead=LEAD, withhold={UNDER_CHUNK: UNDER_DELAY_MS}),
         "pause": paced(pcm, lead=LEAD, withhold={PAUSE_CHUNK: PAUSE_DELAY_MS}),
         "mse": paced(mp3, lead=LEAD, chunk_ms=mp3_chunk_ms),
+        "fallback": paced(pcm, lead=LEAD),
     }
     web: dict[str, Any] = {"kind": "webaudio", "rate": voice.rate}
     players: list[dict[str, Any]] = [
-        {**web, "device": "web-under", "stream": "req-under", "path": "/audio/under"},
+        {**web, "device": "web-under", "stream": "req-under", "path": "/audio/under",
+         "mergeChunks": False},
         {**web, "device": "web-pause", "stream": "req-pause", "path": "/audio/pause",
          "pauseAfter": PAUSE_AFTER, "pauseMs": PAUSE_MS},
         {"kind": "mse", "device": "web-mse", "stream": "req-mse", "path": "/audio/mse",
          "chunkMs": mp3_chunk_ms},
+        {**web, "device": "web-fallback", "stream": "req-fallback", "path": "/audio/fallback",
+         "workerUrl": MISSING_WORKER},
     ]  # fmt: skip
     for player in players:
         player["password"] = PASSWORDS[player["device"]]
@@ -155,8 +178,9 @@ async def _play(directory: Path, port: int, wss_port: int, http: int) -> WebRun:
     server = PageServer(plan, schedules)
     await server.start()
     reporter = Reporter(
-        f"mqtt://127.0.0.1:{port}", "py-under", username="py-under", password=PASSWORDS["py-under"]
-    )
+        f"mqtt://127.0.0.1:{port}", "py-under", username="py-under",
+        password=PASSWORDS["py-under"], merge_chunks=False,
+    )  # fmt: skip
     try:
         assert reporter.wait_connected(30), "the Python player did not reach the broker"
         stop = asyncio.Event()
@@ -181,13 +205,14 @@ async def _play(directory: Path, port: int, wss_port: int, http: int) -> WebRun:
         await server.stop()
     streams = {result["device"]: result for result in report["result"]["streams"]}
     sent = {"web-under": len(pcm), "web-pause": len(pcm), "web-mse": len(mp3), "py-under": len(pcm)}
+    sent["web-fallback"] = len(pcm)
     speech_ms = len(voice.pcm) // 2 * 1000 / voice.rate
     audio = {"web-under": speech_ms, "web-pause": speech_ms, "web-mse": len(mp3) * mp3_chunk_ms}
-    audio["py-under"] = speech_ms
+    audio["py-under"] = audio["web-fallback"] = speech_ms
     events = {device: result["reporter"]["events"] - 1 for device, result in streams.items()}
     events["py-under"] = python_events
     metrics = await _settled(http, events)
-    return WebRun(streams, metrics, sent, audio, events, python_chunks, slack)
+    return WebRun(streams, metrics, sent, audio, events, python_chunks, slack, report["console"])
 
 
 async def _poll_slack(http: int, stop: asyncio.Event) -> list[tuple[int, float, float]]:
@@ -251,6 +276,19 @@ def test_every_chunk_is_applied(web_run: WebRun) -> None:
             0, 0, 0, {},
         ), (device, stats)  # fmt: skip
         assert result["hook"]["chunks"] == web_run.sent[device]
+
+
+def test_the_reporters_report_from_their_worker(web_run: WebRun) -> None:
+    """Each web player's Reporter made its calls through its Web Worker, except the one whose
+    worker could not start: that one reports from the page (every chunk applied all the same,
+    `test_every_chunk_is_applied`), counted once in `workerFailures` and logged once."""
+    for device, result in web_run.streams.items():
+        stats = result["reporter"]
+        expected = (False, 1) if device == "web-fallback" else (True, 0)
+        assert (stats["worker"], stats["workerFailures"]) == expected, (device, stats)
+    said = [line for line in web_run.console if "did not start" in line]
+    assert len(said) == 1, web_run.console
+    assert "web-fallback" in said[0], said
 
 
 def test_slack_is_the_python_reporters(web_run: WebRun) -> None:

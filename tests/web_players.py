@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 JS = ROOT / "clients" / "js"
 PAGE = JS / "test" / "page"
 BUNDLE = JS / "dist" / "edgemon-reporter.min.js"
+#: The bundle's worker (the Reporter's core and mqtt.js), served next to it.
+WORKER_BUNDLE = JS / "dist" / "edgemon-reporter-worker.min.js"
 DRIVER = JS / "test" / "drive.mjs"
 CHROMIUM = "/usr/bin/chromium"
 #: What espeak-ng says (about 4.7 s of speech at its default rate).
@@ -179,13 +181,15 @@ class PageServer:
 
     async def start(self) -> None:
         """Serve on a free port of 127.0.0.1."""
-        assert BUNDLE.is_file(), f"{BUNDLE} is missing: build it (`make test-browser` does)"
+        for bundle in (BUNDLE, WORKER_BUNDLE):
+            assert bundle.is_file(), f"{bundle} is missing: build it (`make test-browser` does)"
         for name in self.schedules:
             self.requested[name] = asyncio.Event()
         files = {
             "/": (PAGE / "index.html", "text/html"),
             "/player.js": (PAGE / "player.js", "text/javascript"),
             "/edgemon-reporter.min.js": (BUNDLE, "text/javascript"),
+            "/edgemon-reporter-worker.min.js": (WORKER_BUNDLE, "text/javascript"),
         }
         app = web.Application()
         for route, (path, kind) in files.items():

@@ -1,21 +1,42 @@
-// The browser bundle: dist/edgemon-reporter.min.js, one minified ES module with mqtt.js in it
-// (its client and WebSocket transport only; build-shims/ says what replaces what).
+// The browser bundles, minified ES modules: the page's (dist/edgemon-reporter.min.js: the
+// Reporter's page side and the hooks) and its worker's (dist/edgemon-reporter-worker.min.js:
+// the core, with mqtt.js's client and WebSocket transport). The page's bundle starts the
+// worker from the file next to it, or imports it into the page where no worker can start
+// (build-shims/load.js). build-shims/ says what stands in for what in mqtt.js's dependencies.
 import { build } from "esbuild";
 
 const shims = new URL("./build-shims/", import.meta.url).pathname;
-const result = await build({
-  entryPoints: ["dist/index.js"],
+const common = {
   bundle: true,
   minify: process.env.NOMIN ? false : true,
   format: "esm",
   platform: "browser",
   target: "es2022",
+  legalComments: "eof",
+  metafile: true,
+};
+const page = build({
+  ...common,
+  entryPoints: ["dist/index.js"],
   outfile: "dist/edgemon-reporter.min.js",
-  // The bare `mqtt` the Reporter imports becomes the WebSocket-only client (its subpaths stay);
-  // `process` (readable-stream asks for "process/") the page's own (build-shims/process.cjs).
+  plugins: [{
+    name: "worker-file",
+    setup(b) {
+      b.onResolve({ filter: /\/load\.js$/ }, () => ({ path: `${shims}load.js` }));
+      // The page's side imports the core for its types only: mqtt.js must not come in.
+      b.onResolve({ filter: /^mqtt$/ }, () => ({ errors: [{ text: "mqtt.js in the page's bundle" }] }));
+    },
+  }],
+});
+const worker = build({
+  ...common,
+  entryPoints: ["dist/worker.js"],
+  outfile: "dist/edgemon-reporter-worker.min.js",
   plugins: [{
     name: "mqtt-ws",
     setup(b) {
+      // The bare `mqtt` the core imports becomes the WebSocket-only client (its subpaths
+      // stay); `process` (readable-stream asks for "process/") the page's own.
       b.onResolve({ filter: /^mqtt$/ }, () => ({ path: `${shims}mqtt-ws.js` }));
       b.onResolve({ filter: /^process\/?$/ }, () => ({ path: `${shims}process.cjs` }));
     },
@@ -27,8 +48,7 @@ const result = await build({
   },
   inject: [`${shims}globals.js`],
   define: { "process.env.NODE_ENV": '"production"' },
-  legalComments: "eof",
-  metafile: true,
 });
-const [output] = Object.values(result.metafile.outputs);
-console.log(`dist/edgemon-reporter.min.js: ${output.bytes} bytes`);
+for (const result of await Promise.all([page, worker])) {
+  for (const [file, output] of Object.entries(result.metafile.outputs)) console.log(`${file}: ${output.bytes} bytes`);
+}

@@ -6,30 +6,34 @@
  * - **Clock.** `t_ms` is `performance.timeOrigin + performance.now()`: the page's monotonic
  *   clock from a fixed origin (about Unix epoch milliseconds), never `Date.now()`, which
  *   jumps when the system clock is set.
- * - **Calls** (`start`, `chunk`, `end`) check their arguments, stamp `t_ms` and append the
- *   event to a bounded buffer; they never wait for the network and **never throw**: a bad
- *   argument is counted (`stats.invalid`), a call the stream's state makes moot too
- *   (`stats.conflicts`), each kind logged once. Only the constructor throws, on a bad option.
+ * - **Off the main thread.** A call (`start`, `chunk`, `end`) reads the clocks, copies its
+ *   arguments and posts them to the Reporter's Web Worker (worker.ts), which builds and checks
+ *   the events, batches them and publishes them (core.ts, mqtt.js and the WebSocket): the
+ *   page's main thread pays one `postMessage` a call. Where no worker can start (a Content
+ *   Security Policy, a bundle served from another origin, `worker: false`, Node), the same
+ *   core runs in the page; a worker that failed to start is counted
+ *   (`stats.workerFailures`) and logged once. Calls made before either is ready wait here
+ *   (at most `maxBufferedEvents`), and go to the one that starts.
+ * - **Never throws.** Only the constructor throws, on a bad option. A bad argument is counted
+ *   (`stats.invalid`), a call the stream's state makes moot too (`stats.conflicts`), each kind
+ *   logged once; a broker that is down costs a counter (`stats.connectErrors`) and a bounded
+ *   buffer (the oldest chunk dropped first, `stats.dropped`; later chunks carry
+ *   `audio_total_ms`, so edgemon resynchronises).
  * - **Batching.** What was reported within `flushMs` of the oldest waiting event goes out as
  *   one JSON array on `P/{device}/events` (QoS 1), split to stay within edgemon's default
- *   `max_batch_events` and `max_payload_bytes`; chunks of one stream reported within one
- *   flush window become one event (audio summed, `t_ms` the last piece's arrival).
- * - **Offline.** A broker that is down or unreachable costs a counter (`stats.connectErrors`)
- *   and a bounded buffer: when it holds `maxBufferedEvents` the oldest chunk is dropped and
- *   counted (`stats.dropped`); later chunks carry `audio_total_ms`, so edgemon resynchronises.
+ *   `max_batch_events` and `max_payload_bytes`; chunks of one stream reported within
+ *   `mergeMs` of its first piece become one event (audio summed, `t_ms` the last piece's).
+ * - **Stats** are the core's as last heard from the worker (reading them asks it for fresh
+ *   ones; they are exact once `flush()` has resolved), plus what the page's side counted.
  */
 
-import { connect, type IClientOptions, type MqttClient } from "mqtt";
-
-import { EventBuffer, type Indexed } from "./buffer.js";
+import { applyCall, type Call, chunkCall, endCall, startCall } from "./calls.js";
+import type { CoreSettings, CoreStats, ReporterCore } from "./core.js";
+import { type ChunkOptions, parseFormat, type StartOptions } from "./events.js";
+import { loadCore, startWorker } from "./load.js";
 import {
-  type ChunkOptions, checkTMs, Conflict, type ConflictKind, type Event, parseFormat,
-  type StartOptions, Streams,
-} from "./events.js";
-import { encodeEvent } from "./json.js";
-import {
-  InvalidArgument, MAX_BATCH_EVENTS, MAX_PAYLOAD_BYTES, MAX_STREAMS_PER_DEVICE, TOPIC_PREFIX,
-  topicPrefixProblem, validDeviceId,
+  MAX_BATCH_EVENTS, MAX_PAYLOAD_BYTES, MAX_STREAMS_PER_DEVICE, TOPIC_PREFIX, topicPrefixProblem,
+  validDeviceId,
 } from "./protocol.js";
 
 export interface ReporterOptions {
@@ -57,7 +61,7 @@ export interface ReporterOptions {
   mergeChunks?: boolean;
   /** The event clock, in ms (default `performance.timeOrigin + performance.now()`). */
   clock?: () => number;
-  /** The monotonic clock of flush windows, in ms (default `performance.now()`). */
+  /** The monotonic clock of merge windows, in ms (default `performance.now()`). */
   monotonic?: () => number;
   /** Between reconnection attempts (ms). */
   reconnectPeriodMs?: number;
@@ -65,36 +69,34 @@ export interface ReporterOptions {
   keepaliveS?: number;
   /** Where the first warning of each kind goes (default `console.warn`). */
   log?: (message: string) => void;
+  /** How long the page holds calls before it posts them to the worker together (ms; default
+   * 0: the calls of one task go in one message at its end). Each message costs the page's main
+   * thread about as much as a timer does: a larger window costs less, and delays every
+   * event by up to that much more than `flushMs`. */
+  handoffMs?: number;
+  /** Report from a Web Worker (default true where the page has `Worker`); false: in the page. */
+  worker?: boolean;
+  /** The worker's module (default: the package's own, next to it; give a same-origin copy
+   * when the package is served from another origin). */
+  workerUrl?: string | URL;
 }
 
-export interface ReporterStats {
-  /** Events reported (merged chunks count once). */
-  events: number;
-  /** Events the broker acknowledged (PUBACK), and the messages that carried them. */
-  sent: number;
-  messages: number;
-  /** Events dropped, oldest chunk first, because the buffer was full. */
-  dropped: number;
-  buffered: number;
-  inFlight: number;
-  connected: boolean;
-  connects: number;
-  /** Failed connection attempts and connection errors (a broker down or refusing). */
-  connectErrors: number;
-  merged: number;
-  /** Calls the stream's state made moot, by kind (`ended`, `unknown`, `live`, `max_streams`, `closed`). */
-  conflicts: Readonly<Record<string, number>>;
-  /** Calls with a bad argument (the Python client raises ValueError for these). */
-  invalid: number;
-  /** Anything else that went wrong inside a call (never thrown into the page). */
-  errors: number;
+export interface ReporterStats extends CoreStats {
+  /** Whether the calls go to the Reporter's Web Worker (false: reported from the page). */
+  worker: boolean;
+  /** Workers that failed to start (the Reporter then reports from the page). */
+  workerFailures: number;
 }
 
-interface Waiter {
-  target: number;
-  resolve: (done: boolean) => void;
-  timer: ReturnType<typeof setTimeout> | undefined;
-}
+/** How long a worker may take to load before the page reports without it (ms). */
+const WORKER_START_MS = 10_000;
+/** How much longer than its own timeout a reply from the worker may take (ms). */
+const REPLY_GRACE_MS = 2_000;
+
+const EMPTY: CoreStats = {
+  events: 0, sent: 0, messages: 0, dropped: 0, buffered: 0, inFlight: 0, connected: false,
+  connects: 0, connectErrors: 0, merged: 0, conflicts: {}, invalid: 0, errors: 0,
+};
 
 function bound(name: string, value: number, low: number, high = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== "number" || !Number.isFinite(value) || value < low || value > high) {
@@ -110,37 +112,173 @@ function integer(name: string, value: number, low: number): number {
   return value;
 }
 
+/** The core the calls go to: in the Reporter's worker, or in the page. */
+interface Sink {
+  readonly worker: boolean;
+  call(call: Call): void;
+  open(): void;
+  flush(timeoutMs: number): Promise<boolean>;
+  close(timeoutMs: number): Promise<void>;
+  stats(): CoreStats;
+}
+
+class PageSink implements Sink {
+  readonly worker = false;
+  constructor(private readonly core: ReporterCore) {}
+  call(call: Call): void {
+    applyCall(this.core, call);
+  }
+  open(): void {
+    this.core.open();
+  }
+  flush(timeoutMs: number): Promise<boolean> {
+    return this.core.flush(timeoutMs);
+  }
+  close(timeoutMs: number): Promise<void> {
+    return this.core.close(timeoutMs);
+  }
+  stats(): CoreStats {
+    return this.core.stats;
+  }
+}
+
+type Reply = [kind: string, id: number, ...rest: unknown[]];
+
+class WorkerSink implements Sink {
+  readonly worker = true;
+  latest: CoreStats = EMPTY;
+  private asked = false;
+  private ended = false;
+  private nextId = 0;
+  private readonly replies = new Map<number, (reply: Reply | null) => void>();
+  /** Calls not yet posted: those made in one run of the page's code (until its microtasks
+   * run), or within one `handoffMs`, go in one message. */
+  private outbox: Call[] = [];
+
+  /** `refused(error)`: a call that could not be posted (an argument the structured clone
+   * cannot copy). */
+  constructor(
+    private readonly port: Worker,
+    private readonly handoffMs: number,
+    private readonly refused: (error: unknown) => void,
+  ) {}
+
+  call(call: Call): void {
+    this.outbox.push(call);
+    if (this.outbox.length > 1) return;
+    if (this.handoffMs > 0) setTimeout(this.handoff, this.handoffMs);
+    else queueMicrotask(this.handoff);
+  }
+  post(message: unknown): void {
+    this.handoff();
+    if (!this.ended) this.port.postMessage(message);
+  }
+  open(): void {
+    this.post(["open"]);
+  }
+  async flush(timeoutMs: number): Promise<boolean> {
+    const reply = await this.request("flush", timeoutMs);
+    return reply !== null && reply[2] === true;
+  }
+  async close(timeoutMs: number): Promise<void> {
+    await this.request("close", timeoutMs);
+    this.ended = true;
+    this.port.terminate();
+  }
+  /** Post the calls waiting (never throws: a call that cannot be posted is refused). */
+  private readonly handoff = (): void => {
+    const calls = this.outbox;
+    if (calls.length === 0 || this.ended) return;
+    this.outbox = [];
+    try {
+      this.port.postMessage(calls.length === 1 ? calls[0] : ["calls", calls]);
+    } catch {
+      for (const call of calls) {
+        try {
+          this.port.postMessage(call);
+        } catch (error) {
+          this.refused(error);
+        }
+      }
+    }
+  };
+  /** The worker's stats as last heard; asks it for fresh ones (never throws). */
+  stats(): CoreStats {
+    if (!this.asked && !this.ended) {
+      this.asked = true;
+      try {
+        this.post(["stats"]);
+      } catch {
+        this.asked = false;
+      }
+    }
+    return this.latest;
+  }
+  /** A message from the worker. */
+  received(message: Reply): void {
+    const [kind] = message;
+    if (kind === "stats" || kind === "state") {
+      this.latest = message[1] as unknown as CoreStats;
+      if (kind === "stats") this.asked = false;
+      return;
+    }
+    this.latest = message[message.length - 1] as CoreStats;
+    this.replies.get(message[1])?.(message);
+  }
+  private request(kind: string, timeoutMs: number): Promise<Reply | null> {
+    const id = this.nextId++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => done(null), timeoutMs + REPLY_GRACE_MS);
+      const done = (reply: Reply | null): void => {
+        clearTimeout(timer);
+        this.replies.delete(id);
+        resolve(reply);
+      };
+      this.replies.set(id, done);
+      try {
+        this.post([kind, id, timeoutMs]);
+      } catch {
+        done(null);
+      }
+    });
+  }
+}
+
 export class Reporter {
   readonly device: string;
   readonly topic: string;
-  private readonly url: string;
-  private readonly options: ReporterOptions;
   /** The Reporter's event clock (ms): what `t_ms` is read from. */
   readonly clockMs: () => number;
+  private readonly url: string;
+  private readonly settings: CoreSettings;
   private readonly monotonic: () => number;
+  private readonly origin: number;
+  private readonly pageClocks: boolean;
   private readonly log: (message: string) => void;
-  private readonly streams: Streams;
-  private readonly buffer: EventBuffer;
-  private readonly maxInFlight: number;
-  private readonly maxPayloadBytes: number;
-  private client: MqttClient | null = null;
+  private readonly useWorker: boolean;
+  private readonly handoffMs: number;
+  private readonly workerUrl: string | URL | undefined;
+  private sink: Sink | null = null;
+  /** Calls made before a core was ready, oldest first. */
+  private held: Call[] = [];
+  private opened = false;
+  private unavailable = false; // no core could be loaded: calls are dropped and counted
+  private closing: Promise<void> | null = null;
   private closed = false;
+  private finalStats: CoreStats | null = null;
+  private starting: Worker | null = null;
+  private startTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly chosen: Promise<void>;
+  private choose: () => void = () => {};
   private connected = false;
-  private connects = 0;
-  private connectErrors = 0;
-  private unreachableSaid = false;
+  private readonly connectWaiters = new Set<() => void>();
+  // What the page's side counted itself.
+  private dropped = 0;
   private invalid = 0;
   private errors = 0;
+  private workerFailures = 0;
   private readonly conflicts: Record<string, number> = {};
   private readonly said = new Set<string>();
-  private readonly inFlight = new Map<number, [number, number]>(); // token -> (first, count)
-  private nextToken = 0;
-  private sent = 0;
-  private messages = 0;
-  private timer: ReturnType<typeof setTimeout> | undefined;
-  private urgent = 0;
-  private waiters: Waiter[] = [];
-  private readonly encoder = new TextEncoder();
 
   constructor(url: string, options: ReporterOptions) {
     if (!validDeviceId(options.device)) {
@@ -149,81 +287,62 @@ export class Reporter {
     const prefix = options.topicPrefix ?? TOPIC_PREFIX;
     const problem = topicPrefixProblem(prefix);
     if (problem !== null) throw new TypeError(`edgemon-reporter: topic prefix ${prefix} ${problem}`);
+    if (options.audioFormat !== undefined) {
+      try {
+        parseFormat(options.audioFormat);
+      } catch (error) {
+        throw new TypeError(`edgemon-reporter: ${(error as Error).message}`);
+      }
+    }
     this.url = url;
-    this.options = options;
     this.device = options.device;
     this.topic = `${prefix}/${options.device}/events`;
     const origin = performance.timeOrigin;
+    this.origin = origin;
+    this.pageClocks = options.clock === undefined && options.monotonic === undefined;
     this.clockMs = options.clock ?? (() => origin + performance.now());
     this.monotonic = options.monotonic ?? (() => performance.now());
     this.log = options.log ?? ((message) => console.warn(message));
-    let format = null;
-    try {
-      format = options.audioFormat === undefined ? null : parseFormat(options.audioFormat);
-    } catch (error) {
-      throw new TypeError(`edgemon-reporter: ${(error as Error).message}`);
-    }
-    this.streams = new Streams(
-      integer("maxStreams", options.maxStreams ?? MAX_STREAMS_PER_DEVICE, 1), format,
-    );
+    this.useWorker = options.worker ?? true;
+    this.workerUrl = options.workerUrl;
     const flushMs = bound("flushMs", options.flushMs ?? 5, 0, 60_000);
-    this.buffer = new EventBuffer(
-      integer("maxBufferedEvents", options.maxBufferedEvents ?? 10_000, 1),
-      integer("maxBatchEvents", options.maxBatchEvents ?? MAX_BATCH_EVENTS, 1),
+    this.handoffMs = bound("handoffMs", options.handoffMs ?? 0, 0, 60_000);
+    const random = Math.random().toString(16).slice(2, 10);
+    this.settings = {
+      device: options.device,
+      topic: this.topic,
+      clientId: options.clientId ?? `reporter-${options.device}-${random}`,
+      username: options.username ?? options.device,
       flushMs,
-      options.mergeChunks ?? true,
-      this.monotonic,
-      bound("mergeMs", options.mergeMs ?? flushMs, 0, 60_000),
-    );
-    this.maxInFlight = integer("maxInFlight", options.maxInFlight ?? 16, 1);
-    this.maxPayloadBytes = integer("maxPayloadBytes", options.maxPayloadBytes ?? MAX_PAYLOAD_BYTES, 1024);
+      mergeMs: bound("mergeMs", options.mergeMs ?? flushMs, 0, 60_000),
+      mergeChunks: options.mergeChunks ?? true,
+      maxBufferedEvents: integer("maxBufferedEvents", options.maxBufferedEvents ?? 10_000, 1),
+      maxBatchEvents: integer("maxBatchEvents", options.maxBatchEvents ?? MAX_BATCH_EVENTS, 1),
+      maxPayloadBytes: integer("maxPayloadBytes", options.maxPayloadBytes ?? MAX_PAYLOAD_BYTES, 1024),
+      maxInFlight: integer("maxInFlight", options.maxInFlight ?? 16, 1),
+      maxStreams: integer("maxStreams", options.maxStreams ?? MAX_STREAMS_PER_DEVICE, 1),
+      reconnectPeriodMs: options.reconnectPeriodMs ?? 1000,
+      connectTimeoutMs: options.connectTimeoutMs ?? 10_000,
+      keepaliveS: options.keepaliveS ?? 30,
+    };
+    if (options.password !== undefined) this.settings.password = options.password;
+    if (options.audioFormat !== undefined) this.settings.audioFormat = options.audioFormat;
+    this.chosen = new Promise((resolve) => {
+      this.choose = resolve;
+    });
   }
 
   // ---------------------------------------------------------------- lifecycle
   /** Connect in the background (never waits, never throws); idempotent. The first call
    * opens a Reporter that was not opened. */
   open(): this {
-    if (this.closed || this.client !== null) return this;
+    if (this.opened || this.closing !== null) return this;
+    this.opened = true;
     try {
-      const random = Math.random().toString(16).slice(2, 10);
-      const options: IClientOptions = {
-        clientId: this.options.clientId ?? `reporter-${this.device}-${random}`,
-        clean: true,
-        protocolVersion: 4,
-        username: this.options.username ?? this.device,
-        reconnectPeriod: this.options.reconnectPeriodMs ?? 1000,
-        connectTimeout: this.options.connectTimeoutMs ?? 10_000,
-        keepalive: this.options.keepaliveS ?? 30,
-        resubscribe: false,
-        queueQoSZero: false,
-        timerVariant: "native",
-      };
-      if (this.options.password !== undefined) options.password = this.options.password;
-      const client = connect(this.url, options);
-      client.on("connect", () => {
-        this.connected = true;
-        this.connects += 1;
-        this.unreachableSaid = false;
-        this.schedule();
-      });
-      client.on("close", () => {
-        if (this.connected && !this.closed) this.once("lost", `edgemon reporter ${this.device}: lost the broker; buffering events until it is back`);
-        this.connected = false;
-      });
-      client.on("offline", () => {
-        this.connected = false;
-      });
-      client.on("error", (error: Error) => {
-        this.connectErrors += 1;
-        if (!this.unreachableSaid) {
-          this.unreachableSaid = true;
-          this.log(`edgemon reporter ${this.device}: cannot reach the broker (${error.message}); retrying, events wait in the buffer`);
-        }
-      });
-      this.client = client;
+      if (this.useWorker && typeof Worker === "function") this.startWorker();
+      else this.startInPage();
     } catch (error) {
-      this.connectErrors += 1;
-      this.once("open", `edgemon reporter ${this.device}: could not connect: ${(error as Error).message}`);
+      this.failed(error);
     }
     return this;
   }
@@ -232,104 +351,95 @@ export class Reporter {
   waitConnected(timeoutMs: number): Promise<boolean> {
     this.open();
     if (this.connected) return Promise.resolve(true);
+    if (this.unavailable) return Promise.resolve(false);
     return new Promise((resolve) => {
-      const client = this.client;
-      if (client === null) {
-        resolve(false);
-        return;
-      }
       const done = (): void => {
         clearTimeout(timer);
-        client.removeListener("connect", done);
+        this.connectWaiters.delete(done);
         resolve(this.connected);
       };
       const timer = setTimeout(done, timeoutMs);
-      client.on("connect", done);
+      this.connectWaiters.add(done);
     });
   }
 
   /** Resolves true once every event reported before the call is acknowledged by the broker
    * (or was dropped), false after `timeoutMs`. */
-  flush(timeoutMs = 5000): Promise<boolean> {
-    const target = this.buffer.nextIdx;
-    if (this.oldestUnsettled() >= target) return Promise.resolve(true);
-    if (this.client === null) return Promise.resolve(false);
-    this.urgent += 1;
-    const promise = new Promise<boolean>((resolve) => {
-      const waiter: Waiter = { target, resolve, timer: undefined };
-      waiter.timer = setTimeout(() => this.release(waiter, false), timeoutMs);
-      this.waiters.push(waiter);
-    });
-    this.schedule();
-    return promise;
+  async flush(timeoutMs = 5000): Promise<boolean> {
+    if (!this.opened) return true; // nothing was reported
+    if (this.closed) {
+      const last = this.finalStats ?? EMPTY;
+      return this.held.length === 0 && last.buffered === 0 && last.inFlight === 0;
+    }
+    const started = performance.now();
+    if (!(await this.ready(timeoutMs))) return false;
+    const sink = this.sink;
+    if (sink === null) return false;
+    return sink.flush(Math.max(0, timeoutMs - (performance.now() - started)));
   }
 
   /** Flush (for up to `timeoutMs`), then disconnect; idempotent. */
-  async close(timeoutMs = 5000): Promise<void> {
-    if (this.closed) return;
-    if (this.client !== null) await this.flush(timeoutMs);
-    this.closed = true;
-    clearTimeout(this.timer);
-    const client = this.client;
-    if (client !== null) {
-      await new Promise<void>((resolve) => {
-        try {
-          client.end(false, {}, () => resolve());
-        } catch {
-          resolve();
-        }
-      });
-    }
+  close(timeoutMs = 5000): Promise<void> {
+    if (this.closing === null) this.closing = this.shut(timeoutMs);
+    return this.closing;
   }
 
   get stats(): ReporterStats {
-    let inFlight = 0;
-    for (const [, count] of this.inFlight.values()) inFlight += count;
+    const sink = this.sink;
+    const core = this.finalStats ?? sink?.stats() ?? EMPTY;
+    const conflicts: Record<string, number> = { ...core.conflicts };
+    for (const [kind, count] of Object.entries(this.conflicts)) conflicts[kind] = (conflicts[kind] ?? 0) + count;
     return {
-      events: this.buffer.events, sent: this.sent, messages: this.messages,
-      dropped: this.buffer.dropped, buffered: this.buffer.length, inFlight,
-      connected: this.connected, connects: this.connects, connectErrors: this.connectErrors,
-      merged: this.buffer.merged, conflicts: { ...this.conflicts }, invalid: this.invalid,
-      errors: this.errors,
+      ...core,
+      dropped: core.dropped + this.dropped,
+      buffered: core.buffered + this.held.length,
+      connected: this.closed ? false : core.connected,
+      conflicts,
+      invalid: core.invalid + this.invalid,
+      errors: core.errors + this.errors,
+      worker: sink !== null && sink.worker,
+      workerFailures: this.workerFailures,
     };
   }
 
   // ---------------------------------------------------------------- the calls
   /** A stream begins: call it at the request, so that start silence counts. */
   start(stream: string, options: StartOptions = {}): void {
-    this.call(() => {
-      const tMs = checkTMs(this.clockMs());
-      this.usable();
-      const event = this.streams.start(stream, tMs, options);
-      this.buffer.closeStream(stream);
-      this.enqueue(event);
-    });
+    try {
+      this.deliver(startCall(stream, this.clockMs(), options));
+    } catch (error) {
+      this.failed(error);
+    }
   }
 
   /** A chunk of audio reached the player now (`audioMs`, or `pcmBytes` of the stream's format). */
   chunk(stream: string, options: ChunkOptions): void {
-    this.call(() => {
-      const tMs = checkTMs(this.clockMs());
-      const now = this.monotonic();
-      const into = this.buffer.mergeInto(stream, now);
-      this.usable();
-      const event = this.streams.chunk(stream, tMs, options, into);
-      if (event === null) return;
-      const final = options.final === true;
-      if (event === into) this.buffer.mergedPiece(stream, final);
-      else if (this.buffer.addChunk(stream, event, now, final)) this.schedule();
-    });
+    try {
+      this.deliver(chunkCall(stream, this.clockMs(), this.monotonic(), options));
+    } catch (error) {
+      this.failed(error);
+    }
+  }
+
+  /** `chunk()` at `tMs`, a reading of `clockMs()` just taken (the hooks read the clock once
+   * for the play start and the chunk). @internal */
+  chunkAt(stream: string, tMs: number, options: ChunkOptions): void {
+    try {
+      // With the page's clocks, the merge window's clock is the same reading.
+      const now = this.pageClocks ? tMs - this.origin : this.monotonic();
+      this.deliver(chunkCall(stream, tMs, now, options));
+    } catch (error) {
+      this.failed(error);
+    }
   }
 
   /** The stream ended (`completed`, `cancelled`, `error`, …); nothing is needed after a final chunk. */
   end(stream: string, reason = "completed"): void {
-    this.call(() => {
-      const tMs = checkTMs(this.clockMs());
-      this.usable();
-      const event = this.streams.end(stream, tMs, reason);
-      this.buffer.closeStream(stream);
-      if (event !== null) this.enqueue(event);
-    });
+    try {
+      this.deliver(endCall(stream, this.clockMs(), reason));
+    } catch (error) {
+      this.failed(error);
+    }
   }
 
   /** Count a failure of a hook (never thrown into the page). */
@@ -339,132 +449,190 @@ export class Reporter {
   }
 
   // ---------------------------------------------------------------- inside
-  private call(body: () => void): void {
-    try {
-      body();
-    } catch (error) {
-      if (error instanceof Conflict) this.conflict(error.kind, error.message);
-      else if (error instanceof InvalidArgument) {
-        this.invalid += 1;
-        this.once("invalid", `edgemon reporter ${this.device}: ${error.message} (ignored; counted in stats.invalid, not logged again)`);
-      } else {
-        this.errors += 1;
-        this.once("error", `edgemon reporter ${this.device}: ${String(error)} (counted in stats.errors)`);
-      }
+  private deliver(call: Call): void {
+    if (this.closed) {
+      this.conflict("closed", "this Reporter is closed: nothing more is sent");
+      return;
+    }
+    if (this.sink === null) this.open();
+    const sink = this.sink;
+    if (sink !== null) {
+      sink.call(call);
+    } else if (this.unavailable) {
+      this.dropped += 1;
+    } else {
+      this.hold(call);
     }
   }
 
-  private usable(): void {
-    if (this.closed) throw new Conflict("closed", "this Reporter is closed: nothing more is sent");
-    if (this.client === null) this.open();
+  /** Keep `call` until a core is ready (the bound kept: the oldest chunk goes first). */
+  private hold(call: Call): void {
+    const held = this.held;
+    if (held.length >= this.settings.maxBufferedEvents) {
+      const chunk = held.findIndex((c) => c[0] === 1);
+      held.splice(chunk < 0 ? 0 : chunk, 1);
+      this.dropped += 1;
+    }
+    held.push(call);
   }
 
-  private conflict(kind: ConflictKind, message: string): void {
+  private startWorker(): void {
+    let worker: Worker;
+    try {
+      worker = startWorker(this.workerUrl);
+    } catch (error) {
+      this.workerFailed(null, error);
+      return;
+    }
+    this.starting = worker;
+    worker.onmessage = (event: MessageEvent) => this.fromWorker(worker, event.data as Reply);
+    worker.onerror = (event: ErrorEvent) => {
+      event.preventDefault();
+      if (this.sink === null) this.workerFailed(worker, event.message || "the worker's script failed to load");
+      else this.noteError(`the worker: ${event.message}`);
+    };
+    worker.onmessageerror = () => this.noteError("a message from the worker could not be read");
+    this.startTimer = setTimeout(() => {
+      this.workerFailed(worker, `it did not load within ${WORKER_START_MS} ms`);
+    }, WORKER_START_MS);
+  }
+
+  private fromWorker(worker: Worker, message: Reply): void {
+    try {
+      const sink = this.sink;
+      if (message[0] === "ready") {
+        if (this.starting !== worker || sink !== null) return;
+        clearTimeout(this.startTimer);
+        this.starting = null;
+        const made = new WorkerSink(worker, this.handoffMs, (error) => this.failed(error));
+        made.post(["init", this.url, this.settings]);
+        if (this.held.length) made.post(["calls", this.held]);
+        this.held = [];
+        made.open();
+        this.sink = made;
+        this.choose();
+      } else if (message[0] === "log") {
+        this.say(String(message[1]));
+      } else if (sink instanceof WorkerSink) {
+        sink.received(message);
+        if (message[0] === "state") this.stateChanged(sink.latest);
+      }
+    } catch (error) {
+      this.noteError(error);
+    }
+  }
+
+  private workerFailed(worker: Worker | null, error: unknown): void {
+    if (this.sink !== null || (worker !== null && this.starting !== worker)) return;
+    clearTimeout(this.startTimer);
+    this.starting = null;
+    try {
+      worker?.terminate();
+    } catch {
+      // gone already
+    }
+    this.workerFailures += 1;
+    const reason = error instanceof Error ? error.message : String(error);
+    this.once("worker", `edgemon reporter ${this.device}: its worker did not start (${reason}); reporting from the page (counted in stats.workerFailures)`);
+    this.startInPage();
+  }
+
+  private startInPage(): void {
+    loadCore().then(
+      (module) => {
+        if (this.sink !== null) return;
+        const core: ReporterCore = new module.ReporterCore(
+          this.url, this.settings, this.monotonic, (message) => this.say(message),
+          () => this.stateChanged(core.stats),
+        );
+        const sink = new PageSink(core);
+        for (const call of this.held) sink.call(call);
+        this.held = [];
+        sink.open();
+        this.sink = sink;
+        this.choose();
+      },
+      (error: unknown) => {
+        this.unavailable = true;
+        this.errors += 1;
+        this.dropped += this.held.length;
+        this.held = [];
+        this.once("load", `edgemon reporter ${this.device}: could not load its core (${String(error)}); nothing is reported (counted in stats.errors, calls in stats.dropped)`);
+        this.choose();
+      },
+    );
+  }
+
+  /** Resolves whether a core is ready, waiting at most `timeoutMs`. */
+  private ready(timeoutMs: number): Promise<boolean> {
+    if (this.sink !== null) return Promise.resolve(true);
+    if (this.unavailable) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(this.sink !== null), timeoutMs);
+      void this.chosen.then(() => {
+        clearTimeout(timer);
+        resolve(this.sink !== null);
+      });
+    });
+  }
+
+  private async shut(timeoutMs: number): Promise<void> {
+    if (this.opened) {
+      const started = performance.now();
+      await this.ready(timeoutMs);
+      const sink = this.sink;
+      if (sink !== null) {
+        try {
+          await sink.close(Math.max(0, timeoutMs - (performance.now() - started)));
+        } catch (error) {
+          this.noteError(error);
+        }
+        this.finalStats = sink.stats();
+      }
+    }
+    this.closed = true;
+    clearTimeout(this.startTimer);
+    if (this.starting !== null) {
+      this.starting.terminate();
+      this.starting = null;
+    }
+    for (const waiter of [...this.connectWaiters]) waiter();
+  }
+
+  private stateChanged(stats: CoreStats): void {
+    this.connected = stats.connected;
+    if (this.connected) for (const waiter of [...this.connectWaiters]) waiter();
+  }
+
+  private failed(error: unknown): void {
+    if (error instanceof DOMException && error.name === "DataCloneError") {
+      this.invalid += 1;
+      this.once("invalid", `edgemon reporter ${this.device}: an argument cannot be reported (${error.message}) (ignored; counted in stats.invalid, not logged again)`);
+    } else {
+      this.errors += 1;
+      this.once("error", `edgemon reporter ${this.device}: ${String(error)} (counted in stats.errors)`);
+    }
+  }
+
+  private conflict(kind: string, message: string): void {
     const seen = this.conflicts[kind] ?? 0;
     this.conflicts[kind] = seen + 1;
     if (seen === 0) {
-      this.log(`edgemon reporter ${this.device}: ${message} (ignored; counted in stats.conflicts.${kind}, not logged again)`);
+      this.say(`edgemon reporter ${this.device}: ${message} (ignored; counted in stats.conflicts.${kind}, not logged again)`);
     }
   }
 
   private once(kind: string, message: string): void {
     if (this.said.has(kind)) return;
     this.said.add(kind);
-    this.log(message);
+    this.say(message);
   }
 
-  private enqueue(event: Event): void {
-    if (this.buffer.add(event)) this.schedule();
-  }
-
-  /** Arm the flush timer for when the next batch is due (or pump now). */
-  private schedule(): void {
-    if (this.timer !== undefined || this.closed) return;
-    if (!this.connected || this.buffer.length === 0 || this.inFlight.size >= this.maxInFlight) return;
-    const due = this.buffer.dueIn(this.urgent > 0);
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.pump();
-    }, Math.max(0, due));
-  }
-
-  /** Publish what is due while connected and below `maxInFlight`. */
-  private pump(): void {
+  private say(message: string): void {
     try {
-      const client = this.client;
-      while (client !== null && this.connected && this.buffer.length > 0
-        && this.inFlight.size < this.maxInFlight && this.buffer.dueIn(this.urgent > 0) <= 0) {
-        const taken = this.buffer.take();
-        for (const [first, count, payload] of this.encode(taken)) this.publish(client, first, count, payload, taken);
-      }
-    } catch (error) {
-      this.errors += 1;
-      this.once("pump", `edgemon reporter ${this.device}: publishing failed: ${String(error)}`);
+      this.log(message);
+    } catch {
+      // the page's log failed: nothing more to do
     }
-    this.schedule();
-  }
-
-  private publish(client: MqttClient, first: number, count: number, payload: string, taken: Indexed[]): void {
-    const token = this.nextToken++;
-    this.inFlight.set(token, [first, count]);
-    // Bytes, encoded natively: mqtt.js's Buffer polyfill encodes a string in a JavaScript
-    // loop, which cost the page more than everything else the Reporter does (ASCII: the
-    // events escape everything else).
-    const bytes = this.encoder.encode(payload) as unknown as Buffer;
-    client.publish(this.topic, bytes, { qos: 1 }, (error?: Error) => {
-      this.inFlight.delete(token);
-      if (error === undefined || error === null) {
-        this.sent += count;
-        this.messages += 1;
-      } else if (!this.closed) {
-        // Not acknowledged (the connection went away and the message with it): the events
-        // go back ahead of newer ones; edgemon drops a duplicate by its seq.
-        this.buffer.putBack(taken.filter(([idx]) => idx >= first && idx < first + count));
-      }
-      this.settled();
-      this.schedule();
-    });
-  }
-
-  /** JSON arrays of `taken`, each within `maxPayloadBytes`: (first index, count, text). */
-  private encode(taken: Indexed[]): [number, number, string][] {
-    const out: [number, number, string][] = [];
-    let parts: string[] = [];
-    let first = (taken[0] as Indexed)[0];
-    let size = 2;
-    for (const [idx, event] of taken) {
-      const text = encodeEvent(event);
-      if (parts.length && size + text.length + 1 > this.maxPayloadBytes) {
-        out.push([first, parts.length, `[${parts.join(",")}]`]);
-        parts = [];
-        first = idx;
-        size = 2;
-      }
-      parts.push(text);
-      size += text.length + (parts.length > 1 ? 1 : 0);
-    }
-    out.push([first, parts.length, `[${parts.join(",")}]`]);
-    return out;
-  }
-
-  private oldestUnsettled(): number {
-    let oldest = this.buffer.oldest() ?? this.buffer.nextIdx;
-    for (const [first] of this.inFlight.values()) if (first < oldest) oldest = first;
-    return oldest;
-  }
-
-  private settled(): void {
-    if (this.waiters.length === 0) return;
-    const oldest = this.oldestUnsettled();
-    for (const waiter of [...this.waiters]) if (oldest >= waiter.target) this.release(waiter, true);
-  }
-
-  private release(waiter: Waiter, done: boolean): void {
-    const at = this.waiters.indexOf(waiter);
-    if (at < 0) return;
-    this.waiters.splice(at, 1);
-    clearTimeout(waiter.timer);
-    this.urgent -= 1;
-    waiter.resolve(done);
   }
 }

@@ -25,7 +25,12 @@ export class Timeline {
 
   /** The offset now (the Reporter's clock minus the media clock, ms). */
   sample(): number {
-    const observed = this.clock() - this.mediaMs();
+    return this.sampleAt(this.clock(), this.mediaMs());
+  }
+
+  /** The offset from readings just taken: the Reporter's clock and the media clock (ms). */
+  sampleAt(clockMs: number, mediaMs: number): number {
+    const observed = clockMs - mediaMs;
     if (!this.running()) {
       // The media clock stands still: were it to run again now, this is the offset.
       this.offset = observed;

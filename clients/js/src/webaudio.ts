@@ -99,8 +99,13 @@ export class WebAudioStream {
   play(buffer: AudioBuffer, options: { final?: boolean; etaMs?: number } = {}): AudioBufferSourceNode | null {
     let node: AudioBufferSourceNode | null = null;
     try {
+      // Each reading of the page's clocks and the buffer is taken once: this runs on the
+      // page's main thread for every chunk.
       const context = this.context;
       const now = context.currentTime;
+      const clockMs = this.reporter.clockMs();
+      const frames = buffer.length;
+      const rate = buffer.sampleRate;
       let at = this.nextS;
       if (this.firstS === null) {
         at = now + this.leadS;
@@ -118,17 +123,18 @@ export class WebAudioStream {
       node.buffer = buffer;
       node.connect(this.destination);
       node.start(at);
-      this.nextS = at + buffer.length / buffer.sampleRate;
+      this.nextS = at + frames / rate;
       this.counts.chunks += 1;
       // audio_ms from the chunk's own frames at its own rate: what the Python client computes
       // from the same PCM (a context at another rate resamples it, the duration stays).
-      const audioMs = (buffer.length * 1000) / buffer.sampleRate;
-      const chunk: { audioMs: number; final?: boolean; etaMs?: number; playStartMs?: number } = { audioMs };
+      const chunk: { audioMs: number; final?: boolean; etaMs?: number; playStartMs?: number } = {
+        audioMs: (frames * 1000) / rate,
+      };
       if (options.final) chunk.final = true;
       if (options.etaMs !== undefined) chunk.etaMs = options.etaMs;
-      const playStart = this.playStart();
+      const playStart = this.playStart(this.timeline.sampleAt(clockMs, now * 1000));
       if (playStart !== null) chunk.playStartMs = playStart;
-      this.reporter.chunk(this.stream, chunk);
+      this.reporter.chunkAt(this.stream, clockMs, chunk);
       if (options.final) this.finish();
     } catch (error) {
       this.reporter.noteError(error);
@@ -166,10 +172,11 @@ export class WebAudioStream {
     };
   }
 
-  /** `play_start_ms` to send with a chunk: when it moved (or was never sent), else null. */
-  private playStart(): number | null {
+  /** `play_start_ms` to send with a chunk, from the media clock's `offset` now: when it moved
+   * (or was never sent), else null. */
+  private playStart(offset: number): number | null {
     if (this.firstS === null) return null;
-    const value = this.timeline.at(this.firstS * 1000 + this.stalledMs);
+    const value = offset + this.firstS * 1000 + this.stalledMs;
     if (this.reportedStart !== null && Math.abs(value - this.reportedStart) < this.playStartStepMs) return null;
     this.reportedStart = value;
     return value;

@@ -38,10 +38,14 @@ function pcmBuffer(context, data, rate) {
 }
 
 function reporterFor(plan, spec) {
-  return new Reporter(plan.broker, {
+  const options = {
     device: spec.device, password: spec.password, flushMs: plan.flushMs ?? 5,
-    mergeMs: plan.mergeMs ?? plan.flushMs ?? 5,
-  });
+    mergeMs: plan.mergeMs ?? plan.flushMs ?? 5, handoffMs: plan.handoffMs ?? 0,
+  };
+  if (spec.workerUrl) options.workerUrl = spec.workerUrl;
+  if (spec.mergeChunks === false) options.mergeChunks = false;
+  if (plan.worker === false) options.worker = false;
+  return new Reporter(plan.broker, options);
 }
 
 async function playWebAudio(plan, spec) {
