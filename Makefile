@@ -51,12 +51,14 @@ test: lint typecheck unit
 
 # The web player's Reporter (clients/js, the npm package edgemon-reporter): `npm ci` from the
 # committed package-lock.json (again only when it changes), the package built (tsc, then the
-# minified bundle with mqtt.js), then Debian's headless Chromium plays real speech through it
-# against the shipped Mosquitto's wss:// listener and a real `edgemon run`, beside a Python
-# Reporter on the same trace (tests/test_browser_reporter.py); the same trace of calls through
-# both Reporters, byte for byte (tests/test_reporter_parity.py); and the page's cost and the
-# bundle's weight (benchmarks/browser_reporter.py). Needs chromium, espeak-ng, lame, node/npm.
-# About 40 s.
+# page's minified bundle and its worker's, with mqtt.js), then Debian's headless Chromium
+# plays real speech through it against the shipped Mosquitto's wss:// listener and a real
+# `edgemon run`, beside a Python Reporter on the same trace (tests/test_browser_reporter.py);
+# the same trace of calls through both Reporters, byte for byte
+# (tests/test_reporter_parity.py); and the page's cost and the bundle's weight
+# (benchmarks/browser_reporter.py: --check holds the cost against the page's own playback and
+# prints the 1 ms a second target's verdict; --hold-target would hold that too).
+# Needs chromium, espeak-ng, lame, node/npm. About 45 s.
 BROWSER_TEST = tests/test_browser_reporter.py tests/test_reporter_parity.py
 JS_DIR = clients/js
 JS_STAMP = $(JS_DIR)/node_modules/.installed

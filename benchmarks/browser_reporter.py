@@ -1,26 +1,39 @@
 """The web player's Reporter: its cost on the page's main thread, and its weight
 (`make test-browser` runs it with `--check` after the browser tests).
 
-Run: `.venv/bin/python benchmarks/browser_reporter.py [--check] [--seconds 8]`.
+Run: `.venv/bin/python benchmarks/browser_reporter.py [--check] [--pairs 4] [--seconds 3]
+[--handoff-ms 0] [--in-page]`.
 
 The test player (clients/js/test/page) in Debian's headless Chromium plays 4 streams of one
-80 ms chunk every 80 ms each (12.5 chunks a second per stream) on one AudioContext for
-`--seconds`, twice in the same page: first scheduling the chunks itself (the baseline), then
-through `WebAudioStream` and a `Reporter` connected to a real Mosquitto over WebSocket (each
-chunk reported, batched, published at QoS 1 and acknowledged). Chrome's own performance
-metrics (CDP `Performance.getMetrics`, in thread time: `ScriptDuration`, the main thread's
-JavaScript, and `TaskDuration`, all its tasks) are read at each phase's ends; the reporting
-cost is the reporting phase's less the baseline's, per second of playback.
+80 ms chunk every 80 ms each (12.5 chunks a second per stream, staggered) on one AudioContext,
+in rounds of two phases of `--seconds` in the same page: a baseline phase schedules the chunks
+itself, a report phase plays them through `WebAudioStream` and a `Reporter` connected to a
+real Mosquitto over WebSocket (each chunk reported, batched, published at QoS 1 and
+acknowledged). One unmeasured round first (the page's code compiled, the Reporter's worker
+started and connected), then `--pairs` rounds. Chrome's own performance metrics (CDP
+`Performance.getMetrics` in thread time, so a busy machine's waits do not count:
+`ScriptDuration`, the main thread's JavaScript, and `TaskDuration`, all its tasks) are read
+where each phase starts and ends; a round's reporting cost is its report phase's ms a second
+less its baseline's, and the figure is the median of the rounds (each printed).
 
-Targets (issue 41): reporting ≤ 1 ms of the main thread per second; the bundle
-(`dist/edgemon-reporter.min.js`, minified, mqtt.js in it) ≤ 120 kB, which it meets
-compressed (gzip, what a browser downloads), not raw (printed both); `mqtt` the package's
-only runtime dependency.
+Targets (issue 41), each printed with its verdict:
+- the main thread spends ≤ 1 ms a second reporting. Thread time is not load-proof on a shared
+  2-core machine: when other processes load it, the baseline itself costs up to 1.6 times
+  what it costs when it is quieter, and the reporting cost with it. The ratio of the two (the
+  reporting cost over the baseline's) stays put, so it is printed too.
+- the bundle, minified, with mqtt.js: ≤ 120 kB. It is two files (the page's and its
+  worker's, both loaded by every page that reports); their sum is held compressed (gzip,
+  what a browser downloads) and printed raw.
+- `mqtt` is the package's only runtime dependency.
 
-`--check` holds the bundle's bounds and that no event was lost; the main thread's cost is not
-within its target yet (about 11 ms/s at the default 5 ms window, 3.6 ms/s at 100 ms, measured
-here: each WebSocket message costs the page about 0.1 ms in `WebSocket.send` and mqtt.js's
-stream machinery), so it is printed against the target and held only with `--check-cost`.
+`--check` exits 1 when the bundle's gzip bound, the dependency, the reporting from the
+worker (no worker failure), a lost event, or the cost bound is not kept. The cost bound is
+`MAX_COST_RATIO` of the baseline, not the 1 ms a second of the target, which this machine
+does not give (docs/how-to/web-player.md, "What was measured": one `postMessage` to the
+worker per chunk is the least a page can pay to hand its events over within the 5 ms window,
+and here that costs 13 to 18 µs of main thread each, measured alone); `--hold-target` holds
+the 1 ms a second as well. Reporting in the page (the Reporter before its worker,
+`--in-page`) costs 2.5 to 4 times the baseline: the ratio bound fails it.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import argparse
 import asyncio
 import gzip
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -37,14 +51,19 @@ from typing import TYPE_CHECKING, Any
 from _support import ROOT
 
 from brokers import end_process, launch_mosquitto, plain_listener
-from web_players import BUNDLE, JS, PageServer, run_chromium
+from web_players import BUNDLE, JS, WORKER_BUNDLE, PageServer, run_chromium
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-#: The bounds `--check` holds.
+#: The targets.
 MAX_COST_MS_PER_S = 1.0
+MAX_BUNDLE_BYTES = 120_000
+#: The bounds `--check` holds: the bundle compressed, and the reporting cost against the
+#: baseline (0.45 to 0.85 here in thread time, JavaScript or all tasks; the Reporter in the
+#: page 3 to 4).
 MAX_BUNDLE_GZIP_BYTES = 120_000
+MAX_COST_RATIO = 1.2
 STREAMS, CHUNK_MS = 4, 80
 #: The Reporter's coalescing window: the page's default (`flushMs`).
 FLUSH_MS = 5.0
@@ -56,21 +75,23 @@ def ws_listener(ports: Sequence[int]) -> str:
     return plain_listener(ports[0]) + f"listener {ports[1]} 127.0.0.1\nprotocol websockets\n"
 
 
-async def measure(directory: Path, seconds: float, flush_ms: float) -> dict[str, Any]:
+async def measure(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One page run: the phases' metrics and the page's result."""
     broker, (_, port) = launch_mosquitto(directory, ws_listener, listeners=2)
     plan = {
         "broker": f"ws://127.0.0.1:{port}",
-        "flushMs": flush_ms, "mergeMs": 5,
+        "flushMs": args.flush_ms, "mergeMs": 5, "handoffMs": args.handoff_ms,
+        "worker": not args.in_page,
         "load": {
             "device": "web-load", "stream": "load", "streams": STREAMS, "chunkMs": CHUNK_MS,
-            "seconds": seconds,
+            "seconds": args.seconds, "pairs": args.pairs, "warmupS": args.warmup_s,
         },
     }  # fmt: skip
     server = PageServer(plan, {})
     await server.start()
+    budget = (2 * args.pairs * args.seconds + 2 * args.warmup_s) * 3 + 60
     try:
-        return await run_chromium(server.url, directory / "load.json", timeout_s=4 * seconds + 60)
+        return await run_chromium(server.url, directory / "load.json", timeout_s=budget)
     finally:
         await server.stop()
         end_process(broker)
@@ -82,53 +103,88 @@ def per_second(phases: dict[str, dict[str, float]], phase: str, metric: str) -> 
     return (end[metric] - start[metric]) / (end["Timestamp"] - start["Timestamp"]) * 1000
 
 
+def costs(phases: dict[str, dict[str, float]], pairs: int, metric: str) -> list[float]:
+    """Each round's reporting cost: its report phase's ms/s less its baseline's."""
+    return [
+        per_second(phases, f"report-{k}", metric) - per_second(phases, f"baseline-{k}", metric)
+        for k in range(pairs)
+    ]
+
+
+def bundle_sizes() -> tuple[int, int]:
+    """The two files' bytes together: (minified, gzip -9 each)."""
+    raw = [path.read_bytes() for path in (BUNDLE, WORKER_BUNDLE)]
+    for path, data in zip((BUNDLE, WORKER_BUNDLE), raw, strict=True):
+        packed = len(gzip.compress(data, compresslevel=9))
+        print(f"bundle {path.relative_to(ROOT)}: {len(data)} bytes minified, {packed} gzip -9")
+    return sum(map(len, raw)), sum(len(gzip.compress(data, compresslevel=9)) for data in raw)
+
+
 def main() -> int:
     """Measure, print, and with `--check` the verdict."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a bound is not kept")
     parser.add_argument(
-        "--check-cost", action="store_true", help="with --check, hold the main thread's cost too"
+        "--hold-target", action="store_true", help="with --check, hold the 1 ms/s target too"
     )
-    parser.add_argument("--seconds", type=float, default=8.0, help="each phase's playback")
+    parser.add_argument("--seconds", type=float, default=3.0, help="each phase's playback")
+    parser.add_argument("--pairs", type=int, default=4, help="rounds of baseline and report")
+    parser.add_argument("--warmup-s", type=float, default=1.5, help="the unmeasured round's phases")
     parser.add_argument("--flush-ms", type=float, default=FLUSH_MS, help="the Reporter's window")
+    parser.add_argument(
+        "--handoff-ms", type=float, default=0.0, help="the page's window before the worker"
+    )
+    parser.add_argument("--in-page", action="store_true", help="the Reporter without its worker")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
-        report = asyncio.run(measure(Path(name), args.seconds, args.flush_ms))
+        report = asyncio.run(measure(Path(name), args))
     phases, result = report["phases"], report["result"]["load"]
-    stats = result["reported"]["reporter"]
-    rows = {}
+    stats = result["reporter"]
+    medians, ratios = {}, {}
     for metric in ("ScriptDuration", "TaskDuration"):
-        base, reported = (
-            per_second(phases, "baseline", metric),
-            per_second(phases, "report", metric),
-        )
-        rows[metric] = reported - base
+        rounds = costs(phases, args.pairs, metric)
+        bases = [per_second(phases, f"baseline-{k}", metric) for k in range(args.pairs)]
+        medians[metric] = statistics.median(rounds)
+        ratios[metric] = statistics.median(c / b for c, b in zip(rounds, bases, strict=True))
         print(
-            f"main thread, {metric}: baseline {base:.3f} ms/s, reporting {reported:.3f} ms/s, "
-            f"reporting costs {reported - base:.3f} ms/s ({STREAMS} streams x "
-            f"{1000 / CHUNK_MS:g} chunks/s, {args.seconds:g} s each)"
+            f"main thread, {metric}: reporting costs {medians[metric]:.3f} ms/s, "
+            f"{ratios[metric]:.2f} x the baseline (medians of {args.pairs} rounds: "
+            f"{', '.join(f'{c:.3f}' for c in rounds)} ms/s; baseline "
+            f"{', '.join(f'{b:.3f}' for b in bases)} ms/s; {STREAMS} streams x "
+            f"{1000 / CHUNK_MS:g} chunks/s, {args.seconds:g} s a phase)"
         )
     print(
-        f"reporter: {stats['events']} events, {stats['sent']} acknowledged in "
+        f"reporter ({'in its worker' if stats['worker'] else 'in the page'}, "
+        f"{stats['workerFailures']} worker failures, flushMs {args.flush_ms:g}, handoffMs "
+        f"{args.handoff_ms:g}): {stats['events']} events, {stats['sent']} acknowledged in "
         f"{stats['messages']} messages, {stats['merged']} merged, {stats['dropped']} dropped"
     )
-    raw = BUNDLE.read_bytes()
-    packed = len(gzip.compress(raw, compresslevel=9))
-    print(f"bundle {BUNDLE.relative_to(ROOT)}: {len(raw)} bytes minified, {packed} bytes gzip -9")
+    raw, packed = bundle_sizes()
+    print(f"bundle, both files: {raw} bytes minified, {packed} bytes gzip -9")
     dependencies = json.loads((JS / "package.json").read_text())["dependencies"]
     print(f"runtime dependencies: {sorted(dependencies)}")
     failures = []
-    cost = rows["ScriptDuration"]
-    verdict = "kept" if cost <= MAX_COST_MS_PER_S else "NOT kept"
-    print(f"target: reporting ≤ {MAX_COST_MS_PER_S} ms/s of the main thread: {verdict}")
-    if args.check_cost and cost > MAX_COST_MS_PER_S:
-        failures.append(f"reporting costs {cost:.3f} ms/s > {MAX_COST_MS_PER_S}")
+    for metric, cost in medians.items():
+        verdict = "kept" if cost <= MAX_COST_MS_PER_S else "NOT kept"
+        print(
+            f"target: reporting ≤ {MAX_COST_MS_PER_S} ms/s of the main thread ({metric}): {verdict}"
+        )
+        if args.hold_target and cost > MAX_COST_MS_PER_S:
+            failures.append(f"reporting costs {cost:.3f} ms/s of {metric} > {MAX_COST_MS_PER_S}")
+        if ratios[metric] > MAX_COST_RATIO:
+            failures.append(
+                f"reporting costs {ratios[metric]:.2f} x the baseline's {metric} > {MAX_COST_RATIO}"
+            )
+    verdict = "kept" if raw <= MAX_BUNDLE_BYTES else "NOT kept"
+    print(f"target: the bundle ≤ {MAX_BUNDLE_BYTES} bytes minified: {verdict} ({raw})")
     if packed > MAX_BUNDLE_GZIP_BYTES:
         failures.append(f"the bundle is {packed} bytes gzipped > {MAX_BUNDLE_GZIP_BYTES}")
     if sorted(dependencies) != ["mqtt"]:
         failures.append(f"runtime dependencies {sorted(dependencies)}, not mqtt alone")
-    if stats["sent"] != stats["events"] or stats["dropped"]:
-        failures.append(f"the reporting phase lost events: {stats}")
+    if stats["worker"] == args.in_page or stats["workerFailures"]:
+        failures.append("the Reporter did not report from where it was meant to")
+    if stats["sent"] != stats["events"] or stats["dropped"] or not all(result["flushed"]):
+        failures.append(f"the reporting phases lost events: {stats}")
     for failure in failures:
         print(f"FAILED: {failure}")
     return 1 if args.check and failures else 0

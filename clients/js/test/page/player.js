@@ -107,29 +107,25 @@ async function playMse(plan, spec) {
   return result;
 }
 
-// Load: `streams` streams of one `chunkMs` chunk every `chunkMs`, on one device, for
-// `seconds`, with the hook and Reporter (`report`) or with plain scheduling (the baseline).
-// `phase` ("baseline" or "report") is marked when the chunks start, after the set-up (the
-// connection), and when every event is acknowledged.
-async function load(plan, spec, report, phase) {
-  const context = new AudioContext();
-  await context.resume();
-  const reporter = report ? reporterFor(plan, spec) : null;
-  if (reporter) await reporter.waitConnected(20_000);
+// Load: `streams` streams of one `chunkMs` chunk every `chunkMs` (staggered evenly), on one
+// device and one AudioContext, for `seconds` a phase: a "report" phase plays them through
+// `WebAudioStream` and the Reporter, a "baseline" phase schedules the same chunks itself.
+// One unmeasured round of both first (the page's code compiled, the worker started and
+// connected), then `pairs` rounds of baseline and report, each phase marked where it starts
+// and ends (`window.phase`: drive.mjs takes Chrome's metrics there).
+async function playLoad(context, spec, reporter, serial) {
   const rate = 24_000;
   const frames = (rate * spec.chunkMs) / 1000;
   const streams = [];
   for (let i = 0; i < spec.streams; i += 1) {
-    const id = `${spec.stream}-${report ? "r" : "b"}-${i}`;
-    const hook = reporter ? new WebAudioStream(reporter, context, id) : null;
+    const hook = reporter ? new WebAudioStream(reporter, context, `${spec.stream}-${serial}-${i}`) : null;
     if (hook) hook.request();
     streams.push({ hook, next: 0 });
   }
   const chunks = Math.round((spec.seconds * 1000) / spec.chunkMs);
   let sent = 0;
-  await window.phase?.(`${phase}-start`);
   await new Promise((resolve) => {
-    const timers = streams.map((stream, i) => setTimeout(() => {
+    streams.forEach((stream, i) => setTimeout(() => {
       let count = 0;
       const tick = () => {
         const buffer = context.createBuffer(1, frames, rate);
@@ -153,27 +149,40 @@ async function load(plan, spec, report, phase) {
       };
       stream.interval = setInterval(tick, spec.chunkMs);
     }, (i * spec.chunkMs) / streams.length));
-    void timers;
   });
-  let stats = null;
-  if (reporter) await reporter.flush(10_000);
-  await window.phase?.(`${phase}-end`);
-  if (reporter) {
-    stats = reporter.stats;
-    await reporter.close();
+  return sent;
+}
+
+async function load(plan, spec) {
+  const context = new AudioContext();
+  await context.resume();
+  const reporter = reporterFor(plan, spec);
+  const connected = await reporter.waitConnected(20_000);
+  let serial = 0;
+  const warm = { ...spec, seconds: spec.warmupS ?? 2 };
+  await playLoad(context, warm, null, serial++);
+  await playLoad(context, warm, reporter, serial++);
+  const flushed = [await reporter.flush(10_000)];
+  const chunks = { baseline: 0, report: 0 };
+  for (let pair = 0; pair < (spec.pairs ?? 1); pair += 1) {
+    for (const phase of ["baseline", "report"]) {
+      await window.phase?.(`${phase}-${pair}-start`);
+      chunks[phase] += await playLoad(context, spec, phase === "report" ? reporter : null, serial++);
+      await window.phase?.(`${phase}-${pair}-end`);
+      // Settled between phases, so that no phase pays for the one before it.
+      if (phase === "report") flushed.push(await reporter.flush(10_000));
+    }
   }
+  const stats = reporter.stats;
+  await reporter.close();
   await context.close();
-  return { chunks: sent, reporter: stats };
+  return { connected, flushed, chunks, reporter: stats };
 }
 
 async function main() {
   const plan = await (await fetch("/plan.json", { cache: "no-store" })).json();
   const results = { streams: [], load: null };
-  if (plan.load) {
-    const baseline = await load(plan, plan.load, false, "baseline");
-    const reported = await load(plan, plan.load, true, "report");
-    results.load = { baseline, reported };
-  }
+  if (plan.load) results.load = await load(plan, plan.load);
   const players = (plan.streams ?? []).map((spec) => (spec.kind === "mse" ? playMse(plan, spec) : playWebAudio(plan, spec)));
   results.streams = await Promise.all(players);
   return results;
