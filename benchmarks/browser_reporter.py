@@ -18,9 +18,11 @@ less its baseline's, and the figure is the median of the rounds (each printed).
 
 Targets (issue 41), each printed with its verdict:
 - the main thread spends ≤ 1 ms a second reporting. Thread time is not load-proof on a shared
-  2-core machine: when other processes load it, the baseline itself costs up to 1.6 times
-  what it costs when it is quieter, and the reporting cost with it. The ratio of the two (the
-  reporting cost over the baseline's) stays put, so it is printed too.
+  2-core machine: as other processes load it, the baseline itself costs 2.0 to 4.5 ms a
+  second, and the reporting cost moves too (1.7 to 3.2), not always with it: a postMessage
+  (a worker woken) and the page's own DOM calls suffer differently from different loads. The
+  ratio of the two (the reporting cost over the baseline's, 0.29 to 0.96 seen) is printed
+  too, and is what `--check` bounds.
 - the bundle, minified, with mqtt.js: ≤ 120 kB. It is two files (the page's and its
   worker's, both loaded by every page that reports); their sum is held compressed (gzip,
   what a browser downloads) and printed raw.
@@ -60,10 +62,10 @@ if TYPE_CHECKING:
 MAX_COST_MS_PER_S = 1.0
 MAX_BUNDLE_BYTES = 120_000
 #: The bounds `--check` holds: the bundle compressed, and the reporting cost against the
-#: baseline (0.45 to 0.85 here in thread time, JavaScript or all tasks; the Reporter in the
-#: page 3 to 4).
+#: baseline (0.29 to 0.96 here in thread time, JavaScript or all tasks, as the machine's load
+#: came and went; the Reporter in the page 2.5 to 4).
 MAX_BUNDLE_GZIP_BYTES = 120_000
-MAX_COST_RATIO = 1.2
+MAX_COST_RATIO = 1.5
 STREAMS, CHUNK_MS = 4, 80
 #: The Reporter's coalescing window: the page's default (`flushMs`).
 FLUSH_MS = 5.0
