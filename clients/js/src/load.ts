@@ -1,9 +1,9 @@
 /**
  * Where the Reporter's worker and its in-page fallback come from: `worker.js` next to this
  * module. Written as bundlers recognise a worker (`new Worker(new URL("./worker.js",
- * import.meta.url), { type: "module" })`: Vite, webpack 5, Parcel and esbuild's users bundle
- * worker.js, mqtt.js with it, as a worker of its own); the browser bundle replaces this module
- * (build.mjs: build-shims/load.js, the worker bundle next to the page's).
+ * import.meta.url), { type: "module" })`: Vite, webpack 5 and Parcel bundle worker.js, mqtt.js
+ * with it, as a worker of its own; esbuild needs a plugin). The browser bundle replaces this
+ * module (build.mjs: build-shims/load.js, the worker bundle next to the page's).
  */
 
 const OPTIONS: WorkerOptions = { type: "module", name: "edgemon-reporter" };
