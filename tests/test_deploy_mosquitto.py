@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import ssl
 from typing import TYPE_CHECKING
 
 import aiomqtt
 import pytest
-from shipped_broker import ACL, CONF, launch_shipped
+from shipped_broker import ACL, CONF, launch_shipped, launch_shipped_with_websockets
 
 from edgemon.broker_url import parse_broker_url
 from edgemon.settings import LimitsSettings
@@ -25,6 +26,7 @@ from edgemon.shedding.topic import CapacityPublisher, TopicConfig
 
 from brokers import MosquittoStartError
 from links import until
+from pki import make_pki
 from ports import end_process
 from tools import require_tool
 
@@ -63,6 +65,24 @@ def broker(tmp_path: Path) -> Iterator[int]:
         pytest.fail(str(error))
     try:
         yield port
+    finally:
+        end_process(process)
+
+
+@pytest.fixture
+def wss_broker(tmp_path: Path) -> Iterator[tuple[int, int, Path]]:
+    """The shipped config with its web players' wss:// listener uncommented (a throw-away
+    certificate): (MQTT port, wss:// port, the CA that signed the certificate)."""
+    require_tool("mosquitto", "mosquitto_passwd", "openssl")
+    pki = make_pki(tmp_path)
+    try:
+        process, port, wss_port = launch_shipped_with_websockets(
+            tmp_path, PASSWORDS, cert=pki.server_cert, key=pki.server_key
+        )
+    except MosquittoStartError as error:
+        pytest.fail(str(error))
+    try:
+        yield port, wss_port, pki.ca
     finally:
         end_process(process)
 
@@ -188,6 +208,33 @@ async def test_device_cannot_speak_for_another_device(broker: int) -> None:
         await dev1.publish("edgemon/v1/dev2/engine", b"forged", qos=1)
         await dev1.publish("edgemon/v1/dev1/events", b"marker", qos=1)
         assert await next_message(edgemon) == ("edgemon/v1/dev1/events", b"marker")
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_web_player_over_wss_speaks_only_for_its_device(
+    wss_broker: tuple[int, int, Path],
+) -> None:
+    """A browser's login on the wss:// listener (MQTT over WebSocket and TLS) is pinned to its
+    own device as on any listener: dev1's publish to dev2's events is dropped, its own goes
+    through, and a wrong password is refused."""
+    port, wss_port, ca = wss_broker
+    tls = ssl.create_default_context(cafile=str(ca))
+
+    def web(user: str, password: str) -> aiomqtt.Client:
+        return aiomqtt.Client(
+            "127.0.0.1", wss_port, username=user, password=password, identifier=f"web-{user}",
+            transport="websockets", tls_context=tls,
+        )  # fmt: skip
+
+    async with connect(port, "edgemon") as edgemon, web("dev1", PASSWORDS["dev1"]) as dev1:
+        await edgemon.subscribe("edgemon/v1/+/events", qos=1)
+        await dev1.publish("edgemon/v1/dev2/events", b"forged", qos=1)
+        await dev1.publish("edgemon/v1/dev1/events", b"marker", qos=1)
+        assert await next_message(edgemon) == ("edgemon/v1/dev1/events", b"marker")
+    with pytest.raises(aiomqtt.MqttError):
+        async with web("dev1", "not-the-password"):
+            pass
 
 
 @pytest.mark.integration

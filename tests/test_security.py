@@ -33,6 +33,7 @@ from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
 from brokers import RUN_AS_ROOT, MosquittoStartError, launch_mosquitto
 from daemons import logged, running
+from pki import Pki, make_pki
 from ports import end_process
 from scrapes import sample
 from tools import require_tool
@@ -56,68 +57,10 @@ PAHO_TLS_SOCKET_LEAK = pytest.mark.filterwarnings(
 
 
 # ---------------------------------------------------------------------- a throw-away CA
-@dataclass(frozen=True)
-class Pki:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate signed by it, and an
-    unrelated CA that signed nothing here."""
-
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-    other_ca: Path
-
-
-def _openssl(*args: str) -> None:
-    openssl = require_tool("openssl")
-    subprocess.run([openssl, *args], check=True, capture_output=True, timeout=30)
-
-
-def _new_key_and_request(key: Path, request: Path, subject: str) -> None:
-    _openssl(
-        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", str(key), "-out", str(request), "-subj", subject,
-    )  # fmt: skip
-
-
-def _self_signed_ca(directory: Path, name: str) -> tuple[Path, Path]:
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    _openssl(
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-days", "2", "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(cert),
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
-    return cert, key
-
-
-def _signed(
-    directory: Path, name: str, subject: str, extensions: str, ca: tuple[Path, Path]
-) -> tuple[Path, Path]:
-    key, request, cert = (directory / f"{name}.{ext}" for ext in ("key", "csr", "crt"))
-    ext_file = directory / f"{name}.ext"
-    ext_file.write_text(extensions, encoding="utf-8")
-    _new_key_and_request(key, request, subject)
-    _openssl(
-        "x509", "-req", "-in", str(request), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
-        "-CAcreateserial", "-days", "2", "-out", str(cert), "-extfile", str(ext_file),
-    )  # fmt: skip
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A throw-away PKI made by `openssl` (EC P-256 keys: fast to make)."""
-    directory = tmp_path_factory.mktemp("pki")
-    ca = _self_signed_ca(directory, "edgemon-test-ca")
-    other_ca, _ = _self_signed_ca(directory, "someone-else-ca")
-    server = _signed(
-        directory, "server", "/CN=127.0.0.1",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n", ca,
-    )  # fmt: skip
-    client = _signed(directory, "client", "/CN=edgemon-client", "extendedKeyUsage=clientAuth\n", ca)
-    return Pki(ca[0], server[0], server[1], client[0], client[1], other_ca)
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 # ---------------------------------------------------------------------- a configurable Mosquitto
