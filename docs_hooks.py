@@ -507,17 +507,18 @@ REAL = ROOT / "benchmarks" / "results" / "real.jsonl"
 
 def real_rows() -> list[dict[str, Any]]:
     """The figures `make bench-real` wrote (benchmarks/results/real.jsonl)."""
-    text = REAL.read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return records(REAL)
 
 
 def real_made() -> str:
     """What made the real engine's figures."""
     made = next(row for row in real_rows() if row.get("kind") == "made")
+    seeds = ", ".join(str(seed) for seed in made["seeds"])
+    arrivals = " and ".join(f"{s:g}" for s in made["arrivals_s"])
     return (
-        f"Made by `{made['command']}` on {made['date']}: seeds 1–3 on the real engine, each "
-        "beside the virtual loop's prediction for the same seeds on the shape measured first; "
-        "median [least–most] over the seeds."
+        f"Made by `{made['command']}` on {made['date']}: seeds {seeds} on the real engine, "
+        f"{arrivals} s of arrivals per run, each beside the virtual loop's prediction for the "
+        "same seeds on the shape measured first; median [least–most] over the seeds."
     )
 
 

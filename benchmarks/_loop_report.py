@@ -35,7 +35,8 @@ Row = dict[str, Any]
 Key = tuple[str, str, float]
 
 
-def _spread(values: list[float], fmt: str = "{:.1f}") -> str:
+def spread(values: list[float], fmt: str = "{:.1f}") -> str:
+    """`median [least–most]` of `values` in `fmt`, or a dash."""
     if not values:
         return "–"
     median = statistics.median(values)
@@ -183,8 +184,8 @@ def target_table(groups: dict[Key, dict[str, dict[int, Row]]]) -> list[str]:
         worst = t["a_worst"]
         a_seeds = "–" if worst is None else f"{t['a_met'][worst]}/{t['a_of'][worst]} ({worst})"
         a_mark = "met" if t["a_ok"] else "**missed**"
-        b_open = _spread([100 * v for v in t["b_open"]], "{:+.1f}")
-        b_caps = _spread([100 * v for v in t["b_caps"]], "{:+.1f}")
+        b_open = spread([100 * v for v in t["b_open"]], "{:+.1f}")
+        b_caps = spread([100 * v for v in t["b_caps"]], "{:+.1f}")
         if t["b_cap"] is None:
             b_caps = "no cap run"
         else:
@@ -200,8 +201,8 @@ def target_table(groups: dict[Key, dict[str, dict[int, Row]]]) -> list[str]:
         )
         lines.append(
             f"| {key[0]} | {key[1]} | {key[2]:g} | "
-            f"{_spread([100 * v for v in t['goodput']], '{:.1f} %')} | {a_seeds}: {a_mark} | "
-            f"{_spread([100 * v for v in t['a_vs_best']], '{:+.1f}')} | {b_open} | {b_caps} | "
+            f"{spread([100 * v for v in t['goodput']], '{:.1f} %')} | {a_seeds}: {a_mark} | "
+            f"{spread([100 * v for v in t['a_vs_best']], '{:+.1f}')} | {b_open} | {b_caps} | "
             f"{c} |"
         )
     return lines
@@ -221,14 +222,14 @@ def goodput_lines(runs: dict[str, dict[int, Row]]) -> list[str]:
         if "goodput" not in got[0]:
             continue
         lines.append(
-            f"| {label} | {_spread([100 * r['goodput'] for r in got], '{:.1f} %')} | "
+            f"| {label} | {spread([100 * r['goodput'] for r in got], '{:.1f} %')} | "
             + " | ".join(
-                _spread([r[name] for r in got], "{:.0f}")
+                spread([r[name] for r in got], "{:.0f}")
                 for name in ("good", "late", "gappy", "shed", "unfinished")
             )
-            + f" | {_spread([r['start_silence_p99_ms'] or 0 for r in got], '{:,.0f}')} | "
-            f"{_spread([r.get('longest_gap_p95_ms') or 0 for r in got], '{:,.0f}')} | "
-            f"{_spread([r['shed_p99_ms'] for r in got if r.get('shed_p99_ms') is not None])} |"
+            + f" | {spread([r['start_silence_p99_ms'] or 0 for r in got], '{:,.0f}')} | "
+            f"{spread([r.get('longest_gap_p95_ms') or 0 for r in got], '{:,.0f}')} | "
+            f"{spread([r['shed_p99_ms'] for r in got if r.get('shed_p99_ms') is not None])} |"
         )
     return lines
 
@@ -266,18 +267,18 @@ def report(rows: list[Row], *, plot_dir: Path | None = None, targets_of_before: 
             got = list(by_seed.values())
             t = targets(runs, label, scenario)
             outside = len(t.get("outside_caps", []))
-            versus_caps = _spread(t.get("gap_vs_caps", []), "{:+.0%}")
+            versus_caps = spread(t.get("gap_vs_caps", []), "{:+.0%}")
             if outside:
                 versus_caps += f" ({outside} seeds outside the caps' totals)"
             lines.append(
-                f"| {label} | {_spread([r['gap_silence_s'] for r in got])} | "
-                f"{_spread([r['gaps_per_stream_min'] for r in got], '{:.2f}')} | "
-                f"{_spread([r['start_silence_s'] for r in got], '{:.0f}')} | "
-                f"{_spread([r['start_silence_p99_ms'] or 0 for r in got], '{:,.0f}')} | "
-                f"{_spread([r['total_silence_s'] for r in got], '{:.0f}')} | "
-                f"{_spread([r['ttfa_p99_ms'] or 0 for r in got], '{:,.0f}')} | "
-                f"{_spread(t.get('gap_vs_open', []), '{:+.0%}')} | "
-                f"{_spread(t.get('total_vs_open', []), '{:+.1%}')} | {versus_caps} |"
+                f"| {label} | {spread([r['gap_silence_s'] for r in got])} | "
+                f"{spread([r['gaps_per_stream_min'] for r in got], '{:.2f}')} | "
+                f"{spread([r['start_silence_s'] for r in got], '{:.0f}')} | "
+                f"{spread([r['start_silence_p99_ms'] or 0 for r in got], '{:,.0f}')} | "
+                f"{spread([r['total_silence_s'] for r in got], '{:.0f}')} | "
+                f"{spread([r['ttfa_p99_ms'] or 0 for r in got], '{:,.0f}')} | "
+                f"{spread(t.get('gap_vs_open', []), '{:+.0%}')} | "
+                f"{spread(t.get('total_vs_open', []), '{:+.1%}')} | {versus_caps} |"
             )
     if plot_dir is not None:
         lines.append("")

@@ -18,10 +18,10 @@ clients send no `ignore_eos` and no length. The prompt is sent as token ids. Wha
 is the step shape: `SIZES` gives presets named by their parameter count; the default (`117m`, fp32)
 is the one whose decode step on one core of the project's VM is nearest the shape of a TTS
 talker near capacity (see `real_engine.py --shape` for the measured steps). Served in fp32
-(`--dtype float32`): a CPU without bf16 instructions (this VM's AVX2 EPYC) emulates bf16
+(`--dtype float32`): a CPU without bf16 instructions (such as an AVX2 EPYC) emulates bf16
 and then gains nothing from batching. `tiny` starts fast and steps in a few ms, for the smoke test.
 
-    .venv-vllm/bin/python benchmarks/_real_model.py DIR [--model-size 111m] [--seed 0]
+    .venv-vllm/bin/python benchmarks/_real_model.py DIR [--model-size 117m] [--seed 0]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ codec frame. Frames are counted from the usage every chunk carries
 API server keeps up, and every token made since the last one when it falls behind. Frames
 are cut into the profile's chunks (`Frames`, the simulated engine's own cutter: a 5-frame
 chunk, then 25-frame chunks), and each chunk is handed to the `Player` (its score, on its
-own clock, with the prebuffer the README recommends: the announced wait for the next chunk
+own clock, with the simulated players' prebuffer: the announced wait for the second chunk
 plus a cushion) and to the `Reporter` the moment its last token arrives.
 
 The `eta_ms` hint is what the simulated engine announces, estimated from outside: the next

@@ -8,8 +8,8 @@ one co-tenant's slowdown.
 `Scale` is what a run's load is a share of: the capacity (`Profile.capacity_rps`: the arrival
 rate at which steps average one frame) of the run's profile and workload on the step model
 fitted on this box, measured just before the runs or read from a shape written before
-(`--shape-file`): this VM's step drifts by 2x from hour to hour, so the fixed profile's
-capacity would make "load 0.85" a light load one hour and an overload the next. Every row
+(`--shape-file`): a shared machine's step can drift by 2x from hour to hour, so the fixed
+profile's capacity would make "load 0.85" a light load one hour and an overload the next. Every row
 records the scale (`Scale.record`).
 """
 

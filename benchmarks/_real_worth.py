@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from _loop_report import spread
 from _worth import SHIPPED_LABEL, Figures, Row
 
 ROLES = ("open", "tuned", "edgemon")
@@ -20,15 +21,6 @@ ROLES = ("open", "tuned", "edgemon")
 
 def _labels(figures: Figures, profile: str) -> dict[str, str]:
     return {"open": "open", "tuned": figures.tuned.get(profile, ""), "edgemon": SHIPPED_LABEL}
-
-
-def _spread(values: list[float], fmt: str) -> str:
-    if not values:
-        return "–"
-    return (
-        f"{fmt.format(statistics.median(values))} "
-        f"[{fmt.format(min(values))}–{fmt.format(max(values))}]"
-    )
 
 
 def real_report(rows: list[Row]) -> list[str]:
@@ -41,7 +33,7 @@ def real_report(rows: list[Row]) -> list[str]:
         "",
         f"Tuned on the measured shape: {', '.join(f'`{t}`' for t in real.tuned.values())}.",
         "",
-        "| scenario | point | policy | real, seeds 1–3 | virtual, same seeds | virtual, 10 seeds |",
+        "| scenario | point | policy | real | virtual, same seeds | virtual, every seed |",
         "|---|---|---|---|---|---|",
     ]
     for kind, real_table, virtual_table, fmt in (
@@ -58,8 +50,8 @@ def real_report(rows: list[Row]) -> list[str]:
                 same = [guess[s] for s in mine if s in guess]
                 lines.append(
                     f"| {scenario} | {point} | `{label}` ({role}) | "
-                    f"{_spread(list(mine.values()), fmt)} | {_spread(same, fmt)} | "
-                    f"{_spread(list(guess.values()), fmt)} |"
+                    f"{spread(list(mine.values()), fmt)} | {spread(same, fmt)} | "
+                    f"{spread(list(guess.values()), fmt)} |"
                 )
     return lines
 

@@ -21,6 +21,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from _loop_report import spread
+
 from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS
 from edgemon.simulate.profiles import PROFILES, Profile
 
@@ -72,13 +74,6 @@ def prefill_flags(tuned: str) -> str | None:
     vLLM flags under edgemon's scheduler (None: it has none)."""
     parts = [p for p in tuned.split("+") if p.startswith("chunked:")]
     return f"{SHIPPED_LABEL}+{parts[0]}" if parts else None
-
-
-def _spread(values: list[float], fmt: str) -> str:
-    if not values:
-        return "–"
-    median = statistics.median(values)
-    return f"{fmt.format(median)} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
 
 
 class Figures:
@@ -151,11 +146,11 @@ def capacity_lines(figures: Figures) -> list[str]:
         ratio = "–" if not mine or not theirs else f"{mine / theirs:.2f}"
         best, value = figures.ceiling(profile, table)
         cells = [
-            _spread(list(table.get(label, {}).values()), "{:.2f}")
+            spread(list(table.get(label, {}).values()), "{:.2f}")
             for label in (SHIPPED_LABEL, tuned)
         ]
         others = [
-            _spread(list(table.get(label, {}).values()), "{:.2f}") for label in ("open", *PEERS)
+            spread(list(table.get(label, {}).values()), "{:.2f}") for label in ("open", *PEERS)
         ]
         lines.append(
             f"| {profile} | {scenario} | {target:.0%} | {cells[0]} | {cells[1]} (`{tuned}`) | "
@@ -182,12 +177,12 @@ def goodput_lines(figures: Figures) -> list[str]:
         mine = figures.median(table, SHIPPED_LABEL)
         ceiling = "–" if mine is None or best == "–" else f"{100 * (mine - value):+.1f} (`{best}`)"
         versus = [
-            _spread([100 * d for d in _differences(table, SHIPPED_LABEL, other)], "{:+.1f}")
+            spread([100 * d for d in _differences(table, SHIPPED_LABEL, other)], "{:+.1f}")
             for other in (figures.tuned.get(profile, ""), *PEERS, "open")
         ]
         lines.append(
             f"| {profile} | {scenario} | {load:g} | "
-            f"{_spread([100 * v for v in table[SHIPPED_LABEL].values()], '{:.1f} %')} | "
+            f"{spread([100 * v for v in table[SHIPPED_LABEL].values()], '{:.1f} %')} | "
             f"{versus[0]} | {ceiling} | {versus[1]} | {versus[2]} | {versus[3]} |"
         )
     return lines
@@ -211,9 +206,9 @@ def ablation_lines(figures: Figures) -> list[str]:
         for part, label in parts:
             if label not in table:
                 continue
-            capacity = _spread(_differences(table, label, SHIPPED_LABEL), "{:+.2f}")
+            capacity = spread(_differences(table, label, SHIPPED_LABEL), "{:+.2f}")
             at_loads = [
-                _spread(
+                spread(
                     [
                         100 * d
                         for d in _differences(

@@ -62,8 +62,9 @@ if TYPE_CHECKING:
 MAX_COST_MS_PER_S = 1.0
 MAX_BUNDLE_BYTES = 120_000
 #: The bounds `--check` holds: the bundle compressed, and the reporting cost against the
-#: baseline (0.29 to 0.96 here in thread time, JavaScript or all tasks, as the machine's load
-#: came and went; the Reporter in the page 2.5 to 4).
+#: baseline: above what the worker's reporting costs under any load measured (0.29 to 0.96),
+#: below what reporting in the page costs (2.5 to 4), so a Reporter that falls back to the
+#: page's thread fails it.
 MAX_BUNDLE_GZIP_BYTES = 120_000
 MAX_COST_RATIO = 1.5
 STREAMS, CHUNK_MS = 4, 80

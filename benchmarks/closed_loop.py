@@ -224,7 +224,7 @@ def loads(text: str) -> list[float]:
     return values
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """Bad input: one clear line on stderr, exit status 2."""
 
     def error(self, message: str) -> NoReturn:
@@ -233,7 +233,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line (see the module doc)."""
-    parser = _Parser(description=__doc__.split("\n", 1)[0])
+    parser = OneLineParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--virtual", action="store_true", help="the pure loop, virtual clock")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="jetson")
     parser.add_argument(
@@ -596,19 +596,21 @@ def main(argv: list[str] | None = None) -> int:
         read = _read_rows(args.real_report)
         print("\n".join(real_report(read)))
         if args.summary is not None:
-            made = {"kind": "made", "command": "make bench-real", "date": _today()}
+            searched = [r for r in read if r.get("mode") == "real" and r.get("kind")]
+            made = {
+                "kind": "made",
+                "command": "make bench-real",
+                "date": _today(),
+                "seeds": sorted({r["seed"] for r in searched}),
+                "arrivals_s": sorted({r["arrivals_s"] for r in searched}),
+            }
             lines = [made, *real_summary(read)]
             args.summary.write_text("".join(json.dumps(r) + "\n" for r in lines), "utf-8")
         return 0
     if args.report or args.spots:
         from _loop_report import report, spot_checks  # noqa: PLC0415
 
-        read = [
-            json.loads(line)
-            for path in args.report or args.spots
-            for line in path.read_text(encoding="utf-8").splitlines()
-            if line.startswith("{")
-        ]
+        read = _read_rows(args.report or args.spots)
         if args.report:
             from _worth import worth  # noqa: PLC0415
 

@@ -1,7 +1,7 @@
 """The closed loop on a real engine: vLLM's CPU engine serving a generated model, on a wall clock.
 
 Per policy, one `python -m vllm.entrypoints.openai.api_server` (kept up across that policy's
-runs; a start took 33-47 s on the busy VM) serves a model generated here (`_real_model.py`,
+runs: a start takes tens of seconds) serves a model generated here (`_real_model.py`,
 `--model-size`, random weights, no EOS token, nothing downloaded) on one core, with the
 policy's scheduler and flags (`_real_server.py`: `open`, `cap:N`, vLLM's own admission and
 prefill flags `queued:N:M`, `tokens:N:T`, `chunked:B[:L]`, `realtime`, `edgemon` =
@@ -76,7 +76,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
@@ -86,10 +86,10 @@ from _real_model import DEFAULT_SIZE, SIZES, write_model  # noqa: E402
 from _real_players import DRAIN_LIMIT_S, Streams, TokenLog, wall_ms  # noqa: E402
 from _real_proxy import DelayProxy  # noqa: E402
 from _real_server import CORE, POLICIES, CoTenant, VllmServer, server_options  # noqa: E402
-from _real_shape import Scale, calibrate, measure  # noqa: E402
+from _real_shape import SHAPE_SHARES, Scale, calibrate, measure  # noqa: E402
 from _slo_capacity import DEFAULT_BOUNDS, DEFAULT_TOLERANCE, Bisection, parse_bounds  # noqa: E402
 from _support import Edgemon, mosquitto  # noqa: E402
-from closed_loop import framed, loads, seeds  # noqa: E402
+from closed_loop import OneLineParser, framed, loads, seeds  # noqa: E402
 
 from edgemon.client import Reporter  # noqa: E402
 from edgemon.policy.deadlines import START_SLO_MS  # noqa: E402
@@ -122,14 +122,9 @@ TRIED_FIGURES = (
 """A run's figures an SLO capacity row keeps for each load tried."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line (see the module doc)."""
-    parser = _Parser(description=__doc__.split("\n", 1)[0])
+    parser = OneLineParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--policy", action="append", help=POLICY_HELP)
     parser.add_argument("--scenario", action="append", choices=SCENES, help="default steady")
     parser.add_argument(
@@ -407,7 +402,9 @@ def measurements(
                 server,
                 vocab=stack.vocab_size,
                 model_size=args.model_size,
-                shares=(),
+                # A shape file is read again (`closed_loop.py --steps`): with its co-tenants'
+                # slowdowns, as `--shape` writes it. A run's own shape needs none.
+                shares=() if args.shape_file is None else SHAPE_SHARES,
                 say=lambda text: _say(args, say, text),
             )
             path.write_text(json.dumps(shape) + "\n", encoding="utf-8")
@@ -429,24 +426,24 @@ def _run(
     profile: Profile = args.profile_used
     server = served.server
     rate = load * context.scale.capacity_rps
-    reporter = Reporter(stack.broker_url, served.device).open()
     origin = wall_ms() + 200.0
     tenant = proxy = None
-    if scene.name == "contention":
-        tenant = CoTenant(CORE, args.share, args.windows, origin / 1000.0).start()
-    if scene.network is not None:
-        proxy = DelayProxy(server.port, args.network, origin / 1000.0).start()
-    streams = Streams(
-        url=server.url if proxy is None else proxy.url,
-        profile=profile,
-        arrivals=RequestSource(rate, profile.workload, seed=seed, burst=scene.burst),
-        seed=seed,
-        vocab_size=stack.vocab_size,
-        reporter=reporter,
-        margin_ms=profile.margin_ms,
-        drain_limit_s=args.drain_limit,
-    )
+    reporter = Reporter(stack.broker_url, served.device).open()
     try:
+        if scene.name == "contention":
+            tenant = CoTenant(CORE, args.share, args.windows, origin / 1000.0).start()
+        if scene.network is not None:
+            proxy = DelayProxy(server.port, args.network, origin / 1000.0).start()
+        streams = Streams(
+            url=server.url if proxy is None else proxy.url,
+            profile=profile,
+            arrivals=RequestSource(rate, profile.workload, seed=seed, burst=scene.burst),
+            seed=seed,
+            vocab_size=stack.vocab_size,
+            reporter=reporter,
+            margin_ms=profile.margin_ms,
+            drain_limit_s=args.drain_limit,
+        )
         score = asyncio.run(streams.run(args.duration, origin_ms=origin, drain=args.drain))
     finally:
         if tenant is not None:
@@ -471,6 +468,7 @@ def _run(
         "chunks": ",".join(map(str, profile.chunk_schedule)),
         "cut": streams.log.cut,
         "drain": args.drain,
+        "arrivals_s": args.duration,
         "rate_rps": round(rate, 4),
         "server_flags": " ".join(server.options.args),
         "scale": context.scale.record(),

@@ -307,3 +307,34 @@ def test_the_report_leads_with_the_goodput_targets(tmp_path: Path) -> None:
     assert cells[6].startswith("+32.0 [-10.0–+32.0] met")
     assert cells[7].startswith("+22.0 [-20.0–+22.0] (cap:11) met")
     assert cells[8] == "3,400 ≤ 3,300: **missed**"
+
+
+def real_row(mode: str, seed: int, **fields: Any) -> dict[str, Any]:
+    """A row of `real_engine.py` (mode ``real``) or of its prediction (``virtual``)."""
+    base = {"mode": mode, "profile": "cpu-vllm", "policy": "edgemon", "scenario": "steady"}
+    return base | {"seed": seed} | fields
+
+
+def test_the_real_report_summarises_real_figures_beside_their_prediction(tmp_path: Path) -> None:
+    """`--real-report ... --summary`: per scenario, policy and mode, the median [least–most]
+    of the real runs' SLO capacity and goodput, beside the virtual loop's for the same seeds
+    only; the made row names the seeds and the runs' arrivals."""
+    tuned = {"kind": "tuned", "profile": "cpu-vllm", "policy": "queued:20:20", "ranking": []}
+    search = {"kind": "slo_capacity", "slo_target": 0.95, "arrivals_s": 60.0}
+    lines: list[dict[str, Any]] = [tuned]
+    for seed, (real, guess) in enumerate([(0.6, 0.7), (0.4, 0.5)], start=1):
+        for mode, capacity in (("real", real), ("virtual", guess)):
+            lines.append(real_row(mode, seed, slo_capacity=capacity, **search))
+            lines.append(real_row(mode, seed, load=1.0, goodput=capacity / 2))
+    lines.append(real_row("virtual", 9, slo_capacity=0.9, **search))
+    rows, summary = tmp_path / "rows.jsonl", tmp_path / "real.jsonl"
+    rows.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = bench("--real-report", str(rows), "--summary", str(summary))
+    assert done.returncode == 0, done.stderr
+    assert "| steady | SLO capacity at 0.95 | `edgemon` (edgemon) |" in done.stdout
+    made, *figures = json_lines(summary.read_text())
+    assert (made["kind"], made["seeds"], made["arrivals_s"]) == ("made", [1, 2], [60.0])
+    by = {(row["kind"], row["role"], row["mode"]): row for row in figures}
+    assert by["slo_capacity", "edgemon", "real"]["values"] == [0.6, 0.4]
+    assert by["slo_capacity", "edgemon", "virtual"]["values"] == [0.7, 0.5]  # not seed 9's
+    assert by["goodput", "edgemon", "real"]["median"] == 0.25

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import threading
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgemon.client import _mqtt
 from edgemon.client._gate_book import ThrottleBook
 from edgemon.client._gate_views import DeviceThrottle, GateState, read_status, read_throttle
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 
 class Heard:
@@ -108,16 +108,15 @@ class Heard:
         with self.cond:
             self._subscribing[mid] = filters
 
-    def suback(self, mid: int, codes: list[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The SUBACK of `mid`: (the filters refused now, those refused before). A code of
-        0x80 or above refuses its filter; a SUBACK with fewer codes than filters refuses the
-        rest. A SUBACK of nothing asked for changes nothing."""
+    def suback(self, mid: int, codes: Iterable[Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The SUBACK of `mid`: (the filters refused now, those refused before), as
+        `_mqtt.refused_filters` reads its codes. A SUBACK of nothing asked for changes
+        nothing."""
         with self.cond:
             filters = self._subscribing.pop(mid, None)
             if filters is None:
                 return self.refused, self.refused
-            padded = codes + [0x80] * len(filters)
-            refused = tuple(t for t, c in zip(filters, padded, strict=False) if c >= 0x80)
+            refused = _mqtt.refused_filters(filters, codes)
             said, self.refused = self.refused, refused
             self.refusals += len(refused)
             self.refresh()

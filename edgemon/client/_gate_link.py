@@ -109,8 +109,7 @@ class GateLink:
         if client is not self._link.client:
             return
         try:
-            codes = [int(getattr(code, "value", code)) for code in reason_codes]
-            refused, said = self._heard.suback(mid, codes)
+            refused, said = self._heard.suback(mid, reason_codes)
         except Exception:  # noqa: BLE001 - a SUBACK it cannot read must not stop the gate
             self._errors.caught("the SUBACK's handling")
             return

@@ -22,7 +22,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Sequence
 
     from edgemon.broker_url import Broker
 
@@ -43,6 +43,14 @@ def default_client_id(role: str, device: str) -> str:
     on one host (or in one process) never take each other's session."""
     host = _CLIENT_ID_UNSAFE.sub("_", socket.gethostname())[:64] or "host"
     return f"edgemon-{role}-{device}-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def refused_filters(filters: Sequence[str], reason_codes: Iterable[Any]) -> tuple[str, ...]:
+    """The filters a SUBACK refused: those whose reason code (paho's, or an int) is 0x80 or
+    above, and those it gave no code for (fewer codes than filters)."""
+    codes = [int(getattr(code, "value", code)) for code in reason_codes]
+    padded = codes + [0x80] * len(filters)
+    return tuple(f for f, code in zip(filters, padded, strict=False) if code >= 0x80)
 
 
 def new_client(
@@ -138,7 +146,8 @@ class PahoLink:
     WARNING, while the link keeps trying (`Unreachable`), or goes to `on_refused` when the
     owner gives one. With `retry` (the default) the link connects in the background and
     reconnects for ever; without, `open` connects at once (OSError if it cannot) and a lost
-    connection stays lost. Callbacks of a client closed meanwhile are ignored.
+    connection stays lost. A client closed meanwhile that connects is ignored; its
+    disconnection still reaches `on_down` (closed is down) and is not logged.
     """
 
     __slots__ = (

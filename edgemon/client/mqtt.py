@@ -18,6 +18,7 @@ from edgemon.client._mqtt import (
     PahoLink,
     default_client_id,
     log,
+    refused_filters,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "PahoLink",
     "default_client_id",
     "log",
+    "refused_filters",
 ]

@@ -82,8 +82,7 @@ class CapacityRecord:
 
     def update(self, capacity: Capacity, recv_wall_ms: float) -> None:
         """Take a newer object; a `shed_total` below the last one is the engine's restart."""
-        elapsed_s = max(0.0, recv_wall_ms - self.received_wall_ms) / 1000.0
-        self._allowance = min(float(SHED_BURST), self._allowance + elapsed_s * SHED_RATE_PER_S)
+        self._received(recv_wall_ms)
         total = capacity.shed_total
         if total is not None:
             step = total - self._shed_last if total >= self._shed_last else total
@@ -93,14 +92,18 @@ class CapacityRecord:
             self.shed_cut += step - taken
             self._shed_last = total
         self.last = capacity
-        self.received_wall_ms = recv_wall_ms
 
     def void(self, recv_wall_ms: float) -> None:
         """An unreadable object, or the topic emptied: nothing is known of the engine now
         (the refusals counted stay)."""
+        self._received(recv_wall_ms)
+        self.last = None
+
+    def _received(self, recv_wall_ms: float) -> None:
+        """An object came at `recv_wall_ms`: the refusals' allowance refills for the time
+        since the last one (at `SHED_RATE_PER_S`, up to `SHED_BURST`)."""
         elapsed_s = max(0.0, recv_wall_ms - self.received_wall_ms) / 1000.0
         self._allowance = min(float(SHED_BURST), self._allowance + elapsed_s * SHED_RATE_PER_S)
-        self.last = None
         self.received_wall_ms = recv_wall_ms
 
     def as_dict(self) -> dict[str, Any]:

@@ -143,9 +143,8 @@ class VllmDeadlines:
     ) -> bool:
         """Whether the policy refuses `request` at arrival (`waiting`: those ahead of it)."""
         mine = Waiting(request.request_id, request.arrival_time * 1000.0, request.num_prompt_tokens)
-        fresh, back = split_resumed(waiting)
-        shown = self.running([*running, *back], now_ms)
-        return self.policy.arrive(mine, now_ms, shown, self.waiting(fresh)) == "shed"
+        shown, fresh, _ = self._views(now_ms, running, waiting)
+        return self.policy.arrive(mine, now_ms, shown, fresh) == "shed"
 
     def plan(
         self, now_ms: float, running: Iterable[Any], waiting: Iterable[Any], *, held: bool
@@ -154,9 +153,8 @@ class VllmDeadlines:
         output (vLLM preempted it) started long ago: it is no candidate for a start
         deadline; it is admitted first (`resumed`, as vLLM's own order has it) and holds a
         seat like a running request."""
-        fresh, back = split_resumed(waiting)
-        shown = self.running([*running, *back], now_ms)
-        plan = self.policy.plan(now_ms, shown, self.waiting(fresh), Throttle(held=held))
+        shown, fresh, back = self._views(now_ms, running, waiting)
+        plan = self.policy.plan(now_ms, shown, fresh, Throttle(held=held))
         if not back:
             return plan
         return replace(plan, admit=(*(r.request_id for r in back), *plan.admit))
@@ -165,6 +163,13 @@ class VllmDeadlines:
         self, now_ms: float, running: Iterable[Any], waiting: Iterable[Any]
     ) -> float | None:
         """The predicted wait of a new request before its first audio (None while unknown)."""
+        shown, fresh, _ = self._views(now_ms, running, waiting)
+        return self.policy.capacity(shown, fresh).start_wait_ms
+
+    def _views(
+        self, now_ms: float, running: Iterable[Any], waiting: Iterable[Any]
+    ) -> tuple[list[Running], list[Waiting], list[Any]]:
+        """What the policy sees: the running requests and the preempted ones (which hold a
+        seat), the waiting ones that have not started; and the preempted vLLM requests."""
         fresh, back = split_resumed(waiting)
-        shown = self.running([*running, *back], now_ms)
-        return self.policy.capacity(shown, self.waiting(fresh)).start_wait_ms
+        return self.running([*running, *back], now_ms), self.waiting(fresh), back

@@ -242,12 +242,16 @@ class StepDriver:
     def _account_held(self, output: Any, held_ids: set[str]) -> None:
         try:
             self.control.check_drift(held_ids, admitted_ids(output))
-            self.control.held(
-                scheduled_tokens=output.total_num_scheduled_tokens,
-                running=len(self._scheduler.running),
-            )
+            self._held(output)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self.control.failed("accounting for a held step")
+
+    def _held(self, output: Any) -> None:
+        """Count a step the gate held (it admitted nothing) with what it still scheduled."""
+        self.control.held(
+            scheduled_tokens=output.total_num_scheduled_tokens,
+            running=len(self._scheduler.running),
+        )
 
     def _stepped(self, output: Any) -> None:
         """After a step that was not held, during a `max_hold_ms` release: end the release if
@@ -281,15 +285,14 @@ class StepDriver:
         with self._showing(_ids(plan.admit), PLANNED):
             output = step()
         try:
-            if held and not admitted_any(output):
-                control.held(
-                    scheduled_tokens=output.total_num_scheduled_tokens,
-                    running=len(scheduler.running),
-                )
-            elif control.releasing:
-                control.stepped(admitted=not scheduler.waiting or admitted_any(output))
+            idle = held and not admitted_any(output)
+            if idle:
+                self._held(output)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             control.failed("accounting for a planned step")
+            return output
+        if not idle:
+            self._stepped(output)
         return output
 
     # ------------------------------------------------------------------ between steps

@@ -105,10 +105,6 @@ class EdgemonHooks(_VllmScheduler):
         engine = self._edgemon_engine
         engine.check_versions()
         environ = read_engine_environ(os.environ)
-        if edgemon_gate is None:
-            control = AdmissionControl.from_gate(environ.gate)
-        else:
-            control = AdmissionControl(edgemon_gate)
         realtime = edgemon_realtime
         if realtime is None and self._edgemon_realtime_by_default and environ.realtime_frame_ms:
             realtime = RealtimeAdmission(environ.realtime_frame_ms)
@@ -119,9 +115,17 @@ class EdgemonHooks(_VllmScheduler):
                 getattr(self, "max_num_running_reqs", None),
                 token_budget=getattr(self, "max_num_scheduled_tokens", None),
             )
+        if edgemon_gate is None:
+            control = AdmissionControl.from_gate(environ.gate)
+        else:
+            control = AdmissionControl(edgemon_gate)
         if edgemon_capacity is None:
             config = TopicConfig.from_gate(environ.gate)
-            edgemon_capacity = None if config is None else CapacityPublisher(config).open()
+            try:
+                edgemon_capacity = None if config is None else CapacityPublisher(config).open()
+            except BaseException:
+                control.close()  # the gate this scheduler opened, if it opened one
+                raise
         self._edgemon = StepDriver(
             self,
             engine.new_queue,

@@ -126,7 +126,8 @@ class RetainedLink:
         return self._connected
 
     def wait_connected(self, timeout: float) -> bool:
-        """Wait until connected (and subscribed to `watch`); False if `timeout` s pass first."""
+        """Wait until connected (its subscription to `watch` sent); False if `timeout` s pass
+        first."""
         with self._cond:
             return self._cond.wait_for(lambda: self._connected, timeout)
 
@@ -250,9 +251,7 @@ class RetainedLink:
                 filters = self._subscribing.pop(mid, None)
                 if filters is None:
                     return
-                codes = [int(getattr(code, "value", code)) for code in reason_codes]
-                codes += [0x80] * (len(filters) - len(codes))
-                refused = tuple(f for f, code in zip(filters, codes, strict=False) if code >= 0x80)
+                refused = _mqtt.refused_filters(filters, reason_codes)
                 said, self.refused = self.refused, refused
                 self.subscriptions_refused += len(refused)
         except Exception:  # noqa: BLE001 - a SUBACK it cannot read must not end the thread
