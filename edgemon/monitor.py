@@ -91,6 +91,9 @@ class Monitor:
         if kind != "events":
             self._receive_object(kind, device, topic, payload, recv_ms, out)
             return
+        if not payload:  # a retained message someone left on the topic, removed: no event
+            self.results["deleted"] += 1
+            return
         decoded = parted_events(
             payload, max_bytes=limits.max_payload_bytes, max_batch=limits.max_batch_events
         )

@@ -221,7 +221,8 @@ def test_an_emptied_topic_is_a_deletion_never_a_rejection() -> None:
     """The empty retained payload an engine leaves at a restart (or its will) removes the
     device's capacity object or engine object: counted `deleted`, never rejected (before, it
     was `invalid_json` and counted toward `EdgemonInputRejected`); the refusals counted stay;
-    an emptied topic of a device not known makes no device."""
+    an emptied topic of a device not known makes no device; an emptied events topic (a
+    retained message left there) is a deletion too (before, `invalid_json`)."""
     monitor = Monitor(EngineConfig())
     out: list[Any] = []
     monitor.handle("edgemon/v1/d1/engine", json.dumps({"margin_ms": 300}).encode(), T0, out)
@@ -229,13 +230,13 @@ def test_an_emptied_topic_is_a_deletion_never_a_rejection() -> None:
     device = monitor.engine.device("d1")
     assert device is not None
     assert device.engine_info is not None
-    for topic in (C1, "edgemon/v1/d1/engine", "edgemon/v1/d9/capacity"):
+    for topic in (C1, "edgemon/v1/d1/engine", "edgemon/v1/d9/capacity", "edgemon/v1/d1/events"):
         monitor.handle(topic, b"", T0 + 2, out)
     found = record(monitor)
     assert found is not None
     assert (found.last, found.shed) == (None, 7)
     assert device.engine_info is None
-    assert monitor.results == {"accepted": 2, "deleted": 3}
+    assert monitor.results == {"accepted": 2, "deleted": 4}
     assert not [o for o in out if isinstance(o, Rejected)]
     assert monitor.engine.device("d9") is None
 
