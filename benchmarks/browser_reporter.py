@@ -23,9 +23,13 @@ Targets (issue 41), each printed with its verdict:
   (a worker woken) and the page's own DOM calls suffer differently from different loads. The
   ratio of the two (the reporting cost over the baseline's, 0.29 to 0.96 seen) is printed
   too, and is what `--check` bounds.
-- the bundle, minified, with mqtt.js: ≤ 120 kB. It is two files (the page's and its
-  worker's, both loaded by every page that reports); their sum is held compressed (gzip,
-  what a browser downloads) and printed raw.
+- the bundle, minified, with mqtt.js: ≤ 120 kB. It is two files, both downloaded by every
+  page that reports: the page's into the page, its worker's (mqtt.js in it, and only there)
+  into the worker, or into the page where no worker starts. Their sum is held compressed
+  (gzip, what a browser downloads) and printed raw against the 120 kB, which it does not
+  keep: mqtt.js, mqtt-packet, Buffer and EventEmitter with the Reporter alone come to more
+  (`npm run size` in clients/js prints each file's bytes package by package;
+  docs/how-to/web-player.md, "What was measured").
 - `mqtt` is the package's only runtime dependency.
 
 `--check` exits 1 when the bundle's gzip bound, the dependency, the reporting from the
@@ -115,11 +119,19 @@ def costs(phases: dict[str, dict[str, float]], pairs: int, metric: str) -> list[
 
 
 def bundle_sizes() -> tuple[int, int]:
-    """The two files' bytes together: (minified, gzip -9 each)."""
-    raw = [path.read_bytes() for path in (BUNDLE, WORKER_BUNDLE)]
-    for path, data in zip((BUNDLE, WORKER_BUNDLE), raw, strict=True):
+    """The two files' bytes together, what every page that reports downloads: (minified,
+    gzip -9 each)."""
+    files = {
+        BUNDLE: "into the page",
+        WORKER_BUNDLE: "into its worker, or the page where no worker starts",
+    }
+    raw = [path.read_bytes() for path in files]
+    for (path, where), data in zip(files.items(), raw, strict=True):
         packed = len(gzip.compress(data, compresslevel=9))
-        print(f"bundle {path.relative_to(ROOT)}: {len(data)} bytes minified, {packed} gzip -9")
+        print(
+            f"bundle {path.relative_to(ROOT)} ({where}): {len(data)} bytes minified, "
+            f"{packed} gzip -9"
+        )
     return sum(map(len, raw)), sum(len(gzip.compress(data, compresslevel=9)) for data in raw)
 
 

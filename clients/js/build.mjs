@@ -69,6 +69,28 @@ const worker = build({
   inject: [`${shims}globals.js`],
   define: { "process.env.NODE_ENV": '"production"' },
 });
+// `node build.mjs --analyze` (`npm run size`): each file's bytes by the package they come
+// from (the Reporter's own: dist/ and build-shims/, mqtt.js's version string under mqtt; what
+// no input accounts for: esbuild's module wrappers and the license comments).
+const analyze = process.argv.includes("--analyze");
+function origin(path) {
+  const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(path);
+  if (pkg) return pkg[1];
+  if (path.startsWith("dist/")) return "the Reporter (dist/)";
+  return path.startsWith("mqtt-version") ? "mqtt" : "build-shims/";
+}
 for (const result of await Promise.all([page, worker])) {
-  for (const [file, output] of Object.entries(result.metafile.outputs)) console.log(`${file}: ${output.bytes} bytes`);
+  for (const [file, output] of Object.entries(result.metafile.outputs)) {
+    console.log(`${file}: ${output.bytes} bytes`);
+    if (!analyze) continue;
+    const bytes = new Map();
+    for (const [path, input] of Object.entries(output.inputs)) {
+      bytes.set(origin(path), (bytes.get(origin(path)) ?? 0) + input.bytesInOutput);
+    }
+    const counted = [...bytes.values()].reduce((a, b) => a + b, 0);
+    bytes.set("(wrappers, license comments)", output.bytes - counted);
+    for (const [name, size] of [...bytes].sort((a, b) => b[1] - a[1])) {
+      console.log(`  ${(size / 1000).toFixed(1).padStart(6)} kB  ${name}`);
+    }
+  }
 }
