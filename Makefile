@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: docs test test-fast test-fleet test-browser test-vllm test-hostile coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput bench-real bench-worth clean
+.PHONY: docs test test-fast test-deep test-fleet test-browser test-vllm test-hostile coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput bench-real bench-worth clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -84,6 +84,12 @@ test-hostile: $(STAMP)
 # it belongs under the `integration` marker), nothing marked `slow`. Under a minute.
 test-fast: $(STAMP)
 	EDGEMON_TEST_FAST=1 $(BIN)/pytest -p no:cacheprovider -q -m "not integration and not slow"
+
+# Every Hypothesis property with all the examples it names (`make test` runs a quarter of
+# them: tests/properties.py). Run it after changing the engine, the decoder or the policy.
+PROPERTY_TESTS = $(shell grep -l '^from hypothesis' tests/test_*.py)
+test-deep: $(STAMP)
+	EDGEMON_TEST_DEEP=1 $(BIN)/pytest -n 2 -p no:cacheprovider -q $(PROPERTY_TESTS)
 
 # The showcase: broker, simulated devices, the daemon and a live view in one process
 # (the dev extra includes the embedded broker). `make demo DEMO_ARGS="--duration 60"`.

@@ -43,6 +43,15 @@ def spread(values: list[float], fmt: str = "{:.1f}") -> str:
     return f"{fmt.format(median)} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
 
 
+def median_range(values: list[float]) -> dict[str, float]:
+    """`median`, `min` and `max` of `values`, rounded as the results files keep them."""
+    return {
+        "median": round(statistics.median(values), 4),
+        "min": round(min(values), 4),
+        "max": round(max(values), 4),
+    }
+
+
 def _cap(label: str) -> int | None:
     if label.startswith("cap:") and label[4:].isdigit():
         return int(label[4:])

@@ -10,10 +10,9 @@ one of the same seeds and of all ten; `edgemon` against the tuned line seed by s
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from _loop_report import spread
+from _loop_report import median_range, spread
 from _worth import SHIPPED_LABEL, Figures, Row
 
 ROLES = ("open", "tuned", "edgemon")
@@ -89,8 +88,6 @@ def _row(
         "role": role,
         "policy": label,
         "mode": mode,
-        "median": round(statistics.median(values), 4),
-        "min": round(min(values), 4),
-        "max": round(max(values), 4),
+        **median_range(values),
         "values": [round(v, 4) for v in values],
     }

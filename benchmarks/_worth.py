@@ -21,7 +21,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from _loop_report import spread
+from _loop_report import median_range, spread
 
 from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS
 from edgemon.simulate.profiles import PROFILES, Profile
@@ -357,9 +357,7 @@ def summary(rows: list[Row], lengths: str = "eos") -> list[Row]:
                         "lengths": lengths,
                         "role": role,
                         "policy": label,
-                        "median": round(statistics.median(values), 4),
-                        "min": round(min(values), 4),
-                        "max": round(max(values), 4),
+                        **median_range(values),
                         "seeds": len(values),
                     }
                 )

@@ -28,11 +28,11 @@ P = "edgemon/v1"
 
 def settings_for(port: int, client_id: str = "edgemon-test", **sections: Any) -> Settings:
     """Settings of an in-process daemon on the broker at 127.0.0.1:`port`, HTTP on a free
-    port, and any more `sections` (`state=StateSettings(...)`, say)."""
+    port (unless `sections` has `http`), and any more `sections` (`state=StateSettings(...)`,
+    say)."""
+    sections.setdefault("http", HttpSettings(listen="127.0.0.1:0"))
     return Settings(
-        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id=client_id),
-        http=HttpSettings(listen="127.0.0.1:0"),
-        **sections,
+        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id=client_id), **sections
     )
 
 

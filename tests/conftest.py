@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,10 +26,11 @@ from brokers import (
     plain_listener,
 )
 from ports import MosquittoServer, Servers
+from properties import DEEP
 from tools import require_tool
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, MutableMapping
+    from collections.abc import Callable, Iterator, MutableMapping, Sequence
     from typing import Any
 
     from structlog.typing import EventDict, WrappedLogger
@@ -37,12 +39,15 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------ Hypothesis
 # No deadline: on a loaded 2-core machine one example may take seconds, which says nothing
 # about the property. Examples stay random (not derandomized); a failure prints the blob
-# that reproduces it (`@reproduce_failure`), whatever the example database holds.
+# that reproduces it (`@reproduce_failure`), whatever the example database holds. A property
+# that names no count runs 25 examples, or Hypothesis's 100 under `make test-deep`
+# (properties.py).
 settings.register_profile(
     "edgemon",
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
+    max_examples=100 if DEEP else 25,
 )
 settings.load_profile("edgemon")
 
@@ -126,8 +131,15 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
     `tmp_path / "mosquitto.log"`.
     """
     require_tool("mosquitto")
+    with _mosquitto(tmp_path, lambda ports: plain_listener(ports[0])) as address:
+        yield address
+
+
+@contextmanager
+def _mosquitto(tmp_path: Path, config: Callable[[Sequence[int]], str]) -> Iterator[tuple[str, int]]:
+    """A Mosquitto with one listener, configured by `config(ports)`, for the block."""
     try:
-        process, (port,) = launch_mosquitto(tmp_path, lambda ports: plain_listener(ports[0]))
+        process, (port,) = launch_mosquitto(tmp_path, config)
     except MosquittoStartError as error:
         pytest.fail(str(error))
     try:
@@ -169,14 +181,8 @@ def subscriptions_denied_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
     acl = tmp_path / "dynsec.json"
     acl.write_text(json.dumps(SOME_SUBSCRIPTIONS), encoding="utf-8")
     plugin = f"plugin {DYNSEC}\nplugin_opt_config_file {acl}\n{RUN_AS_ROOT}"
-    try:
-        process, (port,) = launch_mosquitto(tmp_path, lambda p: plain_listener(p[0]) + plugin)
-    except MosquittoStartError as error:
-        pytest.fail(str(error))
-    try:
-        yield "127.0.0.1", port
-    finally:
-        end_process(process)
+    with _mosquitto(tmp_path, lambda ports: plain_listener(ports[0]) + plugin) as address:
+        yield address
 
 
 # ------------------------------------------------------------------ any_broker

@@ -202,6 +202,14 @@ async def test_capacity_api_per_device_with_age_and_spare_streams() -> None:
     assert none["devices"] == []
 
 
+async def agent_port(daemon: Daemon) -> int:
+    """The port the daemon's agent check listens on, once it does."""
+    async with asyncio.timeout(WITHIN_S):
+        while (port := daemon.agent_port) is None:  # noqa: ASYNC110 - no event for it
+            await asyncio.sleep(0.01)
+    return port
+
+
 async def ask_agent(port: int, send: bytes = b"") -> bytes:
     """Connect to the agent port as HAProxy does (sending its `agent-send` string, if any),
     and read until the agent closes."""
@@ -237,15 +245,10 @@ async def test_daemon_answers_the_agent_check_from_capacity_objects(
     """A daemon with `agent_listen` answers `up 100%` before it knows anything, then the
     weight of its device's retained capacity object, and follows a newer one."""
     _, port = mosquitto_broker
-    settings = settings_for(port)
     http = HttpSettings(listen="127.0.0.1:0", agent_listen="127.0.0.1:0", agent_device="tts")
-    daemon = Daemon(
-        settings.model_copy(update={"http": http}), environ={}, install_signal_handlers=False
-    )
+    daemon = Daemon(settings_for(port, http=http), environ={}, install_signal_handlers=False)
     async with running(daemon), device(port) as engine:
-        async with asyncio.timeout(WITHIN_S):
-            while (agent := daemon.agent_port) is None:  # noqa: ASYNC110 - no event for it
-                await asyncio.sleep(0.01)
+        agent = await agent_port(daemon)
         assert await ask_agent(agent) == b"up 100%\n"
         for running_now, expected in ((6, b"up 25%\n"), (8, b"up 0%\n")):
             payload = json.dumps({"realtime_streams": 8, "running": running_now})
@@ -277,16 +280,10 @@ async def test_a_forged_or_stale_object_moves_the_box_by_its_own_share_at_most(
     1970 it counts for nothing, 75 % again (before: obeyed)."""
     _, port = mosquitto_broker
     http = HttpSettings(listen="127.0.0.1:0", agent_listen="127.0.0.1:0")
-    daemon = Daemon(
-        settings_for(port).model_copy(update={"http": http}),
-        environ={},
-        install_signal_handlers=False,
-    )
+    daemon = Daemon(settings_for(port, http=http), environ={}, install_signal_handlers=False)
     now = time.time() * 1000.0
     async with running(daemon), device(port) as engine:
-        async with asyncio.timeout(WITHIN_S):
-            while (agent := daemon.agent_port) is None:  # noqa: ASYNC110 - no event for it
-                await asyncio.sleep(0.01)
+        agent = await agent_port(daemon)
         for topic, value, expected in (
             ("tts", {"t_ms": now, "realtime_streams": 8, "running": 2}, b"up 75%\n"),
             ("other", {"t_ms": now, "realtime_streams": 2**53, "running": 2**53}, b"up 38%\n"),

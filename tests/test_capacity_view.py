@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -47,15 +48,22 @@ def config(broker: tuple[str, int], *devices: str) -> TopicConfig:
     return TopicConfig(parse_broker_url(f"mqtt://{host}:{port}"), devices, P)
 
 
-@pytest.fixture
-def view(mosquitto_broker: tuple[str, int]) -> Iterator[CapacityView]:
-    """A connected view of devices a and b."""
-    opened = CapacityView(config(mosquitto_broker, "a", "b")).open()
+@contextmanager
+def connected(broker: tuple[str, int], wall: Wall | None = None) -> Iterator[CapacityView]:
+    """A connected view of devices a and b (on `wall`, if given) for the block."""
+    opened = CapacityView(config(broker, "a", "b"), wall=wall or time.time).open()
     assert opened.link.wait_connected(30)
     try:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture
+def view(mosquitto_broker: tuple[str, int]) -> Iterator[CapacityView]:
+    """A connected view of devices a and b."""
+    with connected(mosquitto_broker) as opened:
+        yield opened
 
 
 @pytest.fixture
@@ -67,12 +75,8 @@ def wall() -> Wall:
 @pytest.fixture
 def view_on_wall(mosquitto_broker: tuple[str, int], wall: Wall) -> Iterator[CapacityView]:
     """A connected view of devices a and b on the test's wall clock."""
-    opened = CapacityView(config(mosquitto_broker, "a", "b"), wall=wall).open()
-    assert opened.link.wait_connected(30)
-    try:
+    with connected(mosquitto_broker, wall) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from edgemon.client import Reporter, ThrottleGate
 from edgemon.wire.decode import Problem, decode_events
 
 from mqtt_probe import probe
+from properties import examples
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +81,7 @@ def meant(call: tuple[str, str, dict[str, Any]], t_ms: float) -> dict[str, Any]:
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -181,11 +181,7 @@ async def test_the_daemons_ports_close_idle_connections_and_stay_bounded(
     its answer (before: every one kept for 2 s, with no cap)."""
     _, port = mosquitto_broker
     http = HttpSettings(listen="127.0.0.1:0", agent_listen="127.0.0.1:0")
-    daemon = Daemon(
-        settings_for(port).model_copy(update={"http": http}),
-        environ={},
-        install_signal_handlers=False,
-    )
+    daemon = Daemon(settings_for(port, http=http), environ={}, install_signal_handlers=False)
     async with running(daemon):
         assert daemon.http_port is not None
         await _until(lambda: daemon.agent_port is not None)

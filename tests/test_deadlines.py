@@ -19,6 +19,8 @@ from edgemon.policy.deadlines import (
 )
 from edgemon.policy.realtime import RealtimeAdmission
 
+from properties import examples
+
 BASE_MS, PER_SEQ_MS = 30.0, 4.0  # the jetson profile: 12 streams fit an 80 ms frame
 
 
@@ -225,7 +227,7 @@ def reference_steps(limit: int, remaining: list[int], queued: int, hold: int) ->
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     limit=st.integers(1, 8),
     remaining=st.lists(st.integers(0, 40), max_size=10),

@@ -22,6 +22,8 @@ from edgemon.wire.decode import (
     parted_events,
 )
 
+from properties import examples
+
 if TYPE_CHECKING:
     from edgemon.engine.events import Event
 
@@ -671,7 +673,9 @@ ENGINE_LIKE = st.recursive(
     ),
     max_leaves=10,
 )
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def check_verdicts(result: object, *, items: int | None = None) -> None:

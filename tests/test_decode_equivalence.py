@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from edgemon.wire.decode import Problem, decode_events
 
+from properties import examples
 from pydantic_events import OLD
 
 STREAM_CHARS = st.sampled_from("aZ09._:-") | st.sampled_from([" ", "\n", "/", "é", "\u2028"])
@@ -53,7 +54,7 @@ def old_verdict(payload: bytes) -> tuple[str, dict[str, Any] | str]:
     return "accepted", dataclasses.asdict(event)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["chunk", "start", "end"]),
     stream=STREAMS | VALUES,

@@ -22,6 +22,7 @@ from edgemon.engine.config import EngineConfig, SlackPolicy
 from edgemon.monitor import Monitor
 
 from monitor_runs import drive, drive_stepping, per_stream
+from properties import examples
 from strategies import FOUND_RESTART_TRACE, late_scenarios, scenarios
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def assert_same_order(jumped: list[dict[str, Any]], stepped: list[dict[str, Any]
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(sc=scenarios())
 @example(sc=FOUND_RESTART_TRACE)
 def test_jumping_over_deadlines_gives_the_lines_of_visiting_each(sc: Scenario) -> None:
@@ -85,7 +86,7 @@ def test_jumping_over_deadlines_gives_the_lines_of_visiting_each(sc: Scenario) -
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(sc=late_scenarios(), lateness=st.sampled_from((0, 1, 50)))
 def test_late_delivery_jumping_gives_the_lines_of_visiting_each(
     sc: LateScenario, lateness: int

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from edgemon.engine.config import EngineConfig, SlackPolicy
 from edgemon.replay import replay
 
+from properties import examples
 from reference import Reference, headroom_of
 from strategies import FOUND_EARLIER_T_MS, PLAYERS, Message, Scenario, scenarios
 
@@ -31,8 +32,10 @@ if TYPE_CHECKING:
 
 Line = dict[str, Any]
 
-PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FEWER = settings(PROPERTY, max_examples=120)
+PROPERTY = settings(
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+FEWER = settings(PROPERTY, max_examples=examples(120))
 
 #: Order of line kinds at one instant: messages and timers, then the throttle, then samples.
 RANK = {"stream_end": 0, "underrun": 0, "throttle": 1, "sample": 2}

@@ -27,13 +27,16 @@ from edgemon.engine.outputs import (
 from edgemon.monitor import Monitor
 from edgemon.replay import to_line
 
+from properties import examples
 from reference import Reference
 from strategies import LateScenario, late_scenarios
 
 if TYPE_CHECKING:
     from edgemon.engine.outputs import Output
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def drive(sc: LateScenario) -> list[Output]:

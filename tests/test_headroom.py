@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from edgemon.engine.headroom import INF, below, headroom, slack
 
+from properties import examples
+
 ints = st.integers(min_value=-500, max_value=3000)
 
 
@@ -55,7 +57,7 @@ def _right_limit_below(
     return headroom(t + 0.25, b, s, e, rebuffer=rebuffer) < threshold
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     now=ints,
     threshold=st.integers(min_value=0, max_value=400),

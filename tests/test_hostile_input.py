@@ -28,6 +28,7 @@ from edgemon.monitor import Monitor
 
 from clients import device, now_ms, scrape, settings_for, watching
 from daemons import PausableClock, logged, rejections, running
+from properties import examples
 from scrapes import sample, series_names
 
 if TYPE_CHECKING:
@@ -659,7 +660,7 @@ def check_invariants(monitor: Monitor, before: dict[str, tuple[float, ...]]) -> 
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_arbitrary_input_never_raises_and_keeps_invariants(data: st.DataObject) -> None:
     """Arbitrary bytes, arbitrary JSON, fuzzed events and engine objects on arbitrary topics,

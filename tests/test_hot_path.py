@@ -27,6 +27,7 @@ from edgemon.wire.topics import Topics
 
 from fake_broker import FakeBroker
 from links import until
+from properties import examples
 from strategies import Scenario, scenarios
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def _floor_holds(monitor: Monitor) -> None:
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_deadline_floor_never_passes_the_next_deadline(sc: Scenario) -> None:
     """Whatever messages arrive and whatever timers fire, the O(1) `deadline_floor()` the

@@ -20,6 +20,8 @@ from edgemon.policy.lengths import (
     LengthModel,
 )
 
+from properties import examples
+
 
 class NaiveLengths:
     """The same estimator, written plainly: the weighted least-squares fit recomputed over
@@ -74,7 +76,7 @@ finished = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(history=finished, prompt=st.integers(1, 2000), emitted=st.integers(0, 500))
 def test_predictions_match_the_naive_reference(
     history: list[tuple[int, int]], prompt: int, emitted: int
@@ -90,7 +92,7 @@ def test_predictions_match_the_naive_reference(
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(history=finished, prompt=st.integers(1, 2000))
 def test_what_is_expected_in_all_never_falls_as_frames_are_emitted(
     history: list[tuple[int, int]], prompt: int

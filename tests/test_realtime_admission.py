@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from edgemon.policy.realtime import FRAME_MS, RealtimeAdmission
 
+from properties import examples
+
 
 def exact_limit(base: float, per_seq: float, factor: float, frame: float) -> int:
     """The reference: the largest n ≥ 1 with factor × (base + per_seq × n) ≤ frame."""
@@ -54,7 +56,7 @@ def test_a_batch_a_hair_over_a_frame_is_not_kept() -> None:
     assert admission.limit == exact_limit(30.0, 4.0, 1.3, FRAME_MS) == 7
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     base=st.floats(5.0, 40.0),
     per_seq=st.floats(0.5, 6.0),

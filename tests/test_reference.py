@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 
 from edgemon.engine.config import ClockMode, EngineConfig, PlayerModel, SlackPolicy
 
+from properties import examples
 from reference import Reference, Underrun, UnsupportedTraceError
 from strategies import Scenario, scenarios
 
@@ -319,7 +320,7 @@ def _spec_slack(sc: Scenario, device: str, stream: str, s: float) -> float | Non
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(in_order=True, player="conceal"))
 def test_reference_slack_matches_the_spec_formula(sc: Scenario) -> None:
     """In-order conceal traces without gaps: the fold gives semantics.md's sum at every sample."""
@@ -331,7 +332,7 @@ def test_reference_slack_matches_the_spec_formula(sc: Scenario) -> None:
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(in_order=True, eta_always=True))
 def test_right_limit_risk_agrees_with_half_integer_evaluation(sc: Scenario) -> None:
     """With integer inputs, 'at risk just after k' equals 'headroom(k + 0.5) < margin'."""
@@ -344,7 +345,7 @@ def test_right_limit_risk_agrees_with_half_integer_evaluation(sc: Scenario) -> N
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(in_order=True, eta_always=True) | scenarios())
 def test_generated_traces_stay_inside_the_model(sc: Scenario) -> None:
     """Every generated trace is one the reference models: all its answers compute."""

@@ -18,6 +18,8 @@ from edgemon.simulate.policies import Policy
 from edgemon.simulate.profiles import JETSON
 from edgemon.simulate.workload import Request
 
+from properties import examples
+
 
 def chunk(seq: int, audio_ms: float, *, final: bool = False) -> Chunk:
     return Chunk("s", seq, round(audio_ms / 80), audio_ms, final, 0.0, None)
@@ -109,7 +111,7 @@ def reference_longest_gap(arrivals: list[tuple[float, float]], end_ms: float) ->
     return longest
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     steps=st.lists(
         st.tuples(st.floats(0.0, 600.0), st.floats(40.0, 800.0)), min_size=1, max_size=12

@@ -20,6 +20,8 @@ from edgemon.simulate.model import CHUNK_MS, FRAME_MS, HOP_MS, JITTER, PREFILL_M
 from edgemon.trace import TraceRecord
 from edgemon.wire.decode import Problem, decode_engine, decode_events
 
+from properties import examples
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
@@ -303,7 +305,7 @@ def test_bad_parameters_are_value_errors(kwargs: dict[str, Any], message: str) -
         _sim(**kwargs)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     seed=st.integers(0, 2**32),
     devices=st.integers(1, 3),

@@ -17,6 +17,7 @@ from edgemon.monitor import Monitor
 from edgemon.simulate import Simulation
 
 from monitor_runs import drive, per_stream
+from properties import examples
 from strategies import (
     FOUND_RESTART_TRACE,
     FOUND_RESTART_TRACE_MIN_ON,
@@ -100,7 +101,7 @@ def test_a_restart_without_downtime_changes_nothing(split: int) -> None:
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(sc=scenarios(), cut=st.integers(min_value=0))
 @example(sc=FOUND_RESTART_TRACE, cut=2)  # cut after the third message
 @example(sc=FOUND_RESTART_TRACE_MIN_ON, cut=6)  # cut after the seventh message
@@ -123,7 +124,7 @@ def test_random_traces_continue_identically_after_a_restart(sc: Scenario, cut: i
 
 
 @pytest.mark.slow  # a property: many generated examples
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(sc=late_scenarios(), data=st.data())
 def test_late_delivery_continues_identically_after_a_restart(
     sc: LateScenario, data: st.DataObject

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 from edgemon.engine.headroom import below
 from edgemon.engine.stream import Phase, Stream
 
+from properties import examples
+
 ints = st.integers(min_value=-500, max_value=3000)
 
 
@@ -29,7 +31,7 @@ def _live_stream(
     return stream
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     now=ints,
     margin=st.integers(min_value=0, max_value=300),

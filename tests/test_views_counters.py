@@ -23,6 +23,7 @@ from edgemon.engine.config import EngineConfig, SlackPolicy
 from edgemon.engine.views import device_views
 from edgemon.monitor import Monitor
 
+from properties import examples
 from strategies import LateScenario, Scenario, late_scenarios, scenarios
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ if TYPE_CHECKING:
 
     from strategies import Message
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 class Reader:

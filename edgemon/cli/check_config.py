@@ -32,11 +32,11 @@ _BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 _ASCII = str.maketrans({"≥": ">=", "≤": "<="})
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `check-config` command to the `edgemon` command line."""
+def register(subparsers: argparse._SubParsersAction[Any], help_text: str) -> None:
+    """Add `check-config` to the command line; `help_text` is its line in `edgemon --help`."""
     parser = subparsers.add_parser(
         "check-config",
-        help="validate a config file and print the effective settings",
+        help=help_text,
         description="Validate a config file, apply EDGEMON_<SECTION>__<KEY> environment "
         "variables, and print the effective settings with secrets masked. Exit 0: valid; "
         "2: every problem is listed on stderr.",

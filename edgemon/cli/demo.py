@@ -74,11 +74,11 @@ LINE_EVERY_S = 2.0
 _FRAME_CHROME = 12
 
 
-def register(commands: argparse._SubParsersAction[Any]) -> None:
-    """Add `demo` to the command line."""
+def register(commands: argparse._SubParsersAction[Any], help_text: str) -> None:
+    """Add `demo` to the command line; `help_text` is its line in `edgemon --help`."""
     parser = commands.add_parser(
         "demo",
-        help="zero set-up showcase: broker, simulated devices and the daemon in one process",
+        help=help_text,
         description="Runs an embedded MQTT broker, the daemon and simulated TTS devices (the "
         f"last one overloaded at RTF {OVERLOADED_RTF}, the others at {HEALTHY_RTF}), plus three "
         "simulated TTS engines serving the same requests (vLLM's defaults, vLLM's own admission "

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgemon.cli.errors import EXIT_NEGATIVE, EXIT_OK, UsageError
 from edgemon.cli.sizes import format_size, parse_size
@@ -30,11 +30,11 @@ if TYPE_CHECKING:
 _ASCII = str.maketrans({"—": "-", "≥": ">="})
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `kv-budget` command to the `edgemon` command line."""
+def register(subparsers: argparse._SubParsersAction[Any], help_text: str) -> None:
+    """Add `kv-budget` to the command line; `help_text` is its line in `edgemon --help`."""
     parser = subparsers.add_parser(
         "kv-budget",
-        help="check that the KV cache holds max_num_seqs full-length sequences",
+        help=help_text,
         description="Check that an engine's KV cache can hold --max-num-seqs sequences of "
         "--max-model-len tokens without preemption. Exit 0: fits (or no --max-num-seqs); "
         "3: would preempt; 2: bad input.",

@@ -3,6 +3,8 @@
 The commands are imported when the parser is built, so that a client-only install (`pip
 install --no-deps edgemon` next to paho-mqtt, for a player or a vLLM process) that runs a
 bare `edgemon` gets one line saying the daemon's dependencies are missing, not a traceback.
+Only the command that runs is imported (`edgemon kv-budget` loads neither the daemon's
+settings nor its HTTP stack); the others are a line each in `edgemon --help`.
 """
 
 from __future__ import annotations
@@ -41,16 +43,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full command-line grammar, one subparser per command."""
-    from edgemon.cli import (  # noqa: PLC0415 - see the module docstring
-        check_config,
-        kv_budget,
-        replay,
-        run,
-        simulate,
-        view_extra,
-    )
+#: Each command: its module under `edgemon.cli` and its line in `edgemon --help`, in order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "the daemon: players' reports in, throttle signals and /metrics out"),
+    "demo": (
+        "demo",
+        "zero set-up showcase: broker, simulated devices and the daemon in one process",
+    ),
+    "replay": ("replay", "run a recorded trace through the engine on a virtual clock"),
+    "kv-budget": (
+        "kv_budget",
+        "check that the KV cache holds max_num_seqs full-length sequences",
+    ),
+    "check-config": ("check_config", "validate a config file and print the effective settings"),
+    "simulate": ("simulate", "synthetic TTS devices publishing to a broker (load generator)"),
+    "top": ("top", "live terminal view of a running daemon"),
+}
+#: The commands that need the optional `rich` (see `view_extra`).
+VIEWS = frozenset({"demo", "top"})
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command-line grammar, one subparser per command: in full for `command` (every
+    command when None), a line of help for each other one."""
+    import importlib  # noqa: PLC0415 - see the module docstring
+
+    from edgemon.cli import view_extra  # noqa: PLC0415
 
     parser = _Parser(
         prog="edgemon",
@@ -62,18 +80,27 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         title="commands", dest="command", required=True, parser_class=_Parser
     )
-    run.register(commands)
-    view_extra.register(commands, "demo", "zero set-up showcase with a live view")
-    for module in (replay, kv_budget, check_config, simulate):
-        module.register(commands)
-    view_extra.register(commands, "top", "live terminal view of a running daemon")
+    for name, (module, help_text) in COMMANDS.items():
+        if command not in (None, name):
+            commands.add_parser(name, help=help_text)
+        elif name in VIEWS:
+            view_extra.register(commands, name, help_text)
+        else:
+            importlib.import_module(f"edgemon.cli.{module}").register(commands, help_text)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The command `argv` names, or None (no command yet, an option first, or an unknown name:
+    the full grammar then says what is wrong)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code (0 ok, 1 unexpected, 2 usage, 3 negative)."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
     try:
-        parser = build_parser()
+        parser = build_parser(_command(arguments))
     except ModuleNotFoundError as exc:
         print(
             f"edgemon: the daemon's dependencies are missing (no module {exc.name!r}): this "
@@ -82,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     try:
         code: int = args.handler(args)
     except UsageError as exc:

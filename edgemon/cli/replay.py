@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 
-def register(commands: argparse._SubParsersAction[Any]) -> None:
-    """Add `replay` to the command line."""
+def register(commands: argparse._SubParsersAction[Any], help_text: str) -> None:
+    """Add `replay` to the command line; `help_text` is its line in `edgemon --help`."""
     parser = commands.add_parser(
         "replay",
-        help="run a recorded trace through the engine on a virtual clock",
+        help=help_text,
         description="Replay a trace (JSON lines, as `run --record` writes) through the engine. "
         "Prints JSON lines: samples, underruns, throttle changes, stream ends, rejections, "
         "and a summary last.",

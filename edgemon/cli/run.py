@@ -27,11 +27,11 @@ if TYPE_CHECKING:
     from edgemon.settings import Settings
 
 
-def register(commands: argparse._SubParsersAction[Any]) -> None:
-    """Add `run` to the command line."""
+def register(commands: argparse._SubParsersAction[Any], help_text: str) -> None:
+    """Add `run` to the command line; `help_text` is its line in `edgemon --help`."""
     parser = commands.add_parser(
         "run",
-        help="the daemon: players' reports in, throttle signals and /metrics out",
+        help=help_text,
         description="Listen to devices over MQTT, publish throttle signals, serve /metrics. "
         "SIGTERM/SIGINT stop it cleanly; SIGHUP reloads the config file.",
     )

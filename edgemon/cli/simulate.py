@@ -34,11 +34,11 @@ MAX_DEVICES = 1_000
 MAX_STREAMS = 256
 
 
-def register(commands: argparse._SubParsersAction[Any]) -> None:
-    """Add `simulate` to the command line."""
+def register(commands: argparse._SubParsersAction[Any], help_text: str) -> None:
+    """Add `simulate` to the command line; `help_text` is its line in `edgemon --help`."""
     parser = commands.add_parser(
         "simulate",
-        help="synthetic TTS devices publishing to a broker (load generator)",
+        help=help_text,
         description="Simulated TTS devices: streams with a short first chunk (80 ms) then 2 s "
         "chunks generated at a real-time factor, random stalls, some cancellations. Events go "
         "to P/<device>/events (QoS 1), the engine object retained to P/<device>/engine. "

@@ -54,11 +54,11 @@ class RefusedError(UnreachableError):
     """The daemon answered, but refused our credentials: bad input, not a failure."""
 
 
-def register(commands: argparse._SubParsersAction[Any]) -> None:
-    """Add `top` to the command line."""
+def register(commands: argparse._SubParsersAction[Any], help_text: str) -> None:
+    """Add `top` to the command line; `help_text` is its line in `edgemon --help`."""
     parser = commands.add_parser(
         "top",
-        help="live terminal view of a running daemon",
+        help=help_text,
         description="Devices, throttle state and the streams lowest in headroom of a running "
         "daemon, read from its /api/v1/streams (and /metrics for totals).",
     )

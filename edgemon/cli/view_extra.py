@@ -23,7 +23,7 @@ def register(commands: argparse._SubParsersAction[Any], name: str, help_text: st
     if module is None:
         register_missing(commands, name, help_text)
     else:
-        module.register(commands)
+        module.register(commands, help_text)
 
 
 def load(name: str) -> ModuleType | None:
