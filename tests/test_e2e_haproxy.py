@@ -19,7 +19,8 @@ it. Then, in order:
 3. A's edgemon counts A's refusals (`edgemon_engine_shed_total`) and shows it full
    (`/api/v1/capacity`: no spare stream);
 4. with box B filled too, a new request gets 503 with Retry-After (the last box's refusal,
-   or HAProxy's own answer once both weights are 0).
+   or HAProxy's own answer once both weights are 0), never a dropped connection (HAProxy's
+   retry finding no box left; the shipped config's `no_room` backup answers it).
 Every assertion is a count; each wait is for a condition, with a generous deadline.
 """
 
@@ -76,11 +77,16 @@ def substitute(text: str, pairs: list[tuple[str, str]]) -> str:
 
 
 def haproxy_config(
-    directory: Path, front: int, stats: int, servers: dict[str, tuple[int, int]]
+    directory: Path,
+    front: int,
+    stats: int,
+    servers: dict[str, tuple[int, int]],
+    no_room: int,
 ) -> str:
     """The shipped config on loopback ports: the front end, the stats page, each box's engine
-    and agent port (`servers`: box → (engine port, agent port)); the runtime API's socket in
-    `directory`; no syslog, user switch or daemon mode (the test runs it in the foreground)."""
+    and agent port (`servers`: box → (engine port, agent port)), HAProxy's own refusal
+    (`no_room`); the runtime API's socket in `directory`; no syslog, user switch or daemon
+    mode (the test runs it in the foreground)."""
     pairs = [
         (r"^    log /dev/log local0\n", ""),
         (r"^    user haproxy\n", ""),
@@ -89,6 +95,8 @@ def haproxy_config(
         (r"socket /run/haproxy/admin\.sock mode 660", f"socket {directory}/admin.sock mode 600"),
         (r"bind :8080$", f"bind 127.0.0.1:{front}"),
         (r"bind 127\.0\.0\.1:8404$", f"bind 127.0.0.1:{stats}"),
+        (r"127\.0\.0\.1:8081 backup", f"127.0.0.1:{no_room} backup"),
+        (r"bind 127\.0\.0\.1:8081$", f"bind 127.0.0.1:{no_room}"),
     ]  # fmt: skip
     for box, (engine, agent) in servers.items():
         line = f"    server {box} 127.0.0.1:{engine} agent-port {agent}"
@@ -101,7 +109,7 @@ def test_copy_changes_only_addresses(tmp_path: Path) -> None:
     the runtime API's socket and the lines a foreground, unprivileged run cannot keep; every
     routing line (retries, redispatch, balance, checks, agent interval) is the shipped one."""
     shipped = HAPROXY_CFG.read_text(encoding="utf-8").splitlines()
-    copy = haproxy_config(tmp_path, 1, 2, {"box-a": (3, 4), "box-b": (5, 6)}).splitlines()
+    copy = haproxy_config(tmp_path, 1, 2, {"box-a": (3, 4), "box-b": (5, 6)}, 7).splitlines()
     assert [line for line in shipped if line not in copy] == [
         "    log /dev/log local0",
         "    stats socket /run/haproxy/admin.sock mode 660 level admin",
@@ -111,6 +119,8 @@ def test_copy_changes_only_addresses(tmp_path: Path) -> None:
         "    bind :8080",
         "    server box-a 192.0.2.11:8000",
         "    server box-b 192.0.2.12:8000",
+        "    server no-room 127.0.0.1:8081 backup no-check no-agent-check",
+        "    bind 127.0.0.1:8081",
         "    bind 127.0.0.1:8404",
     ]
 
@@ -173,9 +183,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         for name in PER_STREAM_MS:
             boxes[name], engine, agent = start_box(servers, brokers, root / name, name)
             ports[name] = (engine, agent)
-        front, stats = free_port(), free_port()
+        front, stats, no_room = free_port(), free_port(), free_port()
         config = root / "haproxy.cfg"
-        config.write_text(haproxy_config(root, front, stats, ports), encoding="utf-8")
+        config.write_text(haproxy_config(root, front, stats, ports, no_room), encoding="utf-8")
         servers.spawn("haproxy", haproxy, "-db", "-f", str(config))
         servers.wait_until("haproxy", lambda: reachable(f"http://127.0.0.1:{stats}/stats"))
         yield Fleet(servers, f"http://127.0.0.1:{front}", root / "admin.sock", boxes)
