@@ -66,6 +66,14 @@ def documented_command() -> Command:
     return Command(env, argv)
 
 
+def uncovered() -> dict[str, str]:
+    """This environment without coverage's subprocess start: a vLLM server, or a script that
+    starts them, is not measured. Tracing the imports of a server's three processes (API
+    server, engine core, worker) added about 30 s to every start (17 s → 25 s per `import
+    vllm...api_server`), and the tier's in-process tests measure the edgemon code it runs."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_PROCESS_")}
+
+
 def start_server(
     command: Command, model: Path, tmp: Path, log: IO[bytes], env: dict[str, str]
 ) -> tuple[subprocess.Popen[bytes], int]:
@@ -74,13 +82,9 @@ def start_server(
     port = free_port()
     argv = [str(model) if word == "<model>" else word for word in command.argv]
     caches = {"VLLM_CACHE_ROOT": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(tmp)}
-    # Not under coverage: tracing the imports of its three processes (API server, engine
-    # core, worker) added about 30 s to every start (17 s → 25 s per `import vllm...api_server`),
-    # and the tier's in-process tests measure the edgemon code it runs.
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_PROCESS_")}
     process = subprocess.Popen(
         [*argv, *TEST_OPTIONS, "--port", str(port)],
-        env=inherited | caches | command.env | env,
+        env=uncovered() | caches | command.env | env,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,

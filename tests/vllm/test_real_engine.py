@@ -24,6 +24,8 @@ import pytest
 
 from edgemon.simulate.profiles import CPU_VLLM, StepModel
 
+from served import uncovered
+
 pytest.importorskip("vllm.entrypoints.openai.api_server", exc_type=ImportError)
 pytest.importorskip("transformers")
 
@@ -68,6 +70,7 @@ def test_one_short_point_on_the_real_engine_vllms_limits_and_edgemon(tmp_path: P
         text=True,
         timeout=TIMEOUT_S,
         check=False,
+        env=uncovered(),  # the vLLM servers it starts are not measured
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     rows: list[dict[str, Any]] = [json.loads(line) for line in done.stdout.splitlines()]
