@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: docs test test-fast test-deep test-fleet test-browser test-vllm test-hostile coverage lint typecheck unit demo bench bench-fleet bench-loop bench-goodput bench-real bench-worth clean
+.PHONY: docs test test-fast test-deep test-fleet test-browser test-vllm test-hostile coverage lint typecheck unit demo bench bench-fleet bench-feed bench-loop bench-goodput bench-real bench-worth clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -284,6 +284,31 @@ bench-worth: $(STAMP)
 	done
 	$(BIN)/python $(BENCH_LOOP) --report $(BENCH_OUT)/worth-*.jsonl \
 	  --summary benchmarks/results/worth.jsonl > $(BENCH_OUT)/worth.md
+
+# Does what the players measured beat what the server estimates? (issue 40; docs/explanation/
+# measured-or-estimated.md) Per profile, on the held-out seeds: edgemon's policy fed the
+# players' measured state (edgemon's slack feed: the deadline policy's headroom, and parking),
+# the server's estimate of it (the same rules on the peers' formula), or neither; beside the
+# peers' own rules. Steady, a box that slows down, bursts, and the listeners the server cannot
+# see (pause, wifi, device, prebuffer); goodput at fixed loads, SLO capacity at 95 %. Then the
+# report, benchmarks/out/feed.md, and the figures the page shows, benchmarks/results/feed.jsonl.
+# On two cores: jetson about 10 minutes, x86-gpu about 90.
+FEED_PROFILES ?= jetson x86-gpu
+FEED_SCENES = --scenario steady --scenario slowdown --scenario burst --scenario pause \
+	--scenario wifi --scenario device --scenario prebuffer
+FEED_POLICIES = --policy edgemon --feed measured --feed estimated --feed none --feed oracle \
+	--policy estimated-park --policy estimated-edf
+bench-feed: $(STAMP)
+	mkdir -p $(BENCH_OUT)
+	for profile in $(FEED_PROFILES); do \
+	  run="$(WORTH_RUN) --profile $$profile $(FEED_POLICIES) $(FEED_SCENES) --seeds $(WORTH_SEEDS)"; \
+	  $(BIN)/python $(BENCH_LOOP) $$run --load 0.6,0.8,0.9,1.0,1.2 \
+	    --out $(BENCH_OUT)/feed-$$profile-goodput.jsonl > /dev/null && \
+	  $(BIN)/python $(BENCH_LOOP) $$run --slo-capacity 0.95 \
+	    --out $(BENCH_OUT)/feed-$$profile-slo.jsonl > /dev/null || exit 1; \
+	done
+	$(BIN)/python $(BENCH_LOOP) --feed-report $(BENCH_OUT)/feed-*.jsonl \
+	  --summary benchmarks/results/feed.jsonl > $(BENCH_OUT)/feed.md
 
 bench-loop: $(STAMP) .venv-vllm/.matplotlib
 	mkdir -p $(BENCH_OUT)

@@ -552,6 +552,109 @@ def real_headline() -> str:
     return "\n".join(out)
 
 
+FEED = ROOT / "benchmarks" / "results" / "feed.jsonl"
+FEED_ROLES = ("measured", "estimated", "none", "oracle", "estimated-park", "estimated-edf")
+FEED_NAMES = [f"`{role}`" for role in FEED_ROLES]
+FEED_LOADS = (0.8, 1.0, 1.2)
+
+
+def _feed_figures() -> dict[tuple[str, str, str, float, str], dict[str, Any]]:
+    """The rows of benchmarks/results/feed.jsonl by (kind, profile, scenario, point, role)."""
+    return {
+        (r["kind"], r["profile"], r["scenario"], float(r["at"]), r["role"]): r
+        for r in records(FEED)
+        if r["kind"] != "made"
+    }
+
+
+def _feed_points(kind: str) -> list[tuple[str, str]]:
+    """The (profile, scenario) pairs of `kind`, in the order the results file has them."""
+    rows = [r for r in records(FEED) if r["kind"] == kind]
+    return list(dict.fromkeys((r["profile"], r["scenario"]) for r in rows))
+
+
+def _difference(row: dict[str, Any] | None, scale: float, digits: int) -> str:
+    """`+1.0 [-2.0 to +3.6], 7/10`: a seed-by-seed difference and the seeds it was ahead."""
+    if row is None:
+        return "–"
+    median, low, high = (scale * row[k] for k in ("median", "min", "max"))
+    return (
+        f"{median:+.{digits}f} [{low:+.{digits}f} to {high:+.{digits}f}], "
+        f"{row['ahead']}/{row['seeds']}"
+    )
+
+
+def feed_made() -> str:
+    """What made the figures of measured against estimated."""
+    made = next(row for row in records(FEED) if row["kind"] == "made")
+    return (
+        f"Made by `{made['command']}` on {made['date']}, on the held-out seeds "
+        f"{', '.join(made['seeds'])}: median [least–most] over the seeds; a difference is taken "
+        "seed by seed (the same requests and listeners), with the seeds it was ahead."
+    )
+
+
+def feed_capacity() -> str:
+    """SLO capacity at 95 % of edgemon fed each, and of the peers."""
+    figures = _feed_figures()
+    out = [
+        "| profile | scenario | " + " | ".join(FEED_NAMES) + " | measured − estimated |",
+        "|---|---|" + "---|" * (len(FEED_NAMES) + 1),
+    ]
+    for profile, scenario in _feed_points("slo_capacity"):
+        cells = [figures.get(("slo_capacity", profile, scenario, 0.95, r)) for r in FEED_ROLES]
+        diff = figures.get(("slo_capacity", profile, scenario, 0.95, "measured - estimated"))
+        out.append(
+            f"| {profile} | {scenario} | "
+            + " | ".join(_cell(c) for c in cells)
+            + f" | {_difference(diff, 1.0, 2)} |"
+        )
+    return "\n".join(out)
+
+
+def feed_goodput() -> str:
+    """Goodput of edgemon fed what the players measured, less fed the estimate, in points."""
+    figures = _feed_figures()
+    out = [
+        "| profile | scenario | "
+        + " | ".join(f"measured − estimated, load {load:g}" for load in FEED_LOADS)
+        + " | oracle − estimated, 1.0 | goodput, measured, 1.0 |",
+        "|---|---|" + "---|" * (len(FEED_LOADS) + 2),
+    ]
+    for profile, scenario in _feed_points("goodput"):
+        cells = [
+            _difference(
+                figures.get(("goodput", profile, scenario, load, "measured - estimated")), 100, 1
+            )
+            for load in FEED_LOADS
+        ]
+        bound = figures.get(("goodput", profile, scenario, 1.0, "oracle - estimated"))
+        mine = figures.get(("goodput", profile, scenario, 1.0, "measured"))
+        out.append(
+            f"| {profile} | {scenario} | "
+            + " | ".join([*cells, _difference(bound, 100, 1), _cell(mine, percent=True)])
+            + " |"
+        )
+    return "\n".join(out)
+
+
+def feed_prebuffer() -> str:
+    """Start-SLO misses among admitted requests with prebuffering players, per feed."""
+    figures = _feed_figures()
+    out = [
+        "| profile | load | " + " | ".join(FEED_NAMES) + " |",
+        "|---|---|" + "---|" * len(FEED_NAMES),
+    ]
+    for profile, _ in [p for p in _feed_points("late_admitted") if p[1] == "prebuffer"]:
+        for load in FEED_LOADS:
+            cells = [
+                figures.get(("late_admitted", profile, "prebuffer", load, r)) for r in FEED_ROLES
+            ]
+            shown = " | ".join(_cell(c, percent=True) for c in cells)
+            out.append(f"| {profile} | {load:g} | {shown} |")
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "real-made": real_made,
     "real-headline": real_headline,
@@ -563,6 +666,10 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "worth-parts": worth_parts,
     "worth-lengths": worth_lengths,
     "worth-home": worth_home,
+    "feed-made": feed_made,
+    "feed-capacity": feed_capacity,
+    "feed-goodput": feed_goodput,
+    "feed-prebuffer": feed_prebuffer,
 }
 GENERATORS |= {
     f"{prefix}-{bench}": functools.partial(figures_table, path, bench)

@@ -43,6 +43,11 @@ N*+1 (N*: the largest batch whose decode step fits a frame), `realtime` and `edg
 max hold, and other settings. `--chunks` sets the engine's chunk schedule (`5,25`, or a ramp
 `4,4,8,16,25`). `--report FILE…` prints the goodput targets and the tables from rows written
 before, and `--plot DIR` draws goodput against load, one PNG per profile (matplotlib).
+
+`--feed F` (repeatable) runs `edgemon` fed F of its players: `measured` (edgemon's slack
+feed), `estimated` (the server's estimate), `none`, or the `oracle` bound; the scenarios
+`pause`, `wifi`, `device` and `prebuffer` bring the listeners the server cannot see
+(`edgemon.simulate.listeners`), and `--feed-report FILE…` compares the feeds (make bench-feed).
 """
 
 from __future__ import annotations
@@ -66,6 +71,14 @@ from _slo_capacity import parse_bounds  # noqa: E402
 
 from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row  # noqa: E402
+from edgemon.simulate.listeners import (  # noqa: E402
+    DEFAULT_DEVICE,
+    DEFAULT_PAUSE,
+    DEFAULT_PREBUFFER,
+    DEFAULT_WIFI,
+    LISTENER_SCENARIOS,
+)
+from edgemon.simulate.parked import FEEDS  # noqa: E402
 from edgemon.simulate.policies import EDGEMON, SHIPPED_GUARD_MS, policy  # noqa: E402
 from edgemon.simulate.profiles import PROFILES, Profile, StepModel  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
@@ -340,6 +353,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         f"every P s: steps × the profile's measured factor for SHARE ({DEFAULT_CONTENTION}; "
         "benchmarks/real_engine.py runs the same flag on the real engine)",
     )
+    listeners = (
+        ("pause", DEFAULT_PAUSE),
+        ("wifi", DEFAULT_WIFI),
+        ("device", DEFAULT_DEVICE),
+        ("prebuffer", DEFAULT_PREBUFFER),
+    )
+    for name, default in listeners:
+        parser.add_argument(
+            f"--{name}",
+            default=default,
+            help=f"the {name} scenario's listeners ({default}; see edgemon/simulate/listeners.py)",
+        )
+    parser.add_argument(
+        "--feed",
+        action="append",
+        choices=FEEDS,
+        help="repeatable: run `edgemon` fed this of its players (edgemon+feed:FEED): measured "
+        "(edgemon's slack feed: what the players reported), estimated (the server's estimate), "
+        "none; without it, `edgemon` as shipped",
+    )
     parser.add_argument(
         "--lengths",
         choices=LENGTHS,
@@ -367,6 +400,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="also write the rows (JSON lines) here")
     parser.add_argument("--report", type=Path, nargs="+", help="tables from rows written before")
     parser.add_argument("--plot", type=Path, help="with --report: one PNG per scenario here")
+    parser.add_argument(
+        "--feed-report",
+        type=Path,
+        nargs="+",
+        help="rows of make bench-feed: measured, estimated or no feed, and the peers; with "
+        "--summary the documentation's figures",
+    )
     parser.add_argument(
         "--real-report",
         type=Path,
@@ -415,6 +455,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                 network=args.network,
                 contention=args.contention,
                 factor=profile.contention_factor(share),
+                listeners={name: getattr(args, name) for name in LISTENER_SCENARIOS},
             )
             for name in (args.scenario or ["steady"])
         ]
@@ -425,6 +466,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         texts += worth_policies(profile, args.worth) if args.worth else []
         chosen = args.sweep or args.targets or args.worth
         texts += args.policy or ([] if chosen else ["edgemon"])
+        if args.feed:
+            fed = [f"edgemon+feed:{f}" for f in args.feed]
+            texts = [t for text in texts for t in (fed if text == "edgemon" else [text])]
         args.policies = [policy(text, profile) for text in dict.fromkeys(texts)]
     except ValueError as exc:
         parser.error(str(exc))
@@ -605,6 +649,18 @@ def main(argv: list[str] | None = None) -> int:
                 "arrivals_s": sorted({r["arrivals_s"] for r in searched}),
             }
             lines = [made, *real_summary(read)]
+            args.summary.write_text("".join(json.dumps(r) + "\n" for r in lines), "utf-8")
+        return 0
+    if args.feed_report:
+        from _feed import report as feed_report  # noqa: PLC0415
+        from _feed import summary as feed_summary  # noqa: PLC0415
+
+        read = _read_rows(args.feed_report)
+        print("\n".join(feed_report(read)))
+        if args.summary is not None:
+            seeds = sorted({str(r["seeds"]) for r in read if r.get("kind") == "slo_capacity"})
+            made = {"kind": "made", "command": "make bench-feed", "date": _today(), "seeds": seeds}
+            lines = [made, *feed_summary(read)]
             args.summary.write_text("".join(json.dumps(r) + "\n" for r in lines), "utf-8")
         return 0
     if args.report or args.spots:

@@ -588,13 +588,19 @@ class Reference:
 
 
 def _start_silence(st: Stream) -> float | None:
-    """The start event to playback start as the first chunk set it (None: no start event or
-    no chunk)."""
-    if st.start_t is None or not st.chunks:
+    """The start event to playback start as the first chunk that knows it set it: the first
+    chunk's, unless its player had not started yet (play start 2^53), then the first later
+    one's that gives its start (None: no start event, or no chunk knew it)."""
+    if st.start_t is None:
         return None
-    first = st.chunks[0]
-    begins = first.play_start if first.play_start is not None else st.play_start
-    return max(0.0, (first.t if begins is None else begins) - st.start_t)
+    begins = st.play_start
+    for chunk in st.chunks:
+        if chunk.play_start is not None:
+            begins = chunk.play_start
+        at = st.chunks[0].t if begins is None else begins
+        if at < 2.0**53:
+            return max(0.0, at - st.start_t)
+    return None
 
 
 def _slack_before(st: Stream, i: int) -> float:

@@ -77,3 +77,22 @@ def test_pieces_of_one_delivery_leave_the_estimates_alone_and_a_gap_takes_the_to
         device_gap=None, default_gap_ms=200.0,
     )  # fmt: skip
     assert (stream.buffered, stream.last_seq, stream.chunks) == (900.0, 5, 3)
+
+
+def test_a_player_not_started_yet_is_not_consumed_and_its_start_silence_waits() -> None:
+    """A prebuffering player reports play start 2^53 ("not yet") with its first chunk: its
+    audio is not consumed and no start silence is counted; the chunk that gives its real
+    start, 900 after the start event, fixes the start silence at 900, and a later move of
+    the play start (a pause) leaves it there."""
+    stream = Stream(
+        "s", t_ms=100.0, rebuffer=False, margin=0.0, margin_from_start=None,
+        started_by_event=True, play_start_ms=None,
+    )  # fmt: skip
+    stats = DeviceStats()
+    take(stream, chunk(150.0, 0, 400.0, play_start_ms=float(2**53)), stats)
+    assert (stream.start_silence_ms, stats.start_silence.count) == (None, 0)
+    assert stream.slack_at(5_000.0) == 400.0
+    take(stream, chunk(1_000.0, 1, 400.0, play_start_ms=1_000.0), stats)
+    assert (stream.start_silence_ms, stats.start_silence.total) == (900.0, 900.0)
+    take(stream, chunk(2_000.0, 2, 400.0, play_start_ms=1_500.0), stats)
+    assert (stream.start_silence_ms, stats.start_silence.count) == (900.0, 1)

@@ -338,3 +338,45 @@ def test_the_real_report_summarises_real_figures_beside_their_prediction(tmp_pat
     assert by["slo_capacity", "edgemon", "real"]["values"] == [0.6, 0.4]
     assert by["slo_capacity", "edgemon", "virtual"]["values"] == [0.7, 0.5]  # not seed 9's
     assert by["goodput", "edgemon", "real"]["median"] == 0.25
+
+
+def feed_row(policy: str, seed: int, **fields: Any) -> dict[str, Any]:
+    """A virtual row of `make bench-feed`."""
+    base = {"mode": "virtual", "profile": "jetson", "scenario": "pause", "lengths": "eos"}
+    return base | {"policy": policy, "seed": seed} | fields
+
+
+def test_the_feed_report_compares_the_feeds_seed_by_seed(tmp_path: Path) -> None:
+    """`--feed-report ... --summary`: per point each feed's and peer's median [least–most],
+    the measured − estimated difference taken seed by seed with how many seeds it was ahead,
+    the start-SLO misses among admitted requests, and SLO capacities below the bisection's low
+    bound counted as 0; other policies are left out."""
+    lines: list[dict[str, Any]] = []
+    for seed, (measured, estimated) in enumerate([(0.80, 0.70), (0.60, 0.65), (0.90, 0.80)], 1):
+        for policy, good in (
+            ("edgemon+feed:measured", measured),
+            ("edgemon+feed:estimated", estimated),
+            ("estimated-park", 0.1),
+            ("queued:12:12", 0.99),
+        ):
+            lines.append(
+                feed_row(policy, seed, load=1.0, goodput=good, late=10, offered=100, shed=50)
+            )
+        search = {"kind": "slo_capacity", "slo_target": 0.95, "seeds": "1-3"}
+        lines.append(feed_row("edgemon+feed:measured", seed, slo_capacity=0.5, **search))
+        lines.append(feed_row("edgemon+feed:estimated", seed, slo_capacity=None, **search))
+    rows, summary = tmp_path / "rows.jsonl", tmp_path / "feed.jsonl"
+    rows.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = bench("--feed-report", str(rows), "--summary", str(summary))
+    assert done.returncode == 0, done.stderr
+    assert "| jetson | pause | 1 | 80.0 [60.0 to 90.0] | 70.0 [65.0 to 80.0] |" in done.stdout
+    made, *figures = json_lines(summary.read_text())
+    assert (made["kind"], made["command"], made["seeds"]) == ("made", "make bench-feed", ["1-3"])
+    by = {(row["kind"], row["role"]): row for row in figures}
+    diff = by["goodput", "measured - estimated"]
+    assert (diff["median"], diff["min"], diff["max"]) == (0.1, -0.05, 0.1)
+    assert (diff["ahead"], diff["behind"], diff["seeds"]) == (2, 1, 3)
+    assert by["late_admitted", "measured"]["median"] == 0.2
+    assert by["slo_capacity", "estimated"]["median"] == 0.0
+    assert by["slo_capacity", "measured - estimated"]["median"] == 0.5
+    assert not any("queued" in str(row.get("role")) for row in figures)

@@ -15,6 +15,9 @@ from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA
 
 #: The weight an EWMA keeps of its old value.
 KEEP = 1 - EWMA_ALPHA
+#: A `play_start_ms` of 2^53 says the player has not started and cannot tell when it will
+#: (docs/protocol.md): its buffer is not consumed, and the start silence waits for its start.
+NOT_STARTED_MS = float(2**53)
 
 if TYPE_CHECKING:
     from edgemon.engine.events import ChunkEvent
@@ -61,7 +64,13 @@ def take_chunk(  # noqa: C901, PLR0912 - one pass over a chunk, on the hot path
             stats.time_to_first_audio.observe(stream.first_audio_ms)
     if event.play_start_ms is not None:
         stream.start = event.play_start_ms
-    if stream.chunks == 0 and stream.t_start_event is not None:
+    if (
+        stream.start_silence_ms is None
+        and stream.t_start_event is not None
+        and stream.start < NOT_STARTED_MS
+    ):
+        # The first chunk that knows the play start fixes the start silence: the first one,
+        # unless its player had not started yet ("not yet": docs/protocol.md).
         stream.start_silence_ms = silence = max(0.0, stream.start - stream.t_start_event)
         stats.start_silence.observe(silence)
     if gap and event.audio_total_ms is not None:

@@ -127,6 +127,12 @@ class Frames:
         return self.emitted - self.pending
 
     @property
+    def next_frames(self) -> int:
+        """Frames the next chunk still needs (the final one may need fewer)."""
+        size = self.profile.chunk_size(self.chunks) - self.pending
+        return max(0, min(size, self.total - self.emitted))
+
+    @property
     def done(self) -> bool:
         """Every frame of the request was emitted."""
         return self.emitted >= self.total
@@ -191,6 +197,7 @@ class TtsEngine:
         "_step_factor",
         "_waiting",
         "max_num_seqs",
+        "parked_steps",
         "profile",
         "step_estimate_ms",
     )
@@ -240,6 +247,8 @@ class TtsEngine:
         self._running: list[_Running] = []
         #: The engine's running estimate of a step's duration (for the `eta_ms` hints).
         self.step_estimate_ms = profile.step.step_ms(0, 1)
+        #: Steps running streams sat out, summed over the streams (the pacing's parking).
+        self.parked_steps = 0
 
     @property
     def waiting(self) -> int:
@@ -265,7 +274,7 @@ class TtsEngine:
             verdict = hook.policy.arrive(
                 self._waiting_view(request),
                 now,
-                self._running_views(),
+                self._running_views(now),
                 self._waiting_views(),
                 hook.throttle(),
             )
@@ -285,8 +294,15 @@ class TtsEngine:
         held = len(self._held) if pacing is not None and pacing.frees_seats else 0
         return len(self._running) - held
 
-    def _running_views(self) -> list[Running]:
+    def _running_views(self, now_ms: float) -> list[Running]:
+        """The deadline policy's view of the running requests that take part in steps (a
+        stream the pacing parked, freeing its row, does not; nor one edgemon's parking could
+        park now)."""
         known = self._lengths_known
+        pacing = self._pacing
+        parked: frozenset[str] = frozenset()
+        if pacing is not None and pacing.frees_seats:
+            parked = self._held | pacing.spare(now_ms, self._streams())
         return [
             Running(
                 r.request.id,
@@ -298,6 +314,7 @@ class TtsEngine:
                 first_chunk_ms=r.frames.first_ms,
             )
             for r in self._running
+            if r.request.id not in parked
         ]
 
     def _waiting_view(self, request: Request) -> Waiting:
@@ -320,7 +337,7 @@ class TtsEngine:
         headroom = hook.throttle().headroom_ms
         plan = hook.policy.plan(
             now_ms,
-            self._running_views(),
+            self._running_views(now_ms),
             self._waiting_views(),
             Throttle(held=held, headroom_ms=headroom),
         )
@@ -364,7 +381,7 @@ class TtsEngine:
         `max_num_seqs`; the prompt tokens they take this step."""
         taken = 0
         for request in chosen:
-            if budget <= taken or len(self._running) >= self.max_num_seqs:
+            if budget <= taken or self._occupied() >= self.max_num_seqs:
                 break
             self._waiting.remove(request)
             taken += self._start(request, budget - taken, framed, admitted)
@@ -386,12 +403,26 @@ class TtsEngine:
 
     def _streams(self) -> list[Stream]:
         """The running requests whose prefill is done, as the pacing sees them."""
-        frame_ms = self.profile.frame_ms
+        profile = self.profile
+        frame_ms = profile.frame_ms
         return [
-            Stream(r.request.id, r.request.arrival_ms, r.frames.first_ms, r.frames.sent * frame_ms)
+            Stream(
+                r.request.id,
+                r.request.arrival_ms,
+                r.frames.first_ms,
+                r.frames.sent * frame_ms,
+                next_frames=r.frames.next_frames,
+            )
             for r in self._running
             if r.prefilled >= r.request.prompt_tokens
         ]
+
+    def _rows(self) -> int:
+        """The batch rows requests may take: `max_num_seqs`, within the deadline policy's
+        real-time batch when it has one."""
+        hook = self._deadlines
+        limit = None if hook is None else hook.policy.limit
+        return self.max_num_seqs if limit is None else min(limit, self.max_num_seqs)
 
     def _continue(self, framed: list[_Running]) -> tuple[int, int, int]:
         """The running requests' share of a step: (prompt tokens, decodes, budget left);
@@ -425,8 +456,9 @@ class TtsEngine:
         framed: list[_Running] = []
         if self._pacing is not None:
             self._held = self._pacing.held(
-                now_ms, self._streams(), self.max_num_seqs - self._occupied()
+                now_ms, self._streams(), self._rows() - self._occupied(), waiting=self.waiting
             )
+            self.parked_steps += len(self._held)
         prefill_tokens, decode_seqs, budget = self._continue(framed)
         held = bool(self._waiting) and self._gate is not None and self._gate()
         admitted: list[str] = []

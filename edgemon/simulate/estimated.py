@@ -51,6 +51,8 @@ class Stream:
     """When its first chunk was sent (None: none yet)."""
     sent_ms: float
     """Audio in the chunks it sent."""
+    next_frames: int = 0
+    """Frames its next chunk still needs."""
 
     def lead_ms(self, now_ms: float) -> float | None:
         """The estimated audio ahead of its player (None before its first chunk)."""
@@ -67,8 +69,16 @@ class Pacing(Protocol):
         """Whether a stream held out of steps frees its batch row for another request."""
         ...
 
-    def held(self, now_ms: float, streams: Sequence[Stream], free_rows: int) -> frozenset[str]:
-        """The streams that sit this step out (`free_rows`: batch rows free now)."""
+    def held(
+        self, now_ms: float, streams: Sequence[Stream], free_rows: int, *, waiting: int = 0
+    ) -> frozenset[str]:
+        """The streams that sit this step out (`free_rows`: batch rows free now; `waiting`:
+        requests waiting for admission)."""
+        ...
+
+    def spare(self, now_ms: float, streams: Sequence[Stream]) -> frozenset[str]:
+        """Running streams whose rows count as free for an arriving request, beyond those
+        held this step (edgemon's parking: the streams it could park now)."""
         ...
 
     def ended(self, stream: str) -> None:
@@ -100,9 +110,13 @@ class EstimatedPark:
         self.overdue_ms = overdue_ms
         self._parked: dict[str, float] = {}  # stream -> when it wakes
 
-    def held(self, now_ms: float, streams: Sequence[Stream], free_rows: int) -> frozenset[str]:
+    def held(
+        self, now_ms: float, streams: Sequence[Stream], free_rows: int, *, waiting: int = 0
+    ) -> frozenset[str]:
         """The streams that sit this step out: parked ones (after waking the due ones into
-        `free_rows` free batch rows), and those whose lead passed the park lead now."""
+        `free_rows` free batch rows), and those whose lead passed the park lead now (whether
+        requests wait or not)."""
+        del waiting
         parked = self._parked
         due = [(wake, name) for name, wake in parked.items() if wake <= now_ms]
         if due:
@@ -118,6 +132,11 @@ class EstimatedPark:
             if lead is not None and lead > self.park_ms:
                 parked[stream.id] = now_ms + max(0.0, lead - self.resume_ms)
         return frozenset(parked)
+
+    def spare(self, now_ms: float, streams: Sequence[Stream]) -> frozenset[str]:
+        """None beyond the parked ones."""
+        del now_ms, streams
+        return frozenset()
 
     def ended(self, stream: str) -> None:
         """`stream` finished."""
@@ -145,13 +164,20 @@ class EstimatedEdf:
             return stream.arrival_ms + self.start_slo_ms
         return stream.first_sent_ms + stream.sent_ms
 
-    def held(self, now_ms: float, streams: Sequence[Stream], free_rows: int) -> frozenset[str]:
+    def held(
+        self, now_ms: float, streams: Sequence[Stream], free_rows: int, *, waiting: int = 0
+    ) -> frozenset[str]:
         """The streams beyond the `window` earliest due; they sit this step out."""
-        del now_ms, free_rows  # the order alone decides
+        del now_ms, free_rows, waiting  # the order alone decides
         if len(streams) <= self.window:
             return frozenset()
         ranked = sorted(streams, key=lambda s: (self.due_ms(s), s.arrival_ms))
         return frozenset(s.id for s in ranked[self.window :])
+
+    def spare(self, now_ms: float, streams: Sequence[Stream]) -> frozenset[str]:
+        """None: a stream that waits keeps its row."""
+        del now_ms, streams
+        return frozenset()
 
     def ended(self, stream: str) -> None:
         """`stream` finished (nothing is kept per stream)."""

@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgemon.engine import EngineConfig
+from edgemon.engine.feed import SlackEntry, slack_feed
 from edgemon.engine.outputs import ThrottleChanged
 from edgemon.monitor import Monitor
 from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS, Throttle
 from edgemon.simulate.budget import SpendableBudget
+from edgemon.simulate.listeners import NO_PLAN
 from edgemon.simulate.players import Delivery, Player, Score, score
 from edgemon.simulate.policies import OPEN_POLICY, Policy
 from edgemon.simulate.scenarios import STEADY, RequestSource
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 
     from edgemon.engine.outputs import Output
     from edgemon.simulate.engine import Chunk
+    from edgemon.simulate.listeners import ListenerPlan
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.scenarios import Scenario
     from edgemon.simulate.workload import Request
@@ -56,6 +59,11 @@ IDLE_POLL_MS = 5.0
 DRAIN_LIMIT_MS = 600_000.0
 """The longest a draining run goes on after its arrivals stopped (requests then still open
 are scored as they are)."""
+NOT_STARTED_MS = float(2**53)
+"""The `play_start_ms` a player that has not started yet reports (docs/protocol.md)."""
+FEED_PERIOD_MS = 150.0
+"""How often edgemon's slack feed reaches the engine (docs/protocol.md: at most every
+100–200 ms)."""
 
 
 class HoldGate:
@@ -128,6 +136,8 @@ class LoopResult:
     """edgemon's monitor as the run left it (its device `box` has the daemon's statistics)."""
     end_ms: float = 0.0
     """When the run ended and its players were scored (past the duration when it drained)."""
+    parked_steps: int = 0
+    """Steps running streams sat out, summed over the streams (a pacing rule's parking)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,8 +179,11 @@ class _VirtualLoop:
         "budget",
         "delivery",
         "engine",
+        "fed",
+        "fed_spendable",
         "fresh_step",
         "gate",
+        "listeners",
         "margin_ms",
         "monitor",
         "now",
@@ -204,6 +217,10 @@ class _VirtualLoop:
         self.refusing_since: float | None = None
         self.fresh_step = -1
         self.spendable: float | None = None
+        #: edgemon's slack feed as the engine last received it, and the spendable headroom
+        #: it implied then.
+        self.fed: dict[str, SlackEntry] = {}
+        self.fed_spendable: float | None = None
         self.engine = ServedEngine(
             profile,
             policy,
@@ -213,6 +230,7 @@ class _VirtualLoop:
             fits=None if self.budget is None else self._fits,
             step_factor=None if scenario.slowdown is None else scenario.step_factor,
             lengths_known=plan.lengths_known,
+            measured=self._oracle if plan.policy.parking == "oracle" else self.fed.get,
         )
         self.arrivals = RequestSource(
             plan.rate_rps,
@@ -224,6 +242,7 @@ class _VirtualLoop:
         self.delivery = Delivery(profile.network_ms, profile.network_jitter_ms, plan.seed)
         self.monitor = Monitor(EngineConfig())
         self.players: dict[str, Player] = {}
+        self.listeners: dict[str, ListenerPlan] = {}
         self.queue: list[tuple[float, int, str, Any]] = []
         self.order = itertools.count()
         self.throttle_since: float | None = None
@@ -235,10 +254,23 @@ class _VirtualLoop:
         self.open = 0  # requests neither finished nor refused
 
     def _throttle_state(self) -> Throttle:
-        """edgemon's throttle as the engine's gate knows it (no side effects)."""
-        gate = self.gate
-        held = self.plan.policy.gated and gate.throttle and not gate.releasing
-        return Throttle(held=held, headroom_ms=self.spendable)
+        """edgemon's throttle as the engine's gate knows it (no side effects), with the
+        headroom the policy is fed."""
+        gate, policy = self.gate, self.plan.policy
+        held = policy.gated and gate.throttle and not gate.releasing
+        fed = self.fed_spendable
+        headroom = {"measured": fed, "oracle": fed, "none": None}.get(
+            policy.feed or "", self.spendable
+        )
+        return Throttle(held=held, headroom_ms=headroom)
+
+    def _oracle(self, stream: str) -> SlackEntry | None:
+        """`stream`'s player as it truly is now (the oracle feed): the time until it runs dry
+        once it has started (a pause counted whole as it begins), its audio before."""
+        player, now = self.players[stream], self.now
+        if player.start_ms is None or player.stopped:
+            return SlackEntry(stream, player.slack_ms(now) or player.audio_ms, math.inf, now)
+        return SlackEntry(stream, player.start_ms + player.audio_ms - now, now, now)
 
     def run(self) -> LoopResult:
         plan = self.plan
@@ -248,8 +280,14 @@ class _VirtualLoop:
             "message": self._message,
             "timer": self._timer,
             "gate": self._gate,
+            "hold": self._hold,
+            "feed": self._feed,
+            "fed": self._fed,
         }
         self._at(0.0, "engine")
+        policy = plan.policy
+        if {policy.parking, policy.feed} & {"measured", "oracle"}:
+            self._at(FEED_PERIOD_MS, "feed")
         end = plan.duration_ms
         while self.queue:
             t, _, kind, value = heapq.heappop(self.queue)
@@ -275,6 +313,7 @@ class _VirtualLoop:
             players=tuple(self.players.values()),
             monitor=self.monitor,
             end_ms=end,
+            parked_steps=self.engine.engine.parked_steps,
         )
 
     def _draining(self, t: float) -> bool:
@@ -291,7 +330,18 @@ class _VirtualLoop:
         for request in self.arrivals.due(t):
             self.requests += 1
             self.open += 1
-            self.players[request.id] = Player(request.id, request.arrival_ms)
+            listeners = self.plan.scenario.listeners
+            link = NO_PLAN
+            if listeners is not None:
+                at = request.arrival_ms
+                link = listeners.plan(self.plan.seed, request.id, request.audio_ms, at)
+                self.listeners[request.id] = link
+            self.players[request.id] = Player(
+                request.id,
+                request.arrival_ms,
+                start_at_audio_ms=link.start_at_audio_ms,
+                rebuffer_step_ms=link.rebuffer_step_ms,
+            )
             self._request_made(request.id, request.arrival_ms)
             if not engine.submit(request, t):
                 self._refuse(request.id)
@@ -312,7 +362,8 @@ class _VirtualLoop:
         network = self.plan.scenario.network
         for chunk in step.chunks:
             extra = 0.0 if network is None else network.extra_ms(chunk.t_ms)
-            self._at(self.delivery.arrival_ms(chunk, extra), "chunk", chunk)
+            link = self.listeners.get(chunk.request, NO_PLAN)
+            self._at(link.delivered_ms(self.delivery.arrival_ms(chunk, extra)), "chunk", chunk)
         self._at(step.end_ms, "engine")
 
     def _refuse(self, stream: str) -> None:
@@ -328,12 +379,22 @@ class _VirtualLoop:
         player = self.players[chunk.request]
         player.receive(chunk, self.now)
         self.open -= chunk.final
+        holds = self.listeners.get(chunk.request, NO_PLAN).holds
+        if chunk.seq == 0 and holds and player.start_ms is not None:
+            self._at(player.start_ms + holds[0][0], "hold", (chunk.request, 0))
         body = json.dumps(self._report(player, chunk)).encode()
         self._at(self.now + self.plan.report_latency_ms, "message", body)
 
     def _request_made(self, stream: str, t_ms: float) -> None:
         """The player sends `start` when it makes the request (as the README's player does)."""
-        start = {"type": "start", "stream": stream, "t_ms": t_ms, "margin_ms": self.margin_ms}
+        start: dict[str, Any] = {
+            "type": "start",
+            "stream": stream,
+            "t_ms": t_ms,
+            "margin_ms": self.margin_ms,
+        }
+        if self.players[stream].rebuffer_step_ms is not None:
+            start["player"] = "rebuffer"
         self._at(t_ms + self.plan.report_latency_ms, "message", json.dumps([start]).encode())
 
     def _report(self, player: Player, chunk: Chunk) -> list[dict[str, Any]]:
@@ -347,13 +408,38 @@ class _VirtualLoop:
             "audio_ms": chunk.audio_ms,
             "audio_total_ms": player.audio_ms,
         }
-        if chunk.seq == 0:
-            event["play_start_ms"] = player.start_ms
+        if chunk.seq == 0 or player.resumes_ms is not None or player.start_at_audio_ms:
+            start = player.reported_start_ms(self.now)
+            event["play_start_ms"] = NOT_STARTED_MS if start is None else start
         if chunk.final:
             event["final"] = True
         elif self.plan.eta_hints and chunk.eta_ms is not None:
             event["eta_ms"] = chunk.eta_ms
         return [event]
+
+    def _hold(self, which: tuple[str, int]) -> None:
+        """The listener pauses, or the player stalls, now; the next one is set up."""
+        stream, index = which
+        player = self.players[stream]
+        holds = self.listeners[stream].holds
+        player.hold(self.now, holds[index][1])
+        if index + 1 < len(holds) and not player.final and player.start_ms is not None:
+            at = max(self.now, player.start_ms + holds[index + 1][0])
+            self._at(at, "hold", (stream, index + 1))
+
+    def _feed(self, _: Any) -> None:
+        """edgemon publishes its slack feed; the engine has it one gate latency later."""
+        device = self.monitor.engine.device(DEVICE)
+        entries = () if device is None else slack_feed(device, self.now)
+        change = ({e.stream: e for e in entries}, self._spendable())
+        self._at(self.now + self.plan.gate_latency_ms, "fed", change)
+        self._at(self.now + FEED_PERIOD_MS, "feed")
+
+    def _fed(self, change: tuple[dict[str, SlackEntry], float | None]) -> None:
+        """The slack feed reaches the engine."""
+        entries, self.fed_spendable = change
+        self.fed.clear()
+        self.fed.update(entries)
 
     def _message(self, body: bytes) -> None:
         out: list[Output] = []

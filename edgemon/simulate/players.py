@@ -66,6 +66,51 @@ class Player:
     """When the box's refusal reached the player (None: not refused)."""
     arrivals: list[tuple[float, float]] = field(default_factory=list)
     """Each chunk's `(arrival, audio)` in ms, in order (what a dump writes)."""
+    stood_ms: float = 0.0
+    """How long the player stood still in all: pauses, its own stalls."""
+    resumes_ms: float | None = None
+    """When its latest pause or stall ends (None: it never stood still)."""
+    _first_start_ms: float | None = field(default=None, repr=False)
+    """When playback first started, before any pause moved the play start."""
+    start_at_audio_ms: float | None = None
+    """A prebuffering player starts once it holds this much audio, or at the final chunk
+    (infinite: it buffers the whole stream); None: the default rule (the module doc)."""
+    rebuffer_step_ms: float | None = None
+    """A rebuffering player: when it runs dry it stops until it holds `start_at_audio_ms`
+    plus this much per underrun so far (None: it conceals, the default)."""
+    _stalled_since: float | None = field(default=None, repr=False)
+    _stall_played_ms: float = field(default=0.0, repr=False)
+
+    def hold(self, t_ms: float, duration_ms: float) -> bool:
+        """The player stops consuming at `t_ms` for `duration_ms` (its listener paused, or
+        it stalled): its play start moves later by that much. Ignored (False) unless it is
+        playing audio then: not before its start, nor once played out or dry."""
+        if self._stalled_since is not None:
+            return False  # a rebuffering player stopped already
+        if self.start_ms is None or t_ms < self.start_ms or self.slack_ms(t_ms) <= 0:
+            return False
+        if self.resumes_ms is None:
+            self._first_start_ms = self.start_ms
+        self.start_ms += duration_ms
+        self.stood_ms += duration_ms
+        self.resumes_ms = t_ms + duration_ms
+        return True
+
+    @property
+    def stopped(self) -> bool:
+        """A rebuffering player stopped because it ran dry, and waits to hold enough again."""
+        return self._stalled_since is not None
+
+    def reported_start_ms(self, t_ms: float) -> float | None:
+        """The play start its Reporter gives at `t_ms` (None: not started): a pause, or a
+        rebuffering player's stop, under way counts up to `t_ms` only (the player does not know
+        when it will end)."""
+        if self.start_ms is None:
+            return None
+        if self._stalled_since is not None:
+            return t_ms - self._stall_played_ms  # stopped: as if it started again now
+        ahead = 0.0 if self.resumes_ms is None else max(0.0, self.resumes_ms - t_ms)
+        return self.start_ms - ahead
 
     def refused(self, t_ms: float) -> None:
         """The box refused the request; the refusal arrived at `t_ms`."""
@@ -101,38 +146,85 @@ class Player:
         refused request: its listener was told at once)."""
         if self.shed_ms is not None:
             return 0.0
-        start = end_ms if self.start_ms is None else min(self.start_ms, end_ms)
+        start = self.start_ms if self.resumes_ms is None else self._first_start_ms
+        start = end_ms if start is None else min(start, end_ms)
         return max(0.0, start - self.requested_ms)
 
     def receive(self, chunk: Chunk, t_ms: float) -> None:
         """The chunk arrived at `t_ms`."""
         if self.final:
             raise ValueError(f"{self.stream}: a chunk after the final one")
-        if self.start_ms is None:
-            self.first_ms = t_ms
-            wait = 0.0 if chunk.eta_ms is None else max(0.0, chunk.eta_ms - chunk.audio_ms)
-            self.start_ms = t_ms + wait + self.cushion_ms
-        else:
-            self._run_dry_until(t_ms)
+        self._before(chunk, t_ms)
         self.audio_ms += chunk.audio_ms
         self.arrivals.append((t_ms, chunk.audio_ms))
         self.last_ms = t_ms
         self.chunks += 1
         self.final = chunk.final
+        if self.start_ms is None and self.start_at_audio_ms is not None:
+            if self.final or self.audio_ms >= self.start_at_audio_ms:
+                self.start_ms = t_ms
+        elif self._stalled_since is not None:
+            self._restart(t_ms)
         if self.in_underrun and self.slack_ms(t_ms) > 0:
             self.in_underrun = False
+
+    def _before(self, chunk: Chunk, t_ms: float) -> None:
+        """What the player did up to the arrival of `chunk` at `t_ms`: the first chunk sets
+        the default player's start; a started player may have run dry meanwhile."""
+        if self.first_ms is None:
+            self.first_ms = t_ms
+            if self.start_at_audio_ms is None:
+                wait = 0.0 if chunk.eta_ms is None else max(0.0, chunk.eta_ms - chunk.audio_ms)
+                self.start_ms = t_ms + wait + self.cushion_ms
+        elif self.start_ms is not None:
+            if self.rebuffer_step_ms is None:
+                self._run_dry_until(t_ms)
+            elif self._stalled_since is None and t_ms > self.start_ms + self.audio_ms:
+                self._stalled_since = self.start_ms + self.audio_ms  # it stopped there
+                self._stall_played_ms = self.audio_ms
+
+    def _restart(self, t_ms: float) -> None:
+        """A stopped rebuffering player starts again at `t_ms` if it holds enough (or has
+        the final chunk); the stop counts as one underrun."""
+        assert self._stalled_since is not None
+        assert self.start_at_audio_ms is not None
+        assert self.rebuffer_step_ms is not None
+        held = self.audio_ms - self._stall_played_ms
+        if not self.final and held < self.start_at_audio_ms + self.rebuffer_step_ms * (
+            self.underruns + 1
+        ):
+            return
+        gap = t_ms - self._stalled_since
+        self.underruns += 1
+        self.underrun_ms += gap
+        self.gap_ms = gap
+        self.longest_gap_ms = max(self.longest_gap_ms, gap)
+        self.start_ms = t_ms - self._stall_played_ms
+        self._stalled_since = None
 
     def slack_ms(self, t_ms: float) -> float:
         """Audio buffered ahead of the player at `t_ms` (negative: concealed audio)."""
         if self.start_ms is None:
             return 0.0
+        if self._stalled_since is not None:
+            return self.audio_ms - self._stall_played_ms
         return self.audio_ms - max(0.0, t_ms - self.start_ms)
 
     def settle(self, t_ms: float) -> None:
         """Account underrun time up to `t_ms` (the end of a run) without a chunk arriving."""
-        if self.start_ms is not None and not self.final:
+        if self.start_ms is None or self.final:
+            return
+        if self.rebuffer_step_ms is None:
             self._run_dry_until(t_ms)
             self.last_ms = max(self.last_ms, t_ms)
+            return
+        stopped = self._stalled_since
+        if stopped is None and t_ms > self.start_ms + self.audio_ms:
+            stopped = self.start_ms + self.audio_ms
+        if stopped is not None:  # still stopped at the end: one underrun, to the end
+            self.underruns += 1
+            self.underrun_ms += t_ms - stopped
+            self.longest_gap_ms = max(self.longest_gap_ms, t_ms - stopped)
 
     def played_ms(self, t_ms: float) -> float:
         """How long the stream has been playing by `t_ms` (its stream time)."""

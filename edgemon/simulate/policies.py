@@ -39,6 +39,14 @@ A policy is written as parts joined by `+`:
   prefills spread over requests' frames) or `decode` (the real-time admission's decode-only
   batch). With `realtime` it uses the measured real-time batch; with a gate, the gate's hold
   is bounded by each deadline;
+- `park:FEED`: edgemon's parking (`edgemon.policy.parking`): a running stream whose player
+  holds well over what it needs sits steps out while a request waits for its row, and rejoins
+  in time; FEED `measured` (the players' own reports, edgemon's slack feed) or `estimated`
+  (the server's estimate, the peers' formula);
+- `feed:FEED`: what edgemon's policy is fed of its players, for the deadline policy's headroom
+  and the parking: `measured`, `estimated`, `none` (neither: no headroom, no parking), or
+  `oracle` (parking on each player's true buffer at every instant, pauses known when they
+  begin: an upper bound on what any feed could buy; the headroom as `measured`);
 - `edgemon`: the policy edgemon ships, `EDGEMON` below (also as a part: `edgemon+budget`).
 
 So `cap:11`, `queued:10:12`, `gate:80:2000`, `realtime+lasting:80:2000`. Pure;
@@ -55,6 +63,7 @@ from typing import TYPE_CHECKING
 from edgemon.policy.deadlines import GUARD_MS, ORDERS, DeadlineSettings
 from edgemon.simulate.budget import AHEAD_FRAMES, BUDGET_MODES, BudgetSetting
 from edgemon.simulate.estimated import PARK_MS, RESUME_MS, PacingSetting
+from edgemon.simulate.parked import FEEDS, PARKING_FEEDS
 from edgemon.simulate.serving import OPEN_SERVING, Serving
 
 if TYPE_CHECKING:
@@ -103,12 +112,19 @@ class Policy:
     """Budget-aware admission (`edgemon.simulate.budget`)."""
     deadlines: DeadlineSettings | None = None
     """The deadline policy (`edgemon.policy.deadlines`)."""
+    parking: str | None = None
+    """edgemon's parking, on `measured` or `estimated` leads (None: none)."""
+    feed: str | None = None
+    """Where the deadline policy's headroom comes from: `measured` (edgemon's slack feed),
+    `estimated` (the server's estimate), `none`; None: edgemon's throttle objects, as the
+    gate carries them."""
 
     @property
     def kind(self) -> str:
         """`open`, `cap` (a static configuration of vLLM's flags), `estimated` (the peers'
         pacing), `gate` or `mine` (the families the report compares)."""
-        if self.realtime or self.lasting or self.budget is not None or self.deadlines is not None:
+        mine = self.budget is not None or self.deadlines is not None or self.parking is not None
+        if self.realtime or self.lasting or mine:
             return "mine"
         if self.gated:
             return "gate"
@@ -136,6 +152,8 @@ class _Parts:
     frames: float = 1.0
     budget: BudgetSetting | None = None
     deadlines: DeadlineSettings | None = None
+    parking: str | None = None
+    feed: str | None = None
 
     def read(self, name: str, args: list[str], profile: Profile) -> bool:
         """Take the part `name:args`; False if it is no part."""
@@ -190,6 +208,17 @@ class _Parts:
                 raise ValueError(f"policy {whole!r}: `headroom` follows a `deadline` part")
             self.deadlines = replace(self.deadlines, estimate_headroom=True)
         else:
+            return self._fed(name, args)
+        return True
+
+    def _fed(self, name: str, args: list[str]) -> bool:
+        """`park:` and `feed:`; False if `name:args` is neither."""
+        if name == "park" and len(args) == 1 and args[0] in PARKING_FEEDS:
+            self.parking = args[0]
+        elif name == "feed" and len(args) == 1 and args[0] in FEEDS:
+            self.feed = args[0]
+            self.parking = None if args[0] == "none" else args[0]
+        else:
             return False
         return True
 
@@ -207,7 +236,8 @@ def policy(text: str, profile: Profile) -> Policy:
                 f"unknown policy {text!r}: open, cap:N, queued:N:M, tokens:N:T, chunked:B[:L], "
                 "estimated-park[:PARK_MS:RESUME_MS], estimated-edf[:K], gate:MARGIN_MS:HOLD_MS, "
                 "lasting:MARGIN_MS:HOLD_MS, realtime[:F], budget[:FRAMES[:ALLOW_MS[:MODE]]], "
-                "deadline[:ORDER[:SHED[:GUARD_MS[:BATCH]]]], edgemon, or parts joined by '+'"
+                "deadline[:ORDER[:SHED[:GUARD_MS[:BATCH]]]], park:measured|estimated|oracle, "
+                "feed:measured|estimated|none|oracle, edgemon, or parts joined by '+'"
             )
     gate_margin, gate_hold, gate_lasting = (
         (None, 2000.0, False) if parts.gate is None else parts.gate
@@ -216,6 +246,10 @@ def policy(text: str, profile: Profile) -> Policy:
         serving = Serving(**parts.serving)
     except ValueError as exc:
         raise ValueError(f"policy {text!r}: {exc}") from None
+    deadlines = parts.deadlines
+    if parts.feed is not None and deadlines is not None:
+        # The feed replaces `headroom`: the estimate only when fed the estimate.
+        deadlines = replace(deadlines, estimate_headroom=parts.feed == "estimated")
     return Policy(
         label=label,
         max_num_seqs=parts.cap,
@@ -228,7 +262,9 @@ def policy(text: str, profile: Profile) -> Policy:
         realtime=parts.realtime,
         realtime_frames=parts.frames,
         budget=parts.budget,
-        deadlines=parts.deadlines,
+        deadlines=deadlines,
+        parking=parts.parking,
+        feed=parts.feed,
     )
 
 

@@ -16,7 +16,9 @@ Pure and seeded. A `Scenario` is steady plus at most one of:
 - **contention** `W:P:SHARE`: another job takes SHARE of the engine's compute for the last W
   seconds of every P seconds. On the real engine (`benchmarks/real_engine.py`) a co-tenant
   process does it; here it is the step slowdown that co-tenant was measured to cause on the
-  profile's box (`Profile.contention_factor`), applied as a slowdown in those windows.
+  profile's box (`Profile.contention_factor`), applied as a slowdown in those windows;
+- **pause**, **wifi**, **device**, **prebuffer**: listeners and players doing what the server
+  cannot see (`edgemon.simulate.listeners`).
 """
 
 from __future__ import annotations
@@ -26,12 +28,21 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edgemon.simulate.listeners import (
+    DEFAULT_DEVICE,
+    DEFAULT_PAUSE,
+    DEFAULT_PREBUFFER,
+    DEFAULT_WIFI,
+    LISTENER_SCENARIOS,
+    Listening,
+    listening,
+)
 from edgemon.simulate.workload import Arrivals, Request, draw
 
 if TYPE_CHECKING:
     from edgemon.simulate.profiles import Workload
 
-SCENARIOS = ("steady", "slowdown", "burst", "network", "contention")
+SCENARIOS = ("steady", "slowdown", "burst", "network", "contention", *LISTENER_SCENARIOS)
 DEFAULT_SLOWDOWN = "1.3:20:60"
 DEFAULT_BURST = "6:30"
 DEFAULT_NETWORK = "300:5:30"
@@ -97,6 +108,8 @@ class Scenario:
     slowdown: Slowdown | None = None
     burst: Burst | None = None
     network: Network | None = None
+    listeners: Listening | None = None
+    """What the listeners do that the server cannot see (`edgemon.simulate.listeners`)."""
 
     def step_factor(self, t_ms: float) -> float:
         """Step-time factor at `t_ms` (1 outside a slowdown)."""
@@ -116,6 +129,8 @@ class Scenario:
         if self.network is not None:
             n = self.network
             return f"network {n.delay_ms:g}:{n.windows.window_s:g}:{n.windows.period_s:g}"
+        if self.listeners is not None:
+            return self.listeners.describe()
         return "steady"
 
 
@@ -150,11 +165,13 @@ def scenario(
     network: str = DEFAULT_NETWORK,
     contention: str = DEFAULT_CONTENTION,
     factor: float | None = None,
+    listeners: dict[str, str] | None = None,
 ) -> Scenario:
     """The scenario `name` with its flag's parameters (ValueError naming what is wrong).
 
     `contention` needs `factor`: the step slowdown its share causes (the profile's measured
-    `contention_factor`)."""
+    `contention_factor`); `listeners` maps `pause`, `wifi`, `device` and `prebuffer` to their
+    flags' text (default: `edgemon.simulate.listeners`'s)."""
     if name == "steady":
         return STEADY
     if name == "contention":
@@ -175,6 +192,15 @@ def scenario(
     if name == "network":
         delay, window, period = _numbers(network, 3, "--network D:S:P")
         return Scenario(name, network=Network(delay, _windows(window, period, "--network")))
+    if name in LISTENER_SCENARIOS:
+        texts = {
+            "pause": DEFAULT_PAUSE,
+            "wifi": DEFAULT_WIFI,
+            "device": DEFAULT_DEVICE,
+            "prebuffer": DEFAULT_PREBUFFER,
+        }
+        texts.update(listeners or {})
+        return Scenario(name, listeners=listening(name, texts[name]))
     raise ValueError(f"unknown scenario {name!r}: {', '.join(SCENARIOS)}")
 
 

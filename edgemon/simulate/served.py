@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING
 from edgemon.policy.deadlines import OPEN, START_SLO_MS, Deadlines
 from edgemon.policy.realtime import RealtimeAdmission
 from edgemon.simulate.engine import DeadlineHook, TtsEngine
+from edgemon.simulate.parked import FedParking
 from edgemon.simulate.players import PLAYER_CUSHION_MS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from edgemon.engine.feed import SlackEntry
     from edgemon.policy.deadlines import Throttle
     from edgemon.simulate.engine import Step
+    from edgemon.simulate.estimated import Pacing
     from edgemon.simulate.policies import Policy
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.workload import Request
@@ -58,6 +61,7 @@ class ServedEngine:
         fits: Callable[[Request, int], bool] | None = None,
         step_factor: Callable[[float], float] | None = None,
         lengths_known: bool = False,
+        measured: Callable[[str], SlackEntry | None] = lambda _stream: None,
     ) -> None:
         frames = policy.realtime_frames
         self.realtime = RealtimeAdmission(profile.frame_ms * frames) if policy.realtime else None
@@ -73,7 +77,28 @@ class ServedEngine:
             deadlines=None if self.deadlines is None else DeadlineHook(self.deadlines, throttle),
             lengths_known=lengths_known,
             serving=policy.serving,
-            pacing=None if policy.pacing is None else policy.pacing.make(start_slo_ms),
+            pacing=self._pacing(profile, policy, start_slo_ms, measured),
+        )
+
+    def _pacing(
+        self,
+        profile: Profile,
+        policy: Policy,
+        start_slo_ms: float,
+        measured: Callable[[str], SlackEntry | None],
+    ) -> Pacing | None:
+        """The peers' pacing, or edgemon's parking on its feed (`measured`: a stream's entry
+        in edgemon's slack feed, None if not in it), if the policy has either."""
+        if policy.pacing is not None:
+            return policy.pacing.make(start_slo_ms)
+        if policy.parking is None:
+            return None
+        return FedParking(
+            policy.parking,
+            measured=measured,
+            step_ms=lambda: self.engine.step_estimate_ms,
+            margin_ms=profile.margin_ms,
+            delivery_ms=profile.network_ms + profile.network_jitter_ms,
         )
 
     @property
