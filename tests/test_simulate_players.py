@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from edgemon.simulate.engine import Chunk
-from edgemon.simulate.loop import HoldGate, LoopPlan, run_loop
+from edgemon.simulate.hold_gate import HoldGate
+from edgemon.simulate.loop import LoopPlan, run_loop
 from edgemon.simulate.players import Delivery, Player, percentile, score
 from edgemon.simulate.policies import policy
 from edgemon.simulate.profiles import JETSON

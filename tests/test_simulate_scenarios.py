@@ -9,7 +9,8 @@ import pytest
 
 from edgemon.policy.deadlines import DeadlineSettings
 from edgemon.simulate.engine import TtsEngine
-from edgemon.simulate.loop import HoldGate, LoopPlan, run_loop
+from edgemon.simulate.hold_gate import HoldGate
+from edgemon.simulate.loop import LoopPlan, run_loop
 from edgemon.simulate.policies import policy
 from edgemon.simulate.profiles import JETSON
 from edgemon.simulate.scenarios import RequestSource, scenario

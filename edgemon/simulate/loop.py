@@ -4,9 +4,9 @@ Pure and deterministic, for tests and for choosing loads: a run of minutes takes
 a second. It drives the same parts the demo and the benchmark run in real time, except the two
 ends that need a broker: what a `Reporter` would publish is handed to edgemon's `Monitor`
 after `report_latency_ms`, and edgemon's throttle changes reach a `HoldGate` (the
-`ThrottleGate` rules: throttle only while edgemon says so and the hold is younger than
-`max_hold_ms`, then released, for one step (the seed's rule, `gate:`) or until a step admits
-(`lasting:`, what `ThrottleGate` does since `admitted()`)) after `gate_latency_ms`.
+`ThrottleGate` rules, `edgemon.simulate.hold_gate`) after `gate_latency_ms`. A policy fed what
+the players measured (`feed:measured`, `park:measured`) gets edgemon's slack feed every
+`FEED_PERIOD_MS`, one `gate_latency_ms` after edgemon published it.
 
 What the engine does besides (`LoopPlan`): a static cap (`max_num_seqs`), a release after
 `max_hold_ms` that lasts until a step admits a waiting request or the queue is empty
@@ -18,7 +18,9 @@ a `Scenario` (a slowdown, bursts, a slow network: `edgemon.simulate.scenarios`).
 
 A refusal reaches its player one network delay after the engine decided (an HTTP 503 on its
 way back); the player counts the request `shed` with how long that took, and reports its end
-(`refused`) to edgemon. Players are scored against the start and gap SLOs of the plan.
+(`refused`) to edgemon. Players are scored against the start and gap SLOs of the plan. The
+scenario's listeners (`edgemon.simulate.listeners`) pause, stall or prebuffer on the players'
+side, and their Reporters say so with each chunk's `play_start_ms`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from edgemon.engine.outputs import ThrottleChanged
 from edgemon.monitor import Monitor
 from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS, Throttle
 from edgemon.simulate.budget import SpendableBudget
+from edgemon.simulate.hold_gate import HoldGate
 from edgemon.simulate.listeners import NO_PLAN
 from edgemon.simulate.players import Delivery, Player, Score, score
 from edgemon.simulate.policies import OPEN_POLICY, Policy
@@ -64,59 +67,6 @@ NOT_STARTED_MS = float(2**53)
 FEED_PERIOD_MS = 150.0
 """How often edgemon's slack feed reaches the engine (docs/protocol.md: at most every
 100–200 ms)."""
-
-
-class HoldGate:
-    """The ThrottleGate's decision rule on an injected clock (milliseconds).
-
-    `lasting`: the release after `max_hold_ms` lasts until `admitted()` says a step admitted
-    a waiting request (or the queue emptied), instead of one step only.
-    """
-
-    __slots__ = ("_released", "_since", "held_ms", "holds", "lasting", "max_hold_ms", "throttle")
-
-    def __init__(self, max_hold_ms: float, *, lasting: bool = False) -> None:
-        self.max_hold_ms = max_hold_ms
-        self.lasting = lasting
-        self.throttle = False
-        self.holds = 0
-        self.held_ms = 0.0
-        self._since: float | None = None
-        self._released = False
-
-    def set(self, throttle: bool, now_ms: float) -> None:
-        """edgemon's throttle object changed (as seen at `now_ms`)."""
-        self.throttle = throttle
-        if not throttle:
-            self._end(now_ms)
-            self._released = False
-
-    @property
-    def releasing(self) -> bool:
-        """A lasting release is under way (the gate lets steps through until one admits)."""
-        return self._released
-
-    def admitted(self) -> None:
-        """A step admitted a waiting request, or none is waiting: a lasting release ends."""
-        self._released = False
-
-    def should_throttle(self, now_ms: float) -> bool:
-        """True while throttled and the current hold is younger than `max_hold_ms`."""
-        if not self.throttle or self._released:
-            return False
-        if self._since is None:
-            self._since = now_ms
-            self.holds += 1
-        if now_ms - self._since >= self.max_hold_ms:
-            self._end(now_ms)  # one step goes through; the next call starts a new hold
-            self._released = self.lasting
-            return False
-        return True
-
-    def _end(self, now_ms: float) -> None:
-        if self._since is not None:
-            self.held_ms += now_ms - self._since
-            self._since = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
