@@ -33,6 +33,8 @@ PLAYERS: Final = frozenset({"conceal", "rebuffer"})
 
 #: Largest time the wire accepts: beyond 2**53 float milliseconds stop being exact.
 MAX_TIME_MS: Final = float(2**53)
+#: A `play_start_ms` of this says the player has not started and cannot tell when it will.
+NOT_STARTED_MS: Final = MAX_TIME_MS
 #: `audio_ms`: 0 < x ≤ this.
 MAX_AUDIO_MS: Final = 600_000.0
 #: `eta_ms`: 0 ≤ x ≤ this.

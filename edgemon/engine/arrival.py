@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING
 
 from edgemon.engine.headroom import INF
 from edgemon.engine.stream import BURST_GAP_MS, EWMA_ALPHA
+from edgemon.protocol import NOT_STARTED_MS
 
 #: The weight an EWMA keeps of its old value.
 KEEP = 1 - EWMA_ALPHA
-#: A `play_start_ms` of 2^53 says the player has not started and cannot tell when it will
-#: (docs/protocol.md): its buffer is not consumed, and the start silence waits for its start.
-NOT_STARTED_MS = float(2**53)
 
 if TYPE_CHECKING:
     from edgemon.engine.events import ChunkEvent

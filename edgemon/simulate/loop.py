@@ -37,6 +37,7 @@ from edgemon.engine.feed import SlackEntry, slack_feed
 from edgemon.engine.outputs import ThrottleChanged
 from edgemon.monitor import Monitor
 from edgemon.policy.deadlines import GAP_SLO_MS, START_SLO_MS, Throttle
+from edgemon.protocol import NOT_STARTED_MS
 from edgemon.simulate.budget import SpendableBudget
 from edgemon.simulate.hold_gate import HoldGate
 from edgemon.simulate.listeners import NO_PLAN
@@ -62,11 +63,9 @@ IDLE_POLL_MS = 5.0
 DRAIN_LIMIT_MS = 600_000.0
 """The longest a draining run goes on after its arrivals stopped (requests then still open
 are scored as they are)."""
-NOT_STARTED_MS = float(2**53)
-"""The `play_start_ms` a player that has not started yet reports (docs/protocol.md)."""
 FEED_PERIOD_MS = 150.0
-"""How often edgemon's slack feed reaches the engine (docs/protocol.md: at most every
-100–200 ms)."""
+"""How often edgemon's slack feed reaches the engine (a feed would be published on change,
+at most every 100–200 ms)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -113,11 +113,11 @@ class Policy:
     deadlines: DeadlineSettings | None = None
     """The deadline policy (`edgemon.policy.deadlines`)."""
     parking: str | None = None
-    """edgemon's parking, on `measured` or `estimated` leads (None: none)."""
+    """edgemon's parking, on `measured`, `estimated` or `oracle` leads (None: none)."""
     feed: str | None = None
-    """Where the deadline policy's headroom comes from: `measured` (edgemon's slack feed),
-    `estimated` (the server's estimate), `none`; None: edgemon's throttle objects, as the
-    gate carries them."""
+    """Where the deadline policy's headroom comes from: `measured` or `oracle` (edgemon's
+    slack feed), `estimated` (the server's estimate), `none`; None: edgemon's throttle
+    objects, as the gate carries them."""
 
     @property
     def kind(self) -> str:
