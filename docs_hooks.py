@@ -577,7 +577,8 @@ def _difference(row: dict[str, Any] | None, scale: float, digits: int) -> str:
     """`+1.0 [-2.0 to +3.6], 7/10`: a seed-by-seed difference and the seeds it was ahead."""
     if row is None:
         return "–"
-    median, low, high = (scale * row[k] for k in ("median", "min", "max"))
+    # Rounded first, and + 0.0, so that a difference that rounds to zero never prints "-0.0".
+    median, low, high = (round(scale * row[k], digits) + 0.0 for k in ("median", "min", "max"))
     return (
         f"{median:+.{digits}f} [{low:+.{digits}f} to {high:+.{digits}f}], "
         f"{row['ahead']}/{row['seeds']}"
