@@ -67,3 +67,31 @@ def test_no_page_of_the_site_cites_an_issue_number() -> None:
 def test_the_pattern_finds_issue_numbers_and_nothing_else(text: str, cites: bool) -> None:
     """What counts as an issue number, and what merely looks like one."""
     assert bool(ISSUE_NUMBER.search(text)) is cites
+
+
+MAX_EXPLANATION_WORDS = 1500
+#: What an explanation page's word count leaves out: its front matter, code blocks, table rows
+#: and the markers the build replaces with generated tables.
+NOT_PROSE = re.compile(
+    r"\A---\n[\s\S]*?\n---\n|```[\s\S]*?```|^\|.*$|^<!-- generated: .* -->$", re.MULTILINE
+)
+
+
+def explanation_pages() -> list[Path]:
+    """The pages mkdocs.yml lists under "Explanation"."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    section = nav.split("  - Explanation:\n", 1)[1].split("\n  - ", 1)[0]
+    return [DOCS / line.split(": ", 1)[1] for line in section.splitlines() if ": " in line]
+
+
+def test_each_explanation_page_is_at_most_1500_words_of_prose() -> None:
+    """An explanation page states its results and how to reproduce them; the tables come from
+    the results files, and anything longer belongs in a reference page or the changelog."""
+    pages = explanation_pages()
+    assert len(pages) >= 5
+    long = {}
+    for page in pages:
+        words = len(NOT_PROSE.sub("", page.read_text(encoding="utf-8")).split())
+        if words > MAX_EXPLANATION_WORDS:
+            long[page.name] = words
+    assert not long, f"over {MAX_EXPLANATION_WORDS} words of prose: {long}"
