@@ -73,6 +73,7 @@ def test_a_rebuffering_player_stops_until_it_holds_more_after_each_underrun() ->
     player.receive(chunk(1, 400.0), 1000.0)
     assert player.underruns == 0
     assert player.slack_ms(1200.0) == 400.0  # stopped: it holds what came
+    assert player.played_ms(1200.0) == 800.0
     assert player.reported_start_ms(1200.0) == 400.0
     player.receive(chunk(2, 500.0), 1500.0)
     assert (player.underruns, player.underrun_ms, player.longest_gap_ms) == (1, 600.0, 600.0)

@@ -60,11 +60,6 @@ class Parking:
         self.band_ms = band_ms
         self._parked: set[str] = set()
 
-    @property
-    def parked(self) -> frozenset[str]:
-        """The streams parked now."""
-        return frozenset(self._parked)
-
     def spare(self, leads: Sequence[Lead]) -> frozenset[str]:
         """The streams parked now or that could be: their rows are as good as free for a
         request that arrives (it is admitted, and one of them parked for it)."""

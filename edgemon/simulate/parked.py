@@ -1,7 +1,8 @@
 """edgemon's parking (`edgemon.policy.parking`) as the simulated engine's pacing.
 
 The same rule, fed the leads the players measured (edgemon's slack feed, handed in by the
-caller) or the leads the server estimates (the peers' formula, `estimated.Stream.lead_ms`).
+caller), their true buffers (the oracle, handed in the same way), or the leads the server
+estimates (the peers' formula, `estimated.Stream.lead_ms`).
 What a stream needs to rejoin in time: its margin, its next chunk's frames at the engine's
 step estimate, and the delivery to its player.
 """

@@ -230,6 +230,8 @@ class Player:
         """How long the stream has been playing by `t_ms` (its stream time)."""
         if self.start_ms is None or t_ms <= self.start_ms:
             return 0.0
+        if self._stalled_since is not None:
+            return self._stall_played_ms  # stopped: it played what it had
         end = self.start_ms + self.audio_ms if self.final else t_ms
         return max(0.0, min(t_ms, end) - self.start_ms)
 
