@@ -292,7 +292,7 @@ bench-worth: $(STAMP)
 # peers' own rules. Steady, a box that slows down, bursts, and the listeners the server cannot
 # see (pause, wifi, device, prebuffer); goodput at fixed loads, SLO capacity at 95 %. Then the
 # report, benchmarks/out/feed.md, and the figures the page shows, benchmarks/results/feed.jsonl.
-# On two cores: jetson about 10 minutes, x86-gpu about 90.
+# On two cores: jetson about 6 minutes, x86-gpu about 45.
 FEED_PROFILES ?= jetson x86-gpu
 FEED_SCENES = --scenario steady --scenario slowdown --scenario burst --scenario pause \
 	--scenario wifi --scenario device --scenario prebuffer
