@@ -15,9 +15,10 @@ from typing import Any
 
 from _loop_report import median_range
 
+from edgemon.simulate.parked import FEEDS
+
 Row = dict[str, Any]
 
-FEEDS = ("measured", "estimated", "none", "oracle")
 PEERS = ("estimated-park", "estimated-edf")
 ROLES = (*FEEDS, *PEERS)
 SCENARIOS = ("steady", "slowdown", "burst", "pause", "wifi", "device", "prebuffer")

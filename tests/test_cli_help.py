@@ -13,6 +13,13 @@ from edgemon.cli.main import main
 COMMANDS = ("run", "demo", "replay", "kv-budget", "check-config", "simulate", "top")
 
 
+def python(*args: str) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter run with `args`, its output captured."""
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 def test_the_top_level_help_says_what_edgemon_does_and_where_to_start(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -51,16 +58,8 @@ def test_a_command_loads_only_what_it_needs() -> None:
         "heavy = ['edgemon.settings', 'aiohttp', 'pydantic', 'edgemon.simulate', 'rich']; "
         "print(code, sorted(m for m in heavy if m in sys.modules))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = python("-c", code)
     assert done.stdout.splitlines()[-1] == "0 []", done.stderr
-    listed = subprocess.run(
-        [sys.executable, "-m", "edgemon", "kv-budget", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    listed = python("-m", "edgemon", "kv-budget", "--help")
     assert listed.returncode == 0
     assert "--max-num-seqs" in listed.stdout

@@ -43,21 +43,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-#: Each command: its module under `edgemon.cli` and its line in `edgemon --help`, in order.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("run", "the daemon: players' reports in, throttle signals and /metrics out"),
-    "demo": (
-        "demo",
-        "zero set-up showcase: broker, simulated devices and the daemon in one process",
-    ),
-    "replay": ("replay", "run a recorded trace through the engine on a virtual clock"),
-    "kv-budget": (
-        "kv_budget",
-        "check that the KV cache holds max_num_seqs full-length sequences",
-    ),
-    "check-config": ("check_config", "validate a config file and print the effective settings"),
-    "simulate": ("simulate", "synthetic TTS devices publishing to a broker (load generator)"),
-    "top": ("top", "live terminal view of a running daemon"),
+#: Each command and its line in `edgemon --help`, in order; its module under `edgemon.cli` is
+#: its name with `_` for `-`.
+COMMANDS: dict[str, str] = {
+    "run": "the daemon: players' reports in, throttle signals and /metrics out",
+    "demo": "zero set-up showcase: broker, simulated devices and the daemon in one process",
+    "replay": "run a recorded trace through the engine on a virtual clock",
+    "kv-budget": "check that the KV cache holds max_num_seqs full-length sequences",
+    "check-config": "validate a config file and print the effective settings",
+    "simulate": "synthetic TTS devices publishing to a broker (load generator)",
+    "top": "live terminal view of a running daemon",
 }
 #: The commands that need the optional `rich` (see `view_extra`).
 VIEWS = frozenset({"demo", "top"})
@@ -80,13 +75,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         title="commands", dest="command", required=True, parser_class=_Parser
     )
-    for name, (module, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
         if command not in (None, name):
             commands.add_parser(name, help=help_text)
         elif name in VIEWS:
             view_extra.register(commands, name, help_text)
         else:
-            importlib.import_module(f"edgemon.cli.{module}").register(commands, help_text)
+            module = importlib.import_module(f"edgemon.cli.{name.replace('-', '_')}")
+            module.register(commands, help_text)
     return parser
 
 

@@ -63,15 +63,13 @@ class Parking:
     def spare(self, leads: Sequence[Lead]) -> frozenset[str]:
         """The streams parked now or that could be: their rows are as good as free for a
         request that arrives (it is admitted, and one of them parked for it)."""
-        band = self.band_ms
         return frozenset(
-            lead.id for lead in leads if lead.id in self._parked or self._parkable(lead, band)
+            lead.id for lead in leads if lead.id in self._parked or self._parkable(lead)
         )
 
-    @staticmethod
-    def _parkable(lead: Lead, band: float) -> bool:
+    def _parkable(self, lead: Lead) -> bool:
         known = lead.lead_ms
-        return lead.playing and known is not None and known > lead.need_ms + band
+        return lead.playing and known is not None and known > lead.need_ms + self.band_ms
 
     def held(self, leads: Sequence[Lead], *, waiting: int, free_rows: int) -> frozenset[str]:
         """The streams that sit this step out, given every running stream's lead now, how
@@ -84,7 +82,7 @@ class Parking:
             if lead.id in parked:
                 if known is None or known <= lead.need_ms:
                     parked.discard(lead.id)  # it rejoins now, rows or not
-            elif known is not None and self._parkable(lead, self.band_ms):
+            elif known is not None and self._parkable(lead):
                 candidates.append((known - lead.need_ms, lead.id))
         wanted = waiting - max(0, free_rows)
         if wanted > 0 and candidates:

@@ -205,20 +205,20 @@ class _VirtualLoop:
     def _throttle_state(self) -> Throttle:
         """edgemon's throttle as the engine's gate knows it (no side effects), with the
         headroom the policy is fed."""
-        gate, policy = self.gate, self.plan.policy
-        held = policy.gated and gate.throttle and not gate.releasing
-        fed = self.fed_spendable
-        headroom = {"measured": fed, "oracle": fed, "none": None}.get(
-            policy.feed or "", self.spendable
-        )
-        return Throttle(held=held, headroom_ms=headroom)
+        gate, feed = self.gate, self.plan.policy.feed
+        held = self.plan.policy.gated and gate.throttle and not gate.releasing
+        if feed in {"measured", "oracle"}:
+            return Throttle(held=held, headroom_ms=self.fed_spendable)
+        return Throttle(held=held, headroom_ms=None if feed == "none" else self.spendable)
 
     def _oracle(self, stream: str) -> SlackEntry | None:
         """`stream`'s player as it truly is now (the oracle feed): the time until it runs dry
         once it has started (a pause counted whole as it begins), its audio before."""
         player, now = self.players[stream], self.now
-        if player.start_ms is None or player.stopped:
-            return SlackEntry(stream, player.slack_ms(now) or player.audio_ms, math.inf, now)
+        if player.start_ms is None:
+            return SlackEntry(stream, player.audio_ms, math.inf, now)
+        if player.stopped:
+            return SlackEntry(stream, player.slack_ms(now), math.inf, now)
         return SlackEntry(stream, player.start_ms + player.audio_ms - now, now, now)
 
     def run(self) -> LoopResult:
