@@ -66,7 +66,8 @@ def test_a_prebuffering_player_starts_once_it_holds_its_prebuffer() -> None:
 def test_a_rebuffering_player_stops_until_it_holds_more_after_each_underrun() -> None:
     """Starting at 600 ms held, it runs dry at 100 + 800 = 900; a 400 ms chunk at 1000 is not
     the 900 ms it now waits for (600 + 300); 500 ms more at 1500 is: one underrun of 600 ms,
-    and it plays on from 1500 with 900 ms held, until it runs dry again at 2400."""
+    and it plays on from 1500 with 900 ms held, until it runs dry again at 2400. Its start
+    silence stays the 100 ms before it first played."""
     player = Player("s", requested_ms=0.0, start_at_audio_ms=600.0, rebuffer_step_ms=300.0)
     player.receive(chunk(0, 800.0), 100.0)
     assert player.start_ms == 100.0
@@ -80,6 +81,7 @@ def test_a_rebuffering_player_stops_until_it_holds_more_after_each_underrun() ->
     assert player.slack_ms(1500.0) == 900.0
     player.settle(5_000.0)  # dry again at 2400, never restarted: a second underrun
     assert (player.underruns, player.longest_gap_ms) == (2, 2600.0)
+    assert player.start_silence_ms(5_000.0) == 100.0  # a stop is a gap, not a later start
 
 
 def test_a_stalled_link_delivers_what_it_held_when_it_comes_back() -> None:

@@ -70,8 +70,9 @@ class Player:
     """How long the player stood still in all: pauses, its own stalls."""
     resumes_ms: float | None = None
     """When its latest pause or stall ends (None: it never stood still)."""
-    _first_start_ms: float | None = field(default=None, repr=False)
-    """When playback first started, before any pause moved the play start."""
+    began_ms: float | None = None
+    """When playback first started: the end of the start silence, whatever later pauses and
+    rebuffering stops do to the play start."""
     start_at_audio_ms: float | None = None
     """A prebuffering player starts once it holds this much audio, or at the final chunk
     (infinite: it buffers the whole stream); None: the default rule (the module doc)."""
@@ -89,8 +90,6 @@ class Player:
             return False  # a rebuffering player stopped already
         if self.start_ms is None or t_ms < self.start_ms or self.slack_ms(t_ms) <= 0:
             return False
-        if self.resumes_ms is None:
-            self._first_start_ms = self.start_ms
         self.start_ms += duration_ms
         self.stood_ms += duration_ms
         self.resumes_ms = t_ms + duration_ms
@@ -146,8 +145,7 @@ class Player:
         refused request: its listener was told at once)."""
         if self.shed_ms is not None:
             return 0.0
-        start = self.start_ms if self.resumes_ms is None else self._first_start_ms
-        start = end_ms if start is None else min(start, end_ms)
+        start = end_ms if self.began_ms is None else min(self.began_ms, end_ms)
         return max(0.0, start - self.requested_ms)
 
     def receive(self, chunk: Chunk, t_ms: float) -> None:
@@ -162,7 +160,7 @@ class Player:
         self.final = chunk.final
         if self.start_ms is None and self.start_at_audio_ms is not None:
             if self.final or self.audio_ms >= self.start_at_audio_ms:
-                self.start_ms = t_ms
+                self.start_ms = self.began_ms = t_ms
         elif self._stalled_since is not None:
             self._restart(t_ms)
         if self.in_underrun and self.slack_ms(t_ms) > 0:
@@ -175,7 +173,7 @@ class Player:
             self.first_ms = t_ms
             if self.start_at_audio_ms is None:
                 wait = 0.0 if chunk.eta_ms is None else max(0.0, chunk.eta_ms - chunk.audio_ms)
-                self.start_ms = t_ms + wait + self.cushion_ms
+                self.start_ms = self.began_ms = t_ms + wait + self.cushion_ms
         elif self.start_ms is not None:
             if self.rebuffer_step_ms is None:
                 self._run_dry_until(t_ms)
