@@ -121,8 +121,9 @@ def test_config_requires_login_and_persists() -> None:
     assert directives["per_listener_settings"] == ["false"]  # the same rules on every listener
 
 
-def test_only_edgemon_writes_throttle_and_status() -> None:
-    """No ACL line before `user edgemon` grants write on a throttle or status topic."""
+def test_only_edgemon_writes_throttle_slack_and_status() -> None:
+    """No ACL line but `user edgemon`'s grants write on a throttle, slack feed or status
+    topic."""
     grants = re.findall(r"^(pattern|topic|user) (\S+)(?: (\S+))?", ACL.read_text(), re.MULTILINE)
     user = None
     for kind, first, second in grants:
@@ -130,7 +131,7 @@ def test_only_edgemon_writes_throttle_and_status() -> None:
             user = first
             continue
         access, topic = (first, second) if second else ("readwrite", first)
-        if topic.endswith("/throttle") or topic.split("/")[2] == "_edgemon":
+        if topic.endswith(("/throttle", "/slack")) or topic.split("/")[2] == "_edgemon":
             assert user == "edgemon" or access == "read", (kind, access, topic)
 
 
@@ -251,6 +252,21 @@ async def test_only_edgemon_writes_throttle(broker: int) -> None:
         await dev2.publish("edgemon/v1/dev1/throttle", b"forged", qos=1, retain=True)
         await edgemon.publish("edgemon/v1/dev1/throttle", b"edgemon", qos=1, retain=True)
         assert await next_message(dev1) == ("edgemon/v1/dev1/throttle", b"edgemon")
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_the_engine_reads_the_slack_feed_only_edgemon_writes(broker: int) -> None:
+    """A feed published by a player (dev1) is dropped; edgemon's reaches the engine."""
+    async with (
+        connect(broker, "edgemon") as edgemon,
+        connect(broker, "dev1") as dev1,
+        connect(broker, "tts-engine") as engine,
+    ):
+        await engine.subscribe("edgemon/v1/+/slack", qos=1)
+        await dev1.publish("edgemon/v1/dev1/slack", b"forged", qos=1)
+        await edgemon.publish("edgemon/v1/dev1/slack", b"edgemon", qos=1)
+        assert await next_message(engine) == ("edgemon/v1/dev1/slack", b"edgemon")
 
 
 @pytest.mark.integration

@@ -113,7 +113,7 @@ def test_the_feed_is_what_the_monitor_measured_of_each_stream() -> None:
     monitor.handle("edgemon/v1/box/events", batch, 200.0, [])
     device = monitor.engine.device("box")
     assert device is not None
-    feed = {entry.stream: entry for entry in slack_feed(device, 600.0)}
+    feed = {entry.stream: entry for entry in slack_feed(device.streams.values(), 600.0)}
     assert set(feed) == {"s1", "s2"}
     assert feed["s1"].slack_ms == 1_500.0
     assert feed["s1"].playing

@@ -2,7 +2,8 @@
 
 Like uvicorn's server: signal handlers only set flags; one `asyncio.TaskGroup` owns the named
 tasks `http`, `mqtt-ingest`, `publisher`, `deadline-timer`, `watchdog`, `log-summaries`,
-`reloader`, `snapshots`, `catch-up` and, with `[http] agent_listen`, `agent`. Every message
+`reloader`, `snapshots`, `catch-up`, `slack-feed` (unless `[mqtt] feed_ms = 0`) and, with
+`[http] agent_listen`, `agent`. Every message
 is logged (write-ahead log), applied on the loop as it is read, and acknowledged once the log
 has it on disk (`persistence`, `intake`). At the first CONNACK the last snapshot and the log
 after it are restored, before any message is read; after a restart nothing is published until
@@ -48,10 +49,12 @@ from edgemon.daemon.mqtt import LinkHooks, MqttLink, max_packet_size
 from edgemon.daemon.persistence import open_persistence
 from edgemon.daemon.publisher import SeqSource, ThrottlePublisher
 from edgemon.daemon.recorder import TraceRecorder
+from edgemon.daemon.slack_feed import SlackFeed
 from edgemon.daemon.status import status_line, status_payload
 from edgemon.daemon.systemd import Notifier
 from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine.outputs import Rejected, ThrottleChanged
+from edgemon.engine.views import device_views
 from edgemon.errors import PublishError
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
@@ -159,6 +162,26 @@ class Daemon:
             devices=None if owned is None else frozenset(owned),
             owner=settings.mqtt.client_id,
         )  # fmt: skip
+        #: The players' measured slack per device, out every `[mqtt] feed_ms` (0: none).
+        self.slack_feed = (
+            SlackFeed(
+                self.link, views=lambda: device_views(self.monitor.engine),
+                topic=self.monitor.topics.slack, clock=self.clock,
+                period_ms=settings.mqtt.feed_ms, owned=None if owned is None else frozenset(owned),
+                paused=lambda: self.catchup.active,
+            )
+            if settings.mqtt.feed_ms
+            else None
+        )  # fmt: skip
+        if self.slack_feed is not None:
+            feed = self.slack_feed
+            self.registry.register(
+                CallbackCounter(
+                    "edgemon_slack_feeds_published_total",
+                    "Slack feed objects published (P/{device}/slack, QoS 0).",
+                    lambda: feed.published,
+                )
+            )
         #: Between a restore and the first publication: decisions are taken and logged, not
         #: published; then the state as of now is published once per device (`_end_resume`).
         self.catchup = CatchUp(self.clock, self._end_resume)
@@ -237,6 +260,8 @@ class Daemon:
                     group.create_task(self._snapshots(), name="snapshots"),
                     group.create_task(self.gc.run(), name="gc"),
                 ]
+                if self.slack_feed is not None:
+                    rest.append(group.create_task(self.slack_feed.run(), name="slack-feed"))
                 if self.settings.http.agent_address is not None:
                     rest.append(group.create_task(self._serve_agent(), name="agent"))
                 heartbeat = group.create_task(self._heartbeat(), name="heartbeat")

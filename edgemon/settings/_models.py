@@ -118,6 +118,8 @@ class MqttSettings(_Section):
     #: How often the retained `online` status is republished (a gate counts an instance not
     #: heard from for 3 heartbeats as offline).
     heartbeat_s: Annotated[float, Field(ge=0.1, le=3600)] = 5.0
+    #: How often the slack feed (`P/{device}/slack`, QoS 0) may go out per device (ms); 0: never.
+    feed_ms: Annotated[float, Field(ge=0, le=60_000)] = 150.0
     #: MQTT protocol version; "5" keeps the persistent session with a session expiry.
     protocol: Literal["3.1.1", "5"] = "3.1.1"
     #: MQTT 5: how long the broker keeps the session (and queues QoS 1 messages) while away.

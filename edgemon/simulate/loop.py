@@ -379,7 +379,7 @@ class _VirtualLoop:
     def _feed(self, _: Any) -> None:
         """edgemon publishes its slack feed; the engine has it one gate latency later."""
         device = self.monitor.engine.device(DEVICE)
-        entries = () if device is None else slack_feed(device, self.now)
+        entries = () if device is None else slack_feed(device.streams.values(), self.now)
         change = ({e.stream: e for e in entries}, self._spendable())
         self._at(self.now + self.plan.gate_latency_ms, "fed", change)
         self._at(self.now + FEED_PERIOD_MS, "feed")

@@ -44,6 +44,10 @@ class Topics:
         """Where a device's throttle object is published."""
         return f"{self.prefix}/{device}/throttle"
 
+    def slack(self, device: str) -> str:
+        """Where a device's slack feed is published."""
+        return f"{self.prefix}/{device}/slack"
+
     def status(self, instance: str) -> str:
         """Where an edgemon instance announces itself."""
         return f"{self.prefix}/_edgemon/{instance}/status"
