@@ -21,6 +21,9 @@ SUMMARY table) and a few more figures:
   5. the same load sent through the real `edgemon.client.Reporter` (one per device, default
      batching: `flush_ms` 5), driven in the load generator's process: edgemon's CPU % of one
      core. Target ≤ 1 %.
+  6. the slack feed's cost: part 5's load sent to a third edgemon with `[mqtt] feed_ms = 0`
+     (prefix `edgeoff/v1`), alternating with the first (feed on, the default) for `rounds`
+     rounds: the difference of their CPU shares. Target ≤ 2 % of one core.
 
 CPU time is utime + stime of the process from /proc, read before a phase and once the process
 is idle again after it; each phase checks on `/metrics` (`edgemon_messages_total`) or with
@@ -72,7 +75,9 @@ PREFIX = "edgemon/v1"
 BARE_PREFIX = "baresub/v1"  # as long as PREFIX: the same bytes on the wire
 #: The second edgemon, with `[state] wal = false`: the write-ahead log's cost, same run.
 NO_WAL_PREFIX = "edgenow/v1"
-assert len(PREFIX) == len(BARE_PREFIX) == len(NO_WAL_PREFIX)
+#: The third edgemon, with `[mqtt] feed_ms = 0`: the slack feed's cost, same run.
+NO_FEED_PREFIX = "edgeoff/v1"
+assert len(PREFIX) == len(BARE_PREFIX) == len(NO_WAL_PREFIX) == len(NO_FEED_PREFIX)
 FIRST_AUDIO_MS = 300.0
 #: Queues large enough that nothing is dropped; TCP_NODELAY on the broker's sockets, as a
 #: latency-minded deployment sets it (without it each hop broker → client can add a 40 ms
@@ -768,11 +773,14 @@ def part_edge(
     return Edge(m.share, m.bare_share, m.rss, line)
 
 
-def part_reporter(scale: Scale, loadgen: LoadGen, edgemon: Edgemon, bare: Bare, seed: int) -> Edge:
+def part_reporter(
+    scale: Scale, loadgen: LoadGen, edgemon: Edgemon, bare: Bare, seed: int, prefix: str = PREFIX
+) -> Edge:
     """Part 5: the edge load of part 4 through real Reporters (default batching): edgemon's
-    CPU % of one core; the bare subscriber decodes the same batches meanwhile."""
+    CPU % of one core; the bare subscriber decodes the same batches meanwhile (under
+    `PREFIX` only)."""
     loadgen.start(
-        kind="reporter", prefix=PREFIX, devices=[EDGE], streams=64, rate=800.0, seed=seed + 500
+        kind="reporter", prefix=prefix, devices=[EDGE], streams=64, rate=800.0, seed=seed + 500
     )
     m = measure_shares(scale, loadgen, edgemon, bare)
     sent = m.sent
@@ -784,6 +792,25 @@ def part_reporter(scale: Scale, loadgen: LoadGen, edgemon: Edgemon, bare: Bare, 
         f"edgemon; {m.cpu_line()}"
     )
     return Edge(m.share, m.bare_share, m.rss, line)
+
+
+def part_feed(
+    scale: Scale, loadgen: LoadGen, edgemon: Edgemon, no_feed: Edgemon, bare: Bare, seed: int
+) -> tuple[float, str]:
+    """Part 6: part 5's load on `edgemon` (the feed on) and on `no_feed` (`feed_ms = 0`),
+    alternating for `scale.rounds` rounds; the mean difference of their CPU shares."""
+    lines, differences = [], []
+    for r in range(scale.rounds):
+        on = part_reporter(scale, loadgen, edgemon, bare, seed + 10 * r)
+        _end_streams(loadgen, None, 0.0)
+        off = part_reporter(scale, loadgen, no_feed, bare, seed + 10 * r, prefix=NO_FEED_PREFIX)
+        _end_streams(loadgen, None, 0.0)
+        differences.append(on.share - off.share)
+        lines.append(
+            f"  round {r + 1}: feed on {on.share:.2f} %, off {off.share:.2f} % of one core: "
+            f"{differences[-1]:+.2f}"
+        )
+    return sum(differences) / len(differences), "\n".join(lines)
 
 
 def _check(accepted: float, expected: int, part: str) -> None:
@@ -844,6 +871,14 @@ def main() -> None:
             mqtt=f'topic_prefix = "{NO_WAL_PREFIX}"\n',
             client_id="edgemon-bench-no-wal",
         )
+        (directory / "no-feed").mkdir()
+        no_feed = Edgemon(
+            directory / "no-feed",
+            port,
+            config=EDGEMON_CONFIG,
+            mqtt=f'topic_prefix = "{NO_FEED_PREFIX}"\nfeed_ms = 0\n',
+            client_id="edgemon-bench-no-feed",
+        )
         loadgen = LoadGen(port)
         bare = Bare(port)
         try:
@@ -851,6 +886,7 @@ def main() -> None:
             bare.ready()
             edgemon.ready()
             no_wal.ready()
+            no_feed.ready()
             scrape_cpu = scrape_cost(edgemon)
             print(f"mosquitto on 127.0.0.1:{port}; edgemon pid {edgemon.pid}; "
                   f"one /metrics scrape costs edgemon {scrape_cpu * 1000:.1f} ms CPU")  # fmt: skip
@@ -885,10 +921,17 @@ def main() -> None:
             print("\n5. the same edge load through edgemon.client.Reporter, default batching")
             reported = part_reporter(scale, loadgen, edgemon, bare, seed)
             print(reported.line)
+            _end_streams(loadgen, None, 0.0)
+
+            print(f"\n6. the slack feed's cost: part 5 with the feed and without, {scale.rounds} "
+                  "round(s)")  # fmt: skip
+            feed_cost, line = part_feed(scale, loadgen, edgemon, no_feed, bare, seed + 600)
+            print(line)
         finally:
             loadgen.close()
             bare.close()
             no_wal.close()
+            no_feed.close()
             code = edgemon.close()
     load_after = os.getloadavg()
 
@@ -909,6 +952,8 @@ def main() -> None:
         ("3b. reaction latency p99, quiet", quiet.figure, "≤ 5 ms", quiet.met),
         ("4a. RSS at the end", f"{edge.rss / 2**20:.1f} MiB", "≤ 80 MB", edge.rss <= 80e6),
         ("4b. CPU, 800 chunks/s, batches of 64", batched.figure, "≤ 2 %", batched.share <= 2.0),
+        ("6. the slack feed, CPU (with − without)", f"{feed_cost:+.2f} %", "≤ 2 %",
+         feed_cost <= 2.0),
     ]  # fmt: skip
     print("\nSUMMARY (ingest targets; ratios against the bare subscriber of this run)")
     for name, value, target, ok in table:
