@@ -45,9 +45,11 @@ def player_example() -> str:
 
 
 class PacedServer(ThreadingHTTPServer):
-    """The TTS server: `sent` holds when each chunk's first write began (wall ms)."""
+    """The TTS server: `sent` holds when each chunk's first write began (wall ms),
+    `request_ids` each request's `X-Request-Id`."""
 
     sent: list[float]
+    request_ids: list[str | None]
 
 
 class PacedPcm(BaseHTTPRequestHandler):
@@ -61,6 +63,7 @@ class PacedPcm(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         """Stream the chunks on their schedule."""
         self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.request_ids.append(self.headers.get("X-Request-Id"))
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.end_headers()
@@ -90,6 +93,7 @@ def test_readme_example_gives_edgemon_the_servers_rhythm(
     host, port = mosquitto_broker
     server = PacedServer(("127.0.0.1", 0), PacedPcm)
     server.sent = []
+    server.request_ids = []
     serving = threading.Thread(target=server.serve_forever, daemon=True)
     serving.start()
     namespace: dict[str, Any] = {}
@@ -130,6 +134,7 @@ def test_readme_example_gives_edgemon_the_servers_rhythm(
         server.shutdown()
         server.server_close()
     assert len(played) == CHUNKS * CHUNK_BYTES
+    assert server.request_ids == ["req-42"]  # the slack feed's stream is the request's id
     assert stats.conflicts == {}
     assert audio == pytest.approx(CHUNKS * INTERVAL_MS / 1000)
     assert engagements == 0

@@ -3,12 +3,16 @@ feed"): what goes out, for which device, and when."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
-from edgemon.daemon.slack_feed import REFRESH_MS, FeedBook
+import pytest
+
+from edgemon.daemon.slack_feed import REFRESH_MS, FeedBook, SlackFeed
 from edgemon.engine import EngineConfig
-from edgemon.engine.views import device_views
+from edgemon.engine.views import DeviceView, device_view, device_views
 from edgemon.monitor import Monitor
 
 
@@ -17,12 +21,17 @@ def events(monitor: Monitor, device: str, batch: list[dict[str, Any]], at: float
     monitor.handle(f"edgemon/v1/{device}/events", json.dumps(batch).encode(), at, [])
 
 
-def due(book: FeedBook, monitor: Monitor, at: float) -> dict[str, dict[str, Any]]:
-    """The feeds `book` publishes at wall time `at`, decoded, by device."""
-    return {
-        device: json.loads(payload)
-        for device, payload in book.due(device_views(monitor.engine), at)
-    }
+def view(monitor: Monitor, device: str) -> DeviceView:
+    """The view of `device`, which the engine tracks."""
+    found = device_view(monitor.engine, device)
+    assert found is not None
+    return found
+
+
+def feed(book: FeedBook, monitor: Monitor, device: str, at: float, **kw: Any) -> Any:
+    """`device`'s feed from `book` at wall time `at`, decoded; None if none is due."""
+    payload = book.feed(view(monitor, device), at, **kw)
+    return None if payload is None else json.loads(payload)
 
 
 def start(stream: str, t: float, audio: float, play_start: float | None = None) -> list[Any]:
@@ -40,10 +49,10 @@ def test_a_feed_says_what_the_players_measured() -> None:
     monitor, book = Monitor(EngineConfig()), FeedBook()
     events(monitor, "box", start("a", 1_000.0, 2_000.0), 1_000.0)
     events(monitor, "box", start("b", 1_100.0, 400.0, play_start=2.0**53), 1_100.0)
-    feed = due(book, monitor, 1_500.0)["box"]
-    assert feed["device"] == "box"
-    assert feed["t_ms"] == 1_500.0
-    assert {s["stream"]: s for s in feed["streams"]} == {
+    published = feed(book, monitor, "box", 1_500.0)
+    assert published["device"] == "box"
+    assert published["t_ms"] == 1_500.0
+    assert {s["stream"]: s for s in published["streams"]} == {
         "a": {"stream": "a", "slack_ms": 1_500.0, "playing": True, "play_start_ms": 1_000.0,
               "age_ms": 500.0},
         "b": {"stream": "b", "slack_ms": 400.0, "playing": False, "play_start_ms": None,
@@ -51,39 +60,117 @@ def test_a_feed_says_what_the_players_measured() -> None:
     }  # fmt: skip
 
 
-def test_a_device_is_published_when_its_streams_change_and_refreshed_each_second() -> None:
-    """No feed without a change until `REFRESH_MS` has passed since the last; a chunk is a
-    change; a message that changes no stream (an engine object) is not."""
+def test_a_feed_goes_out_when_the_streams_changed_or_on_refresh() -> None:
+    """No feed while nothing changed (an engine object changes no stream); a chunk is a
+    change; a refresh republishes a device with streams."""
     monitor, book = Monitor(EngineConfig()), FeedBook()
     events(monitor, "box", start("a", 0.0, 5_000.0), 0.0)
-    assert set(due(book, monitor, 150.0)) == {"box"}
-    assert due(book, monitor, 300.0) == {}
+    assert feed(book, monitor, "box", 150.0) is not None
+    assert feed(book, monitor, "box", 300.0) is None
     engine_object = b'{"block_size":16,"num_gpu_blocks":100,"max_model_len":1024}'
     monitor.handle("edgemon/v1/box/engine", engine_object, 350.0, [])
-    assert due(book, monitor, 450.0) == {}
+    assert feed(book, monitor, "box", 450.0) is None
     chunk = {"type": "chunk", "stream": "a", "t_ms": 500.0, "seq": 1, "audio_ms": 80.0}
     events(monitor, "box", [chunk], 500.0)
-    assert due(book, monitor, 600.0)["box"]["streams"][0]["slack_ms"] == 4_480.0
-    assert due(book, monitor, 600.0 + REFRESH_MS - 1.0) == {}
-    refreshed = due(book, monitor, 600.0 + REFRESH_MS)["box"]
+    assert feed(book, monitor, "box", 600.0)["streams"][0]["slack_ms"] == 4_480.0
+    refreshed = feed(book, monitor, "box", 1_600.0, refresh=True)
     assert refreshed["streams"][0]["slack_ms"] == 4_480.0 - REFRESH_MS
 
 
-def test_a_device_whose_streams_ended_gets_one_empty_feed_then_none() -> None:
-    """The end of its last stream is published once, as no streams; a device that never had
-    a stream is never published."""
+def test_stale_devices_are_those_with_streams_a_refresh_old() -> None:
+    """A device whose feed had streams is stale `REFRESH_MS` after it; one whose streams
+    ended gets one feed with none and is never stale; a device gone is forgotten."""
     monitor, book = Monitor(EngineConfig()), FeedBook()
     events(monitor, "box", start("a", 0.0, 5_000.0), 0.0)
-    events(monitor, "quiet", [{"type": "start", "stream": "x", "t_ms": 0.0}], 0.0)
-    assert set(due(book, monitor, 100.0)) == {"box"}
-    events(monitor, "box", [{"type": "end", "stream": "a", "t_ms": 200.0}], 200.0)
-    assert due(book, monitor, 300.0)["box"]["streams"] == []
-    assert due(book, monitor, 300.0 + 5 * REFRESH_MS) == {}
+    events(monitor, "done", start("b", 0.0, 5_000.0), 0.0)
+    assert feed(book, monitor, "box", 100.0) is not None
+    assert feed(book, monitor, "done", 100.0) is not None
+    events(monitor, "done", [{"type": "end", "stream": "b", "t_ms": 200.0}], 200.0)
+    assert feed(book, monitor, "done", 300.0)["streams"] == []
+    assert feed(book, monitor, "done", 400.0) is None
+    views = device_views(monitor.engine)
+    assert book.stale(views, 100.0 + REFRESH_MS - 1.0) == []
+    assert [v.id for v in book.stale(views, 100.0 + REFRESH_MS)] == ["box"]
+    assert book.stale([], 100.0 + REFRESH_MS) == []
+    assert book.wait_ms("box", 500.0, 150.0) == 0.0  # forgotten: it may go at once
 
 
-def test_only_the_devices_this_instance_owns_are_published() -> None:
-    """With `[mqtt] devices`, another instance's devices get no feed from this one."""
-    monitor, book = Monitor(EngineConfig()), FeedBook(owned=frozenset({"mine"}))
-    events(monitor, "mine", start("a", 0.0, 5_000.0), 0.0)
-    events(monitor, "theirs", start("b", 0.0, 5_000.0), 0.0)
-    assert set(due(book, monitor, 100.0)) == {"mine"}
+def test_the_next_feed_waits_for_the_period_after_the_last() -> None:
+    """A device never published may go at once; after a feed, the next waits out the period."""
+    monitor, book = Monitor(EngineConfig()), FeedBook()
+    events(monitor, "box", start("a", 0.0, 5_000.0), 0.0)
+    assert book.wait_ms("box", 0.0, 150.0) == 0.0
+    feed(book, monitor, "box", 100.0)
+    assert book.wait_ms("box", 160.0, 150.0) == 90.0
+    assert book.wait_ms("box", 250.0, 150.0) == 0.0
+
+
+class Recording:
+    """A sink that records each publish with the wall time it was made."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, str, dict[str, Any]]] = []
+        self.more = asyncio.Event()
+
+    async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool) -> None:
+        """Record it (QoS 0, not retained, as the protocol says)."""
+        assert (qos, retain) == (0, False)
+        self.sent.append((time.monotonic() * 1000.0, topic, json.loads(payload)))
+        self.more.set()
+
+    async def wait_connected(self) -> None:
+        """Always connected."""
+
+    async def until(self, count: int) -> None:
+        """Wait until `count` feeds were published (fail after 10 s)."""
+        async with asyncio.timeout(10.0):
+            while len(self.sent) < count:
+                self.more.clear()
+                await self.more.wait()
+
+
+class Monotonic:
+    """The daemon's clock, here the monotonic clock in ms."""
+
+    def now_ms(self) -> float:
+        """Now."""
+        return time.monotonic() * 1000.0
+
+
+@pytest.mark.asyncio
+async def test_a_change_goes_out_at_once_and_the_next_after_the_period() -> None:
+    """The first change of a quiet device is published without waiting for a tick; a second
+    change right after waits until the period has passed since the first feed, and owned
+    devices only are published."""
+    monitor, sink, period = Monitor(EngineConfig()), Recording(), 200.0
+    task_feed = SlackFeed(
+        sink,
+        views=lambda: device_views(monitor.engine),
+        view=lambda device: device_view(monitor.engine, device),
+        topic=lambda device: f"edgemon/v1/{device}/slack",
+        clock=Monotonic(),
+        period_ms=period,
+        owned=frozenset({"box"}),
+    )
+    task = asyncio.create_task(task_feed.run())
+    try:
+        now = time.monotonic() * 1000.0
+        events(monitor, "other", start("x", now, 5_000.0), now)
+        task_feed.changed("other")
+        events(monitor, "box", start("a", now, 5_000.0), now)
+        task_feed.changed("box")
+        await sink.until(1)
+        chunk = {"type": "chunk", "stream": "a", "t_ms": now + 1, "seq": 1, "audio_ms": 80.0}
+        events(monitor, "box", [chunk], now + 1)
+        task_feed.changed("box")
+        await sink.until(2)
+    finally:
+        task.cancel()
+    (first_at, topic, first), (second_at, _, second) = sink.sent[:2]
+    assert topic == "edgemon/v1/box/slack"
+    (a1,), (a2,) = first["streams"], second["streams"]
+    assert a2["slack_ms"] == pytest.approx(
+        a1["slack_ms"] + 80.0 - (second["t_ms"] - first["t_ms"]), abs=0.01
+    )
+    assert second_at - first_at >= period
+    assert all(t == "edgemon/v1/box/slack" for _, t, _ in sink.sent)

@@ -7,6 +7,9 @@ was reported within `flush_ms` of the oldest waiting event and publishes it as o
 (QoS 1) on `P/{device}/events`, split to stay within edgemon's default `max_batch_events` and
 `max_payload_bytes`. paho's own network thread sends it and receives the PUBACKs.
 
+- **Streams are requests.** Name a stream by its request's id and send that id as the HTTP
+  request's `X-Request-Id`: vLLM names its request after it, which is how an engine joins
+  edgemon's slack feed (`P/{device}/slack`) to its requests.
 - **Merging.** Chunks of one stream reported within one flush window of each other become one
   event: a transport that splits one server chunk into several reads (`read1()`) still shows
   edgemon one arrival. The audio is summed and `t_ms` is the last piece's arrival, so the

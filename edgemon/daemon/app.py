@@ -54,7 +54,7 @@ from edgemon.daemon.status import status_line, status_payload
 from edgemon.daemon.systemd import Notifier
 from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine.outputs import Rejected, ThrottleChanged
-from edgemon.engine.views import device_views
+from edgemon.engine.views import device_view, device_views
 from edgemon.errors import PublishError
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
@@ -166,6 +166,7 @@ class Daemon:
         self.slack_feed = (
             SlackFeed(
                 self.link, views=lambda: device_views(self.monitor.engine),
+                view=lambda device: device_view(self.monitor.engine, device),
                 topic=self.monitor.topics.slack, clock=self.clock,
                 period_ms=settings.mqtt.feed_ms, owned=None if owned is None else frozenset(owned),
                 paused=lambda: self.catchup.active,
@@ -546,6 +547,11 @@ class Daemon:
             self._dispatch(out)
             out.clear()
         self.deadline_timer.poke()
+        feed = self.slack_feed
+        if feed is not None:
+            route = self.monitor.topics.parse(topic)
+            if route is not None and route[1] == "events":
+                feed.changed(route[0])
 
     def _on_too_large(self, topic: str, size: int) -> None:
         """A message too large to read, dropped unread by the link: `oversized`, as one the

@@ -1,18 +1,21 @@
-"""The slack feed out (docs/protocol.md, "Slack feed"): what each device's players measured.
+"""The slack feed out (docs/protocol.md, "Slack feed object"): what each device's players
+measured.
 
-Every `period_ms` the feed task asks `FeedBook.due` which devices to publish: a device that
-sent a message since its last feed and whose streams changed (a chunk, a start, a play start
-moved, a stream gone), or whose last feed is `REFRESH_MS` old while it has streams (a reader
-ignores entries older than a few periods). A device whose last stream ended gets one feed
-with no streams, then nothing. A device with no message since its last feed is not read at
-all: the work per period is one comparison per device plus the streams of the devices that
-spoke. QoS 0, not retained: a lost feed is replaced within a period, and a retained one would
-hand a late reader state that stopped being true.
+A device's feed goes out when a message of its changes its streams (a chunk, a start, a play
+start moved, a stream gone): at once if its last feed is at least `period_ms` old, else as
+soon as it is (a rate limit with a leading edge: a quiet device's news costs no wait, a busy
+device's feed is at most one period behind). Every period a sweep also republishes a device
+whose feed with streams is `REFRESH_MS` old (a reader ignores entries older than a few
+periods), which is also when a stream that ended by itself (played out, idle) leaves it. A
+device whose last stream ended gets one feed with no streams, then nothing. QoS 0, not
+retained: a lost feed is replaced within a period, and a retained one would hand a late reader
+state that stopped being true.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import TYPE_CHECKING
 
@@ -54,73 +57,65 @@ def feed_payload(device: str, t_ms: float, entries: Sequence[SlackEntry]) -> byt
 
 
 class FeedBook:
-    """What was last published per device, and so what is due now. Pure: views and a wall
-    time in, `(device, payload)` pairs out."""
+    """What was last published per device, and so whether a feed is due. Pure: views and wall
+    times in, payloads out."""
 
-    __slots__ = ("_heard", "_keys", "_owned", "_sent")
+    __slots__ = ("_keys", "_sent")
 
-    def __init__(self, *, owned: frozenset[str] | None = None) -> None:
-        #: The devices this instance owns (`[mqtt] devices`); None: every device.
-        self._owned = owned
+    def __init__(self) -> None:
         #: Per device: its streams' (id, play start, last heard) when last published.
         self._keys: dict[str, tuple[tuple[str, float, float], ...]] = {}
-        #: Per device: the wall time of its last feed, and of its last message then.
+        #: Per device: the wall time of its last feed.
         self._sent: dict[str, float] = {}
-        self._heard: dict[str, float] = {}
 
-    def due(self, views: Iterable[DeviceView], wall_ms: float) -> list[tuple[str, bytes]]:
-        """The feeds to publish at wall time `wall_ms`; each is then counted as published
-        (one that could not be sent is replaced by the next change or refresh)."""
-        out: list[tuple[str, bytes]] = []
-        seen: set[str] = set()
-        owned = self._owned
-        keys = self._keys
+    def wait_ms(self, device: str, wall_ms: float, period_ms: float) -> float:
+        """How long `device`'s next feed must wait at `wall_ms` (0: it may go now)."""
+        sent = self._sent.get(device)
+        return 0.0 if sent is None else max(0.0, sent + period_ms - wall_ms)
+
+    def feed(self, view: DeviceView, wall_ms: float, *, refresh: bool = False) -> bytes | None:
+        """`view`'s feed at `wall_ms` if its streams changed since the last (or `refresh`
+        and it has streams), counted as published; else None."""
+        device = view.id
+        now = view.now(wall_ms)
+        entries = slack_feed(view.streams(), now)
+        key = tuple((e.stream, e.play_start_ms, e.heard_ms) for e in entries)
+        if key == self._keys.get(device, ()) and not (refresh and key):
+            return None
+        self._keys[device] = key
+        self._sent[device] = wall_ms
+        return feed_payload(device, now, entries)
+
+    def stale(self, views: Iterable[DeviceView], wall_ms: float) -> list[DeviceView]:
+        """The devices whose last feed had streams and is `REFRESH_MS` old at `wall_ms`;
+        what is kept for a device no longer among `views` is dropped."""
+        out, seen = [], set()
+        keys, sent = self._keys, self._sent
         for view in views:
             device = view.id
-            if owned is not None and device not in owned:
-                continue
             seen.add(device)
-            heard = view.last_message_wall_ms
-            spoke = heard != self._heard.get(device)
-            last = keys.get(device, ())
-            stale = bool(last) and wall_ms - self._sent[device] >= REFRESH_MS
-            if not spoke and not stale:
-                continue
-            self._heard[device] = heard
-            now = view.now(wall_ms)
-            entries = slack_feed(view.streams(), now)
-            key = tuple((e.stream, e.play_start_ms, e.heard_ms) for e in entries)
-            if key == last and not stale:
-                continue
-            keys[device] = key
-            self._sent[device] = wall_ms
-            out.append((device, feed_payload(device, now, entries)))
-        for gone in (keys.keys() | self._heard.keys()) - seen:
-            keys.pop(gone, None)
-            self._sent.pop(gone, None)
-            self._heard.pop(gone, None)
+            if keys.get(device) and wall_ms - sent[device] >= REFRESH_MS:
+                out.append(view)
+        for gone in keys.keys() - seen:
+            del keys[gone], sent[gone]
         return out
 
 
 class SlackFeed:
-    """The `slack-feed` task: every `period_ms`, the due feeds out at QoS 0 while connected."""
+    """The `slack-feed` task: each device's feed out at QoS 0 while connected, as the module
+    says; `changed(device)` is told of every events message applied."""
 
     __slots__ = (
-        "_book",
-        "_clock",
-        "_paused",
-        "_period_s",
-        "_sink",
-        "_topic",
-        "_views",
-        "published",
-    )
+        "_book", "_clock", "_owned", "_paused", "_period_ms", "_ready", "_sink", "_timers",
+        "_topic", "_view", "_views", "_wake", "published",
+    )  # fmt: skip
 
     def __init__(
         self,
         sink: Sink,
         *,
         views: Callable[[], Iterable[DeviceView]],
+        view: Callable[[str], DeviceView | None],
         topic: Callable[[str], str],
         clock: Clock,
         period_ms: float,
@@ -129,24 +124,80 @@ class SlackFeed:
     ) -> None:
         self._sink = sink
         self._views = views
+        self._view = view
         self._topic = topic
         self._clock = clock
-        self._period_s = period_ms / 1000.0
-        self._book = FeedBook(owned=owned)
+        self._period_ms = period_ms
+        #: The devices this instance owns (`[mqtt] devices`); None: every device.
+        self._owned = owned
         #: True while nothing may be published (a restart still catching up).
         self._paused = paused
+        self._book = FeedBook()
+        #: Devices whose feed may go now; devices waiting for their period to pass.
+        self._ready: set[str] = set()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._wake = asyncio.Event()
         self.published = 0
+
+    def changed(self, device: str) -> None:
+        """A message of `device` was applied: its feed is due now, or once its period passed."""
+        if device in self._ready or device in self._timers:
+            return
+        if self._owned is not None and device not in self._owned:
+            return
+        wait = self._book.wait_ms(device, self._clock.now_ms(), self._period_ms)
+        if wait <= 0.0:
+            self._ready.add(device)
+            self._wake.set()
+        else:
+            loop = asyncio.get_running_loop()
+            self._timers[device] = loop.call_later(wait / 1000.0, self._due, device)
+
+    def _due(self, device: str) -> None:
+        del self._timers[device]
+        self._ready.add(device)
+        self._wake.set()
 
     async def run(self) -> None:
         """Publish until cancelled; nothing while disconnected or paused (what changed
         meanwhile goes out with the next feed)."""
-        while True:
-            await asyncio.sleep(self._period_s)
-            if self._paused():
+        loop = asyncio.get_running_loop()
+        period_s = self._period_ms / 1000.0
+        sweep_at = loop.time() + period_s
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, sweep_at - loop.time())):
+                        await self._wake.wait()
+                self._wake.clear()
+                if self._paused():
+                    await asyncio.sleep(period_s)
+                    continue
+                await self._publish(loop.time() >= sweep_at)
+                if loop.time() >= sweep_at:
+                    sweep_at = loop.time() + period_s
+        finally:
+            for timer in self._timers.values():
+                timer.cancel()
+
+    async def _publish(self, sweep: bool) -> None:
+        """The ready devices' feeds, and with `sweep` the stale ones'."""
+        wall_ms = self._clock.now_ms()
+        book = self._book
+        due = [(view, False) for view in map(self._view, self._ready) if view is not None]
+        self._ready.clear()
+        if sweep:
+            owned = self._owned
+            views = self._views()
+            if owned is not None:
+                views = [view for view in views if view.id in owned]
+            due += [(view, True) for view in book.stale(views, wall_ms)]
+        for view, refresh in due:
+            payload = book.feed(view, wall_ms, refresh=refresh)
+            if payload is None:
                 continue
-            for device, payload in self._book.due(self._views(), self._clock.now_ms()):
-                try:
-                    await self._sink.publish(self._topic(device), payload, qos=0, retain=False)
-                except PublishError:
-                    break  # not connected: the next period tries again
-                self.published += 1
+            try:
+                await self._sink.publish(self._topic(view.id), payload, qos=0, retain=False)
+            except PublishError:
+                return  # not connected: the next change or refresh tries again
+            self.published += 1
