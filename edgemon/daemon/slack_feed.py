@@ -173,8 +173,9 @@ class SlackFeed:
                 if self._paused():
                     await asyncio.sleep(period_s)
                     continue
-                await self._publish(loop.time() >= sweep_at)
-                if loop.time() >= sweep_at:
+                sweep = loop.time() >= sweep_at
+                await self._publish(sweep)
+                if sweep:
                     sweep_at = loop.time() + period_s
         finally:
             for timer in self._timers.values():
@@ -184,14 +185,15 @@ class SlackFeed:
         """The ready devices' feeds, and with `sweep` the stale ones'."""
         wall_ms = self._clock.now_ms()
         book = self._book
-        due = [(view, False) for view in map(self._view, self._ready) if view is not None]
-        self._ready.clear()
+        ready = self._ready
+        due = [(view, False) for view in map(self._view, ready) if view is not None]
         if sweep:
             owned = self._owned
             views = self._views()
             if owned is not None:
                 views = [view for view in views if view.id in owned]
-            due += [(view, True) for view in book.stale(views, wall_ms)]
+            due += [(view, True) for view in book.stale(views, wall_ms) if view.id not in ready]
+        ready.clear()
         for view, refresh in due:
             payload = book.feed(view, wall_ms, refresh=refresh)
             if payload is None:
