@@ -3,7 +3,9 @@
 `launch_mosquitto` writes a config for free ports, starts Mosquitto and waits until every
 listener accepts connections, trying other ports if one was taken meanwhile. It does not
 know pytest: a fixture finds the program with `tools.require_tool("mosquitto")` and turns
-`MosquittoStartError` into a failure; a benchmark lets it propagate.
+`MosquittoStartError` into a failure; a benchmark lets it propagate. `Broker` is what a
+test's fixture gives it: where the broker listens, and the topic prefix and client ids that
+are the test's own on it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ import shutil
 import socket
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from edgemon.client import Reporter, ThrottleGate
+from edgemon.protocol import TOPIC_PREFIX
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -27,6 +33,43 @@ MOSQUITTO_START_S = 5.0
 MOSQUITTO_TRIES = 3
 #: As root Mosquitto would drop to user `mosquitto`, who cannot use the test's directory.
 RUN_AS_ROOT = "user root\n" if os.geteuid() == 0 else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """A broker a test talks to: `host` and `port`, the topic prefix `P` its clients use
+    (edgemon's default on a broker of its own; one of the test's own on the worker's shared
+    Mosquitto, so that it sees no other test's retained or live messages) and `tag`, which
+    `client_id` puts before every client id (so no two tests' clients share one)."""
+
+    host: str
+    port: int
+    prefix: str = TOPIC_PREFIX
+    tag: str = ""
+
+    @property
+    def url(self) -> str:
+        """`mqtt://host:port`."""
+        return f"mqtt://{self.host}:{self.port}"
+
+    def topic(self, *levels: str) -> str:
+        """`P/level/...`: a topic (or filter) under the test's prefix."""
+        return "/".join((self.prefix, *levels))
+
+    def client_id(self, name: str) -> str:
+        """The client id `name` made the test's own (`tag` + `name`)."""
+        return self.tag + name
+
+    def reporter(self, device: str, client_id: str | None = None, **options: Any) -> Reporter:
+        """A `Reporter` of `device` on this broker, under its prefix; `client_id` (made the
+        test's own) or the Reporter's unique default."""
+        name = None if client_id is None else self.client_id(client_id)
+        return Reporter(self.url, device, topic_prefix=self.prefix, client_id=name, **options)
+
+    def gate(self, device: str, **options: Any) -> ThrottleGate:
+        """A `ThrottleGate` following `device` on this broker, under its prefix (its client
+        id is the gate's unique default)."""
+        return ThrottleGate(self.url, device, topic_prefix=self.prefix, **options)
 
 
 class MosquittoStartError(RuntimeError):

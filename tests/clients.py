@@ -1,6 +1,7 @@
 """What the in-process daemon tests talk to it with: its settings on a test broker, a device
 (an MQTT client that publishes events), a watcher of the throttle and status topics, and HTTP
-GETs. Shared by every daemon test.
+GETs. Shared by every daemon test. Each takes the test's `Broker` (the `mosquitto_broker`
+fixture's, or another): its topic prefix and client ids are the test's own.
 """
 
 from __future__ import annotations
@@ -14,33 +15,40 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import aiomqtt
 
+from edgemon.protocol import TOPIC_PREFIX
 from edgemon.settings import HttpSettings, MqttSettings, Settings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from brokers import Broker
+
 #: How long a test waits for something the daemon publishes (only waited in full on failure,
 #: generous for a loaded 2-core machine).
 WAIT_S = 10.0
 
-P = "edgemon/v1"
+#: edgemon's default topic prefix, which a broker of the test's own keeps.
+P = TOPIC_PREFIX
 
 
-def settings_for(port: int, client_id: str = "edgemon-test", **sections: Any) -> Settings:
-    """Settings of an in-process daemon on the broker at 127.0.0.1:`port`, HTTP on a free
-    port (unless `sections` has `http`), and any more `sections` (`state=StateSettings(...)`,
-    say)."""
+def settings_for(broker: Broker, client_id: str = "edgemon-test", **sections: Any) -> Settings:
+    """Settings of an in-process daemon on `broker` (its topic prefix, and `client_id` made
+    the test's own), HTTP on a free port (unless `sections` has `http`), and any more
+    `sections` (`state=StateSettings(...)`, say)."""
     sections.setdefault("http", HttpSettings(listen="127.0.0.1:0"))
-    return Settings(
-        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id=client_id), **sections
+    mqtt = MqttSettings(
+        url=broker.url, client_id=broker.client_id(client_id), topic_prefix=broker.prefix
     )
+    return Settings(mqtt=mqtt, **sections)
 
 
 class Watcher:
-    """A subscriber to every throttle and status topic, collecting (topic, object, retained)."""
+    """A subscriber to every throttle and status topic under `prefix`, collecting (topic,
+    object, retained)."""
 
-    def __init__(self, client: aiomqtt.Client) -> None:
+    def __init__(self, client: aiomqtt.Client, prefix: str) -> None:
         self.client = client
+        self.prefix = prefix
         self.seen: list[tuple[str, dict[str, Any], bool]] = []
         self._changed = asyncio.Event()
 
@@ -53,7 +61,7 @@ class Watcher:
 
     def throttles(self, device: str) -> list[dict[str, Any]]:
         """The throttle objects of `device`, in the order they came."""
-        return [obj for topic, obj, _ in self.seen if topic == f"{P}/{device}/throttle"]
+        return [obj for topic, obj, _ in self.seen if topic == f"{self.prefix}/{device}/throttle"]
 
     def statuses(self) -> list[str]:
         """The `state` of every status object, in the order they came."""
@@ -68,11 +76,14 @@ class Watcher:
 
 
 @contextlib.asynccontextmanager
-async def watching(port: int) -> AsyncIterator[Watcher]:
-    """A `Watcher` subscribed on the broker at 127.0.0.1:`port` for the block."""
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"watch-{time.monotonic_ns()}") as c:
-        await c.subscribe([(f"{P}/+/throttle", 1), (f"{P}/_edgemon/+/status", 1)])
-        watcher = Watcher(c)
+async def watching(broker: Broker) -> AsyncIterator[Watcher]:
+    """A `Watcher` subscribed on `broker`, under its prefix, for the block."""
+    name = broker.client_id(f"watch-{time.monotonic_ns()}")
+    async with aiomqtt.Client(broker.host, broker.port, identifier=name) as c:
+        await c.subscribe(
+            [(broker.topic("+", "throttle"), 1), (broker.topic("_edgemon", "+", "status"), 1)]
+        )
+        watcher = Watcher(c, broker.prefix)
         task = asyncio.create_task(watcher.run())
         try:
             yield watcher
@@ -82,17 +93,27 @@ async def watching(port: int) -> AsyncIterator[Watcher]:
                 await task
 
 
+class Device(aiomqtt.Client):
+    """An MQTT client standing for devices on `broker`, under its topic `prefix`."""
+
+    def __init__(self, broker: Broker) -> None:
+        name = broker.client_id(f"dev-{time.monotonic_ns()}")
+        super().__init__(broker.host, broker.port, identifier=name)
+        self.prefix = broker.prefix
+
+
 @contextlib.asynccontextmanager
-async def device(port: int) -> AsyncIterator[aiomqtt.Client]:
-    """An MQTT client standing for a device, connected for the block."""
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"dev-{time.monotonic_ns()}") as c:
+async def device(broker: Broker) -> AsyncIterator[Device]:
+    """A `Device` connected to `broker` for the block."""
+    async with Device(broker) as c:
         yield c
 
 
-async def send(client: aiomqtt.Client, device_id: str, *events: dict[str, Any]) -> None:
-    """Publish `events` (a batch if more than one) on `device_id`'s events topic, QoS 1."""
+async def send(client: Device, device_id: str, *events: dict[str, Any]) -> None:
+    """Publish `events` (a batch if more than one) on `device_id`'s events topic under the
+    client's prefix, QoS 1."""
     payload = json.dumps(list(events) if len(events) > 1 else events[0])
-    await client.publish(f"{P}/{device_id}/events", payload, qos=1)
+    await client.publish(f"{client.prefix}/{device_id}/events", payload, qos=1)
 
 
 def now_ms() -> float:
@@ -115,11 +136,11 @@ async def scrape(port: int, path: str) -> tuple[int, str]:
         return response.status, await response.text()
 
 
-async def throttle_on_then_off(port: int, watcher: Watcher, device_id: str) -> float:
+async def throttle_on_then_off(broker: Broker, watcher: Watcher, device_id: str) -> float:
     """Chunk 0 (300 ms audio, next chunk in 50 ms): headroom reaches the 80 ms margin 220 ms
     later with no message (timer → ON); chunk 1 brings 2 s of audio (→ OFF after min-on).
     Returns chunk 0's `t_ms` (the device's clock)."""
-    async with device(port) as client:
+    async with device(broker) as client:
         await send(client, device_id, {"type": "start", "stream": "s1", "t_ms": now_ms()})
         first = chunk("s1", 0, 300, 50)
         await send(client, device_id, first)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -15,9 +16,12 @@ import structlog
 from hypothesis import HealthCheck, settings
 from structlog.testing import capture_logs
 
+from edgemon.protocol import TOPIC_PREFIX
+
 from amqtt_broker import AmqttStartError, launch_amqtt
 from brokers import (
     RUN_AS_ROOT,
+    Broker,
     MosquittoStartError,
     accepts,
     end_process,
@@ -57,8 +61,11 @@ settings.load_profile("edgemon")
 FAST_ENV = "EDGEMON_TEST_FAST"
 #: Fixtures that start external programs: a test using one is an integration test.
 _PROGRAM_FIXTURES = frozenset(
-    {"mosquitto_broker", "mosquitto_server", "servers", "any_broker", "subscriptions_denied_broker"}
-)
+    {
+        "mosquitto_broker", "private_broker", "mosquitto_server", "servers", "any_broker",
+        "subscriptions_denied_broker",
+    }
+)  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -122,28 +129,89 @@ def own_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ------------------------------------------------------------------ mosquitto_broker
+class _WorkerMosquitto:
+    """The one Mosquitto of this pytest process (an xdist worker, or the whole run) that the
+    tests using `mosquitto_broker` share, and the tags that make each test's topics and
+    client ids its own."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.process = process
+        self.port = port
+        self.log = log
+        self._tags = itertools.count(1)
+
+    def next_tag(self) -> str:
+        """A tag no other test of this process had: `t1`, `t2`, ..."""
+        return f"t{next(self._tags)}"
+
+    def check_running(self, when: str) -> None:
+        """Fail, showing its log, if the shared Mosquitto has exited (`when`: before or
+        during the test)."""
+        code = self.process.poll()
+        if code is not None:
+            text = self.log.read_text(encoding="utf-8", errors="replace")[-3000:]
+            pytest.fail(f"the worker's shared Mosquitto exited ({code}) {when}; its log:\n{text}")
+
+
+@pytest.fixture(scope="session")
+def _worker_mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_WorkerMosquitto]:
+    """One Mosquitto for the whole session of this process (session scope is per worker
+    under pytest-xdist): anonymous, without persistence, on 127.0.0.1 and a free port, its
+    log in the session's `mosquitto/mosquitto.log`. Stopped when the session ends."""
+    require_tool("mosquitto")
+    directory = tmp_path_factory.mktemp("mosquitto")
+    try:
+        process, (port,) = launch_mosquitto(directory, lambda ports: plain_listener(ports[0]))
+    except MosquittoStartError as error:
+        pytest.fail(str(error))
+    try:
+        yield _WorkerMosquitto(process, port, directory / "mosquitto.log")
+    finally:
+        end_process(process)
+
+
 @pytest.fixture
-def mosquitto_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    """A fresh Mosquitto on 127.0.0.1 and a free port: `(host, port)`.
+def mosquitto_broker(_worker_mosquitto: _WorkerMosquitto) -> Iterator[Broker]:
+    """The worker's shared Mosquitto (anonymous, no persistence; started once per worker),
+    as a `Broker` that is this test's own: its topic prefix `tN/edgemon/v1` and its client
+    ids `tN-...` (`Broker.client_id`) are no other test's, so the test sees no other test's
+    retained or live messages, and no session of theirs, provided every client and topic it
+    uses comes from the `Broker` (`settings_for(broker)`, `broker.topic(...)`, ...).
+
+    A test that needs a broker to itself (reads its log, stops it, counts on broker-wide state
+    or configures it) takes `private_broker`. Skips the test when Mosquitto is not installed
+    (fails it under `EDGEMON_REQUIRE_TOOLS=1`); fails it when the shared broker has exited.
+    """
+    shared = _worker_mosquitto
+    shared.check_running("before this test")
+    tag = shared.next_tag()
+    yield Broker("127.0.0.1", shared.port, prefix=f"{tag}/{TOPIC_PREFIX}", tag=f"{tag}-")
+    shared.check_running("during this test")
+
+
+@pytest.fixture
+def private_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A fresh Mosquitto of the test's own on 127.0.0.1 and a free port, with edgemon's
+    default topic prefix and client ids as given (`Broker`).
 
     Anonymous, no persistence, so no retained message survives the test. Skips the test when
     Mosquitto is not installed (fails it under `EDGEMON_REQUIRE_TOOLS=1`); its log is in
     `tmp_path / "mosquitto.log"`.
     """
     require_tool("mosquitto")
-    with _mosquitto(tmp_path, lambda ports: plain_listener(ports[0])) as address:
-        yield address
+    with _mosquitto(tmp_path, lambda ports: plain_listener(ports[0])) as broker:
+        yield broker
 
 
 @contextmanager
-def _mosquitto(tmp_path: Path, config: Callable[[Sequence[int]], str]) -> Iterator[tuple[str, int]]:
+def _mosquitto(tmp_path: Path, config: Callable[[Sequence[int]], str]) -> Iterator[Broker]:
     """A Mosquitto with one listener, configured by `config(ports)`, for the block."""
     try:
         process, (port,) = launch_mosquitto(tmp_path, config)
     except MosquittoStartError as error:
         pytest.fail(str(error))
     try:
-        yield "127.0.0.1", port
+        yield Broker("127.0.0.1", port)
     finally:
         end_process(process)
 
@@ -172,10 +240,11 @@ SOME_SUBSCRIPTIONS = {
 
 
 @pytest.fixture
-def subscriptions_denied_broker(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    """A Mosquitto whose ACL (dynamic security) lets anonymous clients subscribe to edgemon's
-    statuses, events and engine topics and refuses every other subscription in its SUBACK
-    (0x80): a throttle or capacity filter is refused. `(host, port)`."""
+def subscriptions_denied_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A Mosquitto of the test's own whose ACL (dynamic security) lets anonymous clients
+    subscribe to edgemon's statuses, events and engine topics (under the default prefix) and
+    refuses every other subscription in its SUBACK (0x80): a throttle or capacity filter is
+    refused."""
     require_tool("mosquitto")
     assert DYNSEC.is_file(), f"{DYNSEC} is missing (Debian's mosquitto package ships it)"
     acl = tmp_path / "dynsec.json"
@@ -192,12 +261,14 @@ BROKERS = ("mosquitto", "amqtt")
 
 
 @pytest.fixture(params=BROKERS)
-def any_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, int]]:
+def any_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Broker]:
     """Each broker in turn (the test runs once per broker; its id says which), fresh on
-    127.0.0.1 and a free port, anonymous and without persistence: `(host, port)`.
-    `request.param` names it, so a test can mark what one of them does not do."""
+    127.0.0.1 and a free port, anonymous and without persistence, with edgemon's default
+    topic prefix. `request.param` names it, so a test can mark what one of them does not do.
+    Each is the test's own (`private_broker` for Mosquitto): these tests hold the two brokers
+    to the same rules from the same blank start, and amqtt is started for each test."""
     if request.param == "mosquitto":
-        yield request.getfixturevalue("mosquitto_broker")
+        yield request.getfixturevalue("private_broker")
         return
     pytest.importorskip("amqtt", reason="the embedded extra is not installed")
     try:
@@ -205,7 +276,7 @@ def any_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
     except AmqttStartError as error:
         pytest.fail(str(error))
     try:
-        yield "127.0.0.1", port
+        yield Broker("127.0.0.1", port)
     finally:
         end_process(process)
 

@@ -24,6 +24,7 @@ from brokers import (
     MOSQUITTO,
     MOSQUITTO_START_S,
     RUN_AS_ROOT,
+    Broker,
     MosquittoStartError,
     accepts,
     end_process,
@@ -97,6 +98,12 @@ class MosquittoServer:
     def url(self) -> str:
         """`mqtt://host:port`."""
         return f"mqtt://{self.host}:{self.port}"
+
+    @property
+    def broker(self) -> Broker:
+        """Where it listens, as a `Broker` (edgemon's default topic prefix: it is the test's
+        own)."""
+        return Broker(self.host, self.port)
 
     def start(self) -> None:
         """Start it and wait until it accepts connections (on its one port, every time)."""

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
+    from brokers import Broker
+
 #: How long to wait for the process (only waited in full on failure): a loaded machine.
 T = 30.0
 
@@ -41,15 +43,17 @@ class EdgemonProcess:
 
 @contextlib.contextmanager
 def edgemon_process(
-    broker_port: int, tmp_path: Path, *, config: str = "", client_id: str = "edgemon-loop"
+    broker: Broker, tmp_path: Path, *, config: str = "", client_id: str = "edgemon-loop"
 ) -> Iterator[EdgemonProcess]:
-    """`edgemon run --broker ... --listen ...` as a process, ready (`/readyz` 200). `config`
-    is more TOML, after `[mqtt] client_id`, `[log] format` and `[state] dir` (so it may add
+    """`edgemon run --broker ... --listen ...` as a process on `broker` (its topic prefix;
+    `client_id` made the test's own), ready (`/readyz` 200). `config` is more TOML, after
+    `[mqtt] client_id` and `topic_prefix`, `[log] format` and `[state] dir` (so it may add
     `[mqtt]` keys before any section of its own)."""
     http_port = free_port()
     path = tmp_path / "edgemon.toml"
     path.write_text(
-        f'[mqtt]\nclient_id = "{client_id}"\n{config}\n[log]\nformat = "json"\n'
+        f'[mqtt]\nclient_id = "{broker.client_id(client_id)}"\n'
+        f'topic_prefix = "{broker.prefix}"\n{config}\n[log]\nformat = "json"\n'
         f'[state]\ndir = "{tmp_path}"\n',
         encoding="utf-8",
     )
@@ -59,7 +63,7 @@ def edgemon_process(
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "edgemon", "run", "--config", str(path),
-                "--broker", f"mqtt://127.0.0.1:{broker_port}",
+                "--broker", broker.url,
                 "--listen", f"127.0.0.1:{http_port}",
             ],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -74,9 +78,9 @@ def edgemon_process(
 
 
 @contextlib.contextmanager
-def edgemon_run(broker_port: int, tmp_path: Path) -> Iterator[int]:
+def edgemon_run(broker: Broker, tmp_path: Path) -> Iterator[int]:
     """`edgemon_process` with the default config; yields its HTTP port."""
-    with edgemon_process(broker_port, tmp_path) as edgemon:
+    with edgemon_process(broker, tmp_path) as edgemon:
         yield edgemon.http_port
 
 

@@ -33,10 +33,12 @@ class Clock:
         return self.now
 
 
-def connect_request(keepalive_s: int = 30, *, version: int = V311) -> ConnectRequest:
+def connect_request(
+    keepalive_s: int = 30, *, version: int = V311, client_id: str = "session"
+) -> ConnectRequest:
     """A CONNECT of the daemon's kind (persistent session) for a test's connection."""
     return ConnectRequest(
-        client_id="session", keepalive_s=keepalive_s, clean=False, version=version
+        client_id=client_id, keepalive_s=keepalive_s, clean=False, version=version
     )
 
 

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 #: Chunks the device publishes before the link is cut, while it is, and after.
@@ -52,14 +54,14 @@ async def retained(port: int, *topics: str) -> dict[str, tuple[dict[str, Any], b
 
 
 async def test_a_late_subscriber_gets_what_it_asked_for_once(
-    any_broker: tuple[str, int], request: pytest.FixtureRequest
+    any_broker: Broker, request: pytest.FixtureRequest
 ) -> None:
     """A broker holds two retained messages; one client subscribed to both earlier. A client
     that subscribes to one of them receives that one message, once, and nothing else (MQTT
     3.1.1 §3.3.1.3: the retained message of each topic matching the new subscription)."""
     if request.node.callspec.params["any_broker"] == "amqtt":
         request.applymarker(AMQTT_RETAINED_TO_ALL)
-    _, port = any_broker
+    port = any_broker.port
     async with aiomqtt.Client("127.0.0.1", port, identifier="publisher") as client:
         for topic in ("t/a", "t/b"):
             await client.publish(topic, topic.encode(), qos=1, retain=True)
@@ -83,17 +85,17 @@ async def test_a_late_subscriber_gets_what_it_asked_for_once(
 
 
 async def test_throttle_objects_and_status_are_retained_qos1(
-    any_broker: tuple[str, int],
+    any_broker: Broker,
 ) -> None:
     """A device runs dry and recovers: the daemon's throttle objects reach a subscriber at
     QoS 1 in order (ON, OFF), and a subscriber that comes later receives the last one and the
     `online` status as retained messages; after a clean stop, a late subscriber receives the
     retained `offline`."""
-    _, port = any_broker
+    broker, port = any_broker, any_broker.port
     topic, status = f"{P}/d1/throttle", f"{P}/_edgemon/edgemon-test/status"
-    async with watching(port) as watcher:
-        async with running(Daemon(settings_for(port), environ={}, install_signal_handlers=False)):
-            async with device(port) as client:
+    async with watching(broker) as watcher:
+        async with running(Daemon(settings_for(broker), environ={}, install_signal_handlers=False)):
+            async with device(broker) as client:
                 await send(client, "d1", chunk("s1", 0, 300, 50))  # runs dry 220 ms later
                 await watcher.until(lambda: len(watcher.throttles("d1")) >= 1)
                 await send(client, "d1", chunk("s1", 1, 2000, 50))
@@ -117,7 +119,7 @@ async def proxied(port: int) -> AsyncIterator[TcpProxy]:
 
 
 async def test_a_lost_connection_loses_nothing_with_a_persistent_session(
-    any_broker: tuple[str, int], tmp_path: Path, request: pytest.FixtureRequest
+    any_broker: Broker, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """The daemon (persistent session, QoS 1, write-ahead log) reaches the broker through a
     link that is cut while a device goes on publishing at QoS 1: the broker queues what comes
@@ -125,15 +127,14 @@ async def test_a_lost_connection_loses_nothing_with_a_persistent_session(
     (`edgemon_chunks_total` equals what the device published, no gap), one reconnect."""
     if request.node.callspec.params["any_broker"] == "amqtt":
         request.applymarker(AMQTT_NO_SESSION)
-    _, port = any_broker
-    async with proxied(port) as proxy:
+    async with proxied(any_broker.port) as proxy:
         settings = Settings(
             mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{proxy.port}", client_id="edgemon-cut"),
             http=HttpSettings(listen="127.0.0.1:0"),
             state=StateSettings(dir=tmp_path / "state"),
         )
         daemon = Daemon(settings, environ={}, install_signal_handlers=False)
-        async with running(daemon), device(port) as client:
+        async with running(daemon), device(any_broker) as client:
             http = daemon.http_port
             assert http is not None
             seq = 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
@@ -24,6 +24,9 @@ from edgemon.settings import HttpSettings
 
 from clients import device, settings_for
 from daemons import running
+
+if TYPE_CHECKING:
+    from brokers import Broker
 
 T0 = 1_764_000_000_000.0
 #: How long a test waits for what must come at once on an idle machine.
@@ -240,19 +243,19 @@ async def test_agent_server_answers_each_connection_and_stops_with_one_open() ->
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_daemon_answers_the_agent_check_from_capacity_objects(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """A daemon with `agent_listen` answers `up 100%` before it knows anything, then the
     weight of its device's retained capacity object, and follows a newer one."""
-    _, port = mosquitto_broker
+    broker = mosquitto_broker
     http = HttpSettings(listen="127.0.0.1:0", agent_listen="127.0.0.1:0", agent_device="tts")
-    daemon = Daemon(settings_for(port, http=http), environ={}, install_signal_handlers=False)
-    async with running(daemon), device(port) as engine:
+    daemon = Daemon(settings_for(broker, http=http), environ={}, install_signal_handlers=False)
+    async with running(daemon), device(broker) as engine:
         agent = await agent_port(daemon)
         assert await ask_agent(agent) == b"up 100%\n"
         for running_now, expected in ((6, b"up 25%\n"), (8, b"up 0%\n")):
             payload = json.dumps({"realtime_streams": 8, "running": running_now})
-            await engine.publish("edgemon/v1/tts/capacity", payload, qos=1, retain=True)
+            await engine.publish(broker.topic("tts", "capacity"), payload, qos=1, retain=True)
             async with asyncio.timeout(WITHIN_S):
                 while (answer := await ask_agent(agent)) != expected:
                     assert answer in (b"up 100%\n", b"up 25%\n")
@@ -272,17 +275,17 @@ def test_agent_check_is_off_unless_configured() -> None:
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_a_forged_or_stale_object_moves_the_box_by_its_own_share_at_most(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """A daemon answering for the whole box: the real engine's object (75 % spare), then a
     forged "full" object of 2^53 streams on another device: the box's weight is the devices'
     shares averaged, 38 % (before: the figures summed, 1 %); once that object is stamped in
     1970 it counts for nothing, 75 % again (before: obeyed)."""
-    _, port = mosquitto_broker
+    broker = mosquitto_broker
     http = HttpSettings(listen="127.0.0.1:0", agent_listen="127.0.0.1:0")
-    daemon = Daemon(settings_for(port, http=http), environ={}, install_signal_handlers=False)
+    daemon = Daemon(settings_for(broker, http=http), environ={}, install_signal_handlers=False)
     now = time.time() * 1000.0
-    async with running(daemon), device(port) as engine:
+    async with running(daemon), device(broker) as engine:
         agent = await agent_port(daemon)
         for topic, value, expected in (
             ("tts", {"t_ms": now, "realtime_streams": 8, "running": 2}, b"up 75%\n"),
@@ -290,7 +293,7 @@ async def test_a_forged_or_stale_object_moves_the_box_by_its_own_share_at_most(
             ("other", {"t_ms": 1, "realtime_streams": 8, "running": 8}, b"up 75%\n"),
         ):
             payload = json.dumps(value)
-            await engine.publish(f"edgemon/v1/{topic}/capacity", payload, qos=1, retain=True)
+            await engine.publish(broker.topic(topic, "capacity"), payload, qos=1, retain=True)
             async with asyncio.timeout(WITHIN_S):
                 while await ask_agent(agent) != expected:  # noqa: ASYNC110 - the answer changes with what the broker delivers
                     await asyncio.sleep(0.05)

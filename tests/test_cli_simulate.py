@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,19 +17,22 @@ from edgemon.cli.main import main
 
 from mqtt_probe import Probe
 
+if TYPE_CHECKING:
+    from brokers import Broker
+
 
 def _simulate(*args: str) -> list[str]:
     return [sys.executable, "-m", "edgemon", "simulate", *args]
 
 
 @pytest.mark.integration
-def test_runs_for_the_duration_and_prints_a_summary(mosquitto_broker: tuple[str, int]) -> None:
+def test_runs_for_the_duration_and_prints_a_summary(mosquitto_broker: Broker) -> None:
     """`--duration 1` against Mosquitto: exit 0, nothing on stderr, one JSON summary line."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     began = time.monotonic()
     done = subprocess.run(
-        _simulate(f"--broker=mqtt://{host}:{port}", "--duration=1", "--devices=2",
-                  "--streams=2", "--rtf=0.1,0.5", "--stall-rate=0.1", "--seed=3"),
+        _simulate(f"--broker={broker.url}", f"--topic-prefix={broker.prefix}", "--duration=1",
+                  "--devices=2", "--streams=2", "--rtf=0.1,0.5", "--stall-rate=0.1", "--seed=3"),
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -44,13 +48,13 @@ def test_runs_for_the_duration_and_prints_a_summary(mosquitto_broker: tuple[str,
 
 
 @pytest.mark.integration
-def test_sigterm_stops_cleanly(mosquitto_broker: tuple[str, int]) -> None:
+def test_sigterm_stops_cleanly(mosquitto_broker: Broker) -> None:
     """Without `--duration` it runs until SIGTERM, then cancels open streams, prints the
     summary and exits 0."""
-    host, port = mosquitto_broker
-    probe = Probe(host, port, "edgemon/v1/+/events")
+    broker = mosquitto_broker
+    probe = Probe(broker.host, broker.port, broker.topic("+", "events"))
     process = subprocess.Popen(
-        _simulate(f"--broker=mqtt://{host}:{port}", "--seed=1"),
+        _simulate(f"--broker={broker.url}", f"--topic-prefix={broker.prefix}", "--seed=1"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

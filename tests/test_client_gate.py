@@ -18,12 +18,13 @@ from sockets import left_open
 if TYPE_CHECKING:
     from pathlib import Path
 
-THROTTLE = "edgemon/v1/dev1/throttle"
+    from brokers import Broker
+
 T = 15.0  # generous: a loaded machine
 
 
-def status(instance: str) -> str:
-    return f"edgemon/v1/_edgemon/{instance}/status"
+def status(broker: Broker, instance: str) -> str:
+    return broker.topic("_edgemon", instance, "status")
 
 
 def throttle(on: bool, seq: int, **extra: Any) -> dict[str, Any]:
@@ -59,18 +60,18 @@ class FakeClock:
 
 
 @pytest.mark.integration
-def test_follows_throttle_and_status(mosquitto_broker: tuple[str, int]) -> None:
+def test_follows_throttle_and_status(mosquitto_broker: Broker) -> None:
     """True only while the throttle object says so and an instance is online; an older or
     equal `seq` is ignored; the state snapshot carries the object's fields; `offline` from the
     only instance fails open, and a second online instance keeps it online."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
-    with probe(host, port) as edgemon, ThrottleGate(url, "dev1") as gate:
+    broker = mosquitto_broker
+    throttle_at = broker.topic("dev1", "throttle")
+    with probe(broker.host, broker.port) as edgemon, broker.gate("dev1") as gate:
         assert not gate.should_throttle_prefills()  # nothing known yet
-        edgemon.publish(THROTTLE, throttle(True, 10, streams=["a"], min_headroom_ms=12.5))
+        edgemon.publish(throttle_at, throttle(True, 10, streams=["a"], min_headroom_ms=12.5))
         assert gate.wait_until(lambda s: s.throttle is True and s.connected, T)
         assert not gate.should_throttle_prefills()  # status unknown: fail-open
-        edgemon.publish(status("e1"), {"state": "online", "version": "x", "t_ms": 1})
+        edgemon.publish(status(broker, "e1"), {"state": "online", "version": "x", "t_ms": 1})
         assert gate.wait_until(active, T)
         assert gate.should_throttle_prefills()
         state = gate.state
@@ -79,30 +80,30 @@ def test_follows_throttle_and_status(mosquitto_broker: tuple[str, int]) -> None:
         )  # fmt: skip
         assert state.instances == {"e1": "online"}
 
-        edgemon.publish(THROTTLE, throttle(True, 12))
+        edgemon.publish(throttle_at, throttle(True, 12))
         assert gate.wait_until(lambda s: s.seq == 12, T)
-        edgemon.publish(THROTTLE, throttle(False, 9))  # out of order: ignored
-        edgemon.publish(THROTTLE, throttle(False, 12))  # a duplicate: ignored
-        edgemon.publish(status("e2"), {"state": "online"})
+        edgemon.publish(throttle_at, throttle(False, 9))  # out of order: ignored
+        edgemon.publish(throttle_at, throttle(False, 12))  # a duplicate: ignored
+        edgemon.publish(status(broker, "e2"), {"state": "online"})
         assert gate.wait_until(lambda s: len(s.instances) == 2, T)
         assert gate.should_throttle_prefills()
         assert gate.stats.stale_ignored == 2
 
-        edgemon.publish(status("e1"), {"state": "offline"})
+        edgemon.publish(status(broker, "e1"), {"state": "offline"})
         assert gate.wait_until(lambda s: s.instances.get("e1") == "offline", T)
         assert gate.should_throttle_prefills()  # e2 is still online
-        edgemon.publish(status("e2"), b"")  # its retained status removed
+        edgemon.publish(status(broker, "e2"), b"")  # its retained status removed
         assert gate.wait_until(inactive, T)
         assert not gate.should_throttle_prefills()
         assert not gate.state.edgemon_online
 
-        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(status(broker, "e1"), {"state": "online"})
         assert gate.wait_until(active, T)
         assert gate.should_throttle_prefills()
-        edgemon.publish(THROTTLE, throttle(False, 13))
+        edgemon.publish(throttle_at, throttle(False, 13))
         assert gate.wait_until(inactive, T)
         assert not gate.should_throttle_prefills()
-        edgemon.publish(THROTTLE, b"{not json")
+        edgemon.publish(throttle_at, b"{not json")
         assert gate.wait_until(lambda _: gate.stats.unreadable == 1, T)
         assert gate.state.throttle is None  # unreadable: the device's throttle is forgotten
         stats = gate.stats
@@ -112,47 +113,49 @@ def test_follows_throttle_and_status(mosquitto_broker: tuple[str, int]) -> None:
 
 
 @pytest.mark.integration
-def test_online_accepts_a_lower_seq_once(mosquitto_broker: tuple[str, int]) -> None:
+def test_online_accepts_a_lower_seq_once(mosquitto_broker: Broker) -> None:
     """After an `online` status of a new process (a restarted edgemon, perhaps with its clock
     stepped back: another `started_ms`) the next throttle object is taken whatever its `seq`;
     later ones are ordered again. A heartbeat (the same `started_ms`) changes nothing."""
-    host, port = mosquitto_broker
-    with probe(host, port) as edgemon, ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
-        edgemon.publish(status("e1"), {"state": "online", "started_ms": 1})
-        edgemon.publish(THROTTLE, throttle(True, 500))
+    broker = mosquitto_broker
+    throttle_at = broker.topic("dev1", "throttle")
+    with probe(broker.host, broker.port) as edgemon, broker.gate("dev1") as gate:
+        edgemon.publish(status(broker, "e1"), {"state": "online", "started_ms": 1})
+        edgemon.publish(throttle_at, throttle(True, 500))
         assert gate.wait_until(active, T)
-        edgemon.publish(THROTTLE, throttle(True, 501))  # ordered: whichever came first above
+        edgemon.publish(throttle_at, throttle(True, 501))  # ordered: whichever came first above
         assert gate.wait_until(lambda s: s.seq == 501, T)
-        edgemon.publish(status("e1"), {"state": "online", "started_ms": 1})  # a heartbeat
-        edgemon.publish(THROTTLE, throttle(False, 400))
+        edgemon.publish(status(broker, "e1"), {"state": "online", "started_ms": 1})  # a heartbeat
+        edgemon.publish(throttle_at, throttle(False, 400))
         assert gate.wait_until(lambda _: gate.stats.stale_ignored == 1, T)
         assert gate.state.active
-        edgemon.publish(status("e1"), {"state": "online", "started_ms": 2})  # a restart
-        edgemon.publish(THROTTLE, throttle(False, 7))
+        edgemon.publish(status(broker, "e1"), {"state": "online", "started_ms": 2})  # a restart
+        edgemon.publish(throttle_at, throttle(False, 7))
         assert gate.wait_until(inactive, T)
-        edgemon.publish(THROTTLE, throttle(True, 6))
-        edgemon.publish(THROTTLE, throttle(True, 8))
+        edgemon.publish(throttle_at, throttle(True, 6))
+        edgemon.publish(throttle_at, throttle(True, 8))
         assert gate.wait_until(lambda s: s.seq == 8, T)
         assert gate.stats.stale_ignored == 2
 
 
 @pytest.mark.integration
 def test_a_restarted_edgemon_is_heard_before_it_says_online(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """A restarted edgemon says `offline` (its new `started_ms`) until its fresh throttle
     objects are out, then `online`: the first object after that `offline` is taken whatever
     its `seq` (a clock stepped back across the restart), and holds once `online` comes."""
-    host, port = mosquitto_broker
-    with probe(host, port) as edgemon, ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
-        edgemon.publish(status("e1"), {"state": "online", "started_ms": 1})
-        edgemon.publish(THROTTLE, throttle(False, 500))
+    broker = mosquitto_broker
+    throttle_at = broker.topic("dev1", "throttle")
+    with probe(broker.host, broker.port) as edgemon, broker.gate("dev1") as gate:
+        edgemon.publish(status(broker, "e1"), {"state": "online", "started_ms": 1})
+        edgemon.publish(throttle_at, throttle(False, 500))
         assert gate.wait_until(lambda s: s.seq == 500 and s.edgemon_online, T)
-        edgemon.publish(status("e1"), {"state": "offline", "started_ms": 2})  # restarted
-        edgemon.publish(THROTTLE, throttle(True, 7))  # its fresh object, a lower seq
+        edgemon.publish(status(broker, "e1"), {"state": "offline", "started_ms": 2})  # restarted
+        edgemon.publish(throttle_at, throttle(True, 7))  # its fresh object, a lower seq
         assert gate.wait_until(lambda s: s.seq == 7, T)
         assert not gate.state.active  # not online yet
-        edgemon.publish(status("e1"), {"state": "online", "started_ms": 2})
+        edgemon.publish(status(broker, "e1"), {"state": "online", "started_ms": 2})
         assert gate.wait_until(active, T)
         assert gate.stats.stale_ignored == 0
 
@@ -165,8 +168,8 @@ def test_fails_open_when_the_broker_goes_and_recovers(tmp_path: Path) -> None:
     server.start()
     try:
         with probe(server.host, server.port) as edgemon:
-            edgemon.publish(status("e1"), {"state": "online"})
-            edgemon.publish(THROTTLE, throttle(True, 1))
+            edgemon.publish(status(server.broker, "e1"), {"state": "online"})
+            edgemon.publish(server.broker.topic("dev1", "throttle"), throttle(True, 1))
         with ThrottleGate(server.url, "dev1") as gate:
             assert gate.wait_until(active, T)
             assert gate.should_throttle_prefills()
@@ -182,19 +185,20 @@ def test_fails_open_when_the_broker_goes_and_recovers(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_max_hold_releases_until_a_step_admits(mosquitto_broker: tuple[str, int]) -> None:
+def test_max_hold_releases_until_a_step_admits(mosquitto_broker: Broker) -> None:
     """A hold lasting `max_hold_ms` ends in a release, counted once: the gate answers False
     until the scheduler reports a step that admitted (`admitted()`), however many steps that
     takes; the next call begins a new hold. Held time counts on the injected clock, and a
     hold that the throttle ends counts up to when the gate saw the change."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    throttle_at = broker.topic("dev1", "throttle")
     clock = FakeClock()
     with (
-        probe(host, port) as edgemon,
-        ThrottleGate(f"mqtt://{host}:{port}", "dev1", max_hold_ms=2000, clock=clock) as gate,
+        probe(broker.host, broker.port) as edgemon,
+        broker.gate("dev1", max_hold_ms=2000, clock=clock) as gate,
     ):
-        edgemon.publish(status("e1"), {"state": "online"})
-        edgemon.publish(THROTTLE, throttle(True, 1))
+        edgemon.publish(status(broker, "e1"), {"state": "online"})
+        edgemon.publish(throttle_at, throttle(True, 1))
         assert gate.wait_until(active, T)
         answers = []
         for now in (100.0, 101.0, 101.999, 102.0, 102.0, 103.0):
@@ -211,7 +215,7 @@ def test_max_hold_releases_until_a_step_admits(mosquitto_broker: tuple[str, int]
         stats = gate.stats
         assert (stats.holds, stats.max_hold_releases, stats.held_s) == (2, 1, 2.25)
         clock.now = 105.0
-        edgemon.publish(THROTTLE, throttle(False, 2))
+        edgemon.publish(throttle_at, throttle(False, 2))
         assert gate.wait_until(inactive, T)
         clock.now = 200.0  # the scheduler asks again much later
         assert not gate.should_throttle_prefills()
@@ -253,26 +257,27 @@ def test_from_environ() -> None:
 
 @pytest.mark.integration
 def test_a_throttle_that_ends_between_calls_ends_the_hold(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """The throttle goes off and on again while the scheduler makes no call (an idle engine):
     the next call begins a new hold with a full `max_hold_ms`, and the old hold counts only
     up to when the gate saw the throttle go off."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    throttle_at = broker.topic("dev1", "throttle")
     clock = FakeClock()
     with (
-        probe(host, port) as edgemon,
-        ThrottleGate(f"mqtt://{host}:{port}", "dev1", max_hold_ms=2000, clock=clock) as gate,
+        probe(broker.host, broker.port) as edgemon,
+        broker.gate("dev1", max_hold_ms=2000, clock=clock) as gate,
     ):
-        edgemon.publish(status("e1"), {"state": "online"})
-        edgemon.publish(THROTTLE, throttle(True, 1))
+        edgemon.publish(status(broker, "e1"), {"state": "online"})
+        edgemon.publish(throttle_at, throttle(True, 1))
         assert gate.wait_until(active, T)
         assert gate.should_throttle_prefills()  # hold 1 from 100.0
         clock.now = 100.5
-        edgemon.publish(THROTTLE, throttle(False, 2))
+        edgemon.publish(throttle_at, throttle(False, 2))
         assert gate.wait_until(inactive, T)
         clock.now = 101.0
-        edgemon.publish(THROTTLE, throttle(True, 3))
+        edgemon.publish(throttle_at, throttle(True, 3))
         assert gate.wait_until(active, T)
         clock.now = 101.5
         assert gate.should_throttle_prefills()  # hold 2 from 101.5
@@ -284,19 +289,20 @@ def test_a_throttle_that_ends_between_calls_ends_the_hold(
 
 @pytest.mark.integration
 def test_an_unreadable_object_while_holding_ends_the_hold(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """docs/client.md's fail-open promise: an unreadable throttle object (not JSON, or JSON
     without a boolean `throttle` and an integer `seq`) that arrives while the gate holds ends
     the hold, and so does an emptied retained object; each unreadable one is counted."""
-    host, port = mosquitto_broker
-    with probe(host, port) as edgemon, ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
-        edgemon.publish(status("e1"), {"state": "online"})
+    broker = mosquitto_broker
+    throttle_at = broker.topic("dev1", "throttle")
+    with probe(broker.host, broker.port) as edgemon, broker.gate("dev1") as gate:
+        edgemon.publish(status(broker, "e1"), {"state": "online"})
         for seq, garbage in ((1, b"{not json"), (3, b'{"throttle": "yes", "seq": 4}'), (5, b"")):
-            edgemon.publish(THROTTLE, throttle(True, seq))
+            edgemon.publish(throttle_at, throttle(True, seq))
             assert gate.wait_until(active, T)
             assert gate.should_throttle_prefills()
-            edgemon.publish(THROTTLE, garbage)
+            edgemon.publish(throttle_at, garbage)
             assert gate.wait_until(inactive, T)
             assert not gate.should_throttle_prefills()
             assert gate.state.holding == ()
@@ -305,43 +311,44 @@ def test_an_unreadable_object_while_holding_ends_the_hold(
 
 @pytest.mark.integration
 def test_an_instance_silent_for_three_heartbeats_counts_offline(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """A retained `online` (heartbeat 0.2 s) and a retained `throttle: true` that nobody
     refreshes, as a lost will or a stopped edgemon leaves them: the gate holds, then stops
     holding once 3 heartbeats (0.6 s by its own receipt time) pass without a status, and shows
     the instance `silent`; a fresh `online` makes it hold again."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    throttle_at = broker.topic("dev1", "throttle")
     beat = {"state": "online", "heartbeat_s": 0.2, "started_ms": 1}
-    with probe(host, port) as edgemon:
-        edgemon.publish(THROTTLE, throttle(True, 1))
-        edgemon.publish(status("e1"), beat)
-        with ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
+    with probe(broker.host, broker.port) as edgemon:
+        edgemon.publish(throttle_at, throttle(True, 1))
+        edgemon.publish(status(broker, "e1"), beat)
+        with broker.gate("dev1") as gate:
             assert gate.wait_until(lambda s: s.connected and s.instances != {}, T)
             assert gate.wait_until(inactive, T)
             assert not gate.should_throttle_prefills()
             assert gate.state.instances == {"e1": "silent"}
             assert gate.state.throttle is True  # still known: only edgemon went quiet
-            edgemon.publish(status("e1"), beat)
+            edgemon.publish(status(broker, "e1"), beat)
             assert gate.wait_until(active, T)
             assert gate.should_throttle_prefills()
             assert gate.wait_until(inactive, T)
 
 
 @pytest.mark.integration
-def test_one_hold_clock_for_several_devices(mosquitto_broker: tuple[str, int]) -> None:
+def test_one_hold_clock_for_several_devices(mosquitto_broker: Broker) -> None:
     """`device="a,b"`: a throttle on either holds; the hold is one, timed from its start
     whichever devices come and go, and `max_hold_ms` ends it once; `state` and `stats` show
     the devices followed and those holding. A device not followed changes nothing."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     clock = FakeClock()
-    topic = "edgemon/v1/{}/throttle".format
+    topic = broker.topic("{}", "throttle").format
     with (
-        probe(host, port) as edgemon,
-        ThrottleGate(f"mqtt://{host}:{port}", "b, a", max_hold_ms=2000, clock=clock) as gate,
+        probe(broker.host, broker.port) as edgemon,
+        broker.gate("b, a", max_hold_ms=2000, clock=clock) as gate,
     ):
         assert gate.following == ("a", "b")
-        edgemon.publish(status("e1"), {"state": "online"})
+        edgemon.publish(status(broker, "e1"), {"state": "online"})
         edgemon.publish(topic("c"), throttle(True, 1))  # not followed
         edgemon.publish(topic("a"), throttle(True, 1))
         assert gate.wait_until(active, T)
@@ -366,19 +373,20 @@ def test_one_hold_clock_for_several_devices(mosquitto_broker: tuple[str, int]) -
 
 @pytest.mark.integration
 def test_an_error_inside_the_gate_answers_do_not_hold(
-    mosquitto_broker: tuple[str, int], caplog: pytest.LogCaptureFixture
+    mosquitto_broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An exception inside `should_throttle_prefills` (here its clock fails, a fault no real
     part produces on demand) never reaches the scheduler: the answer is False, every error is
     counted, only the first is logged."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    throttle_at = broker.topic("dev1", "throttle")
     clock = FakeClock()
     with (
-        probe(host, port) as edgemon,
-        ThrottleGate(f"mqtt://{host}:{port}", "dev1", clock=clock) as gate,
+        probe(broker.host, broker.port) as edgemon,
+        broker.gate("dev1", clock=clock) as gate,
     ):
-        edgemon.publish(status("e1"), {"state": "online"})
-        edgemon.publish(THROTTLE, throttle(True, 1))
+        edgemon.publish(status(broker, "e1"), {"state": "online"})
+        edgemon.publish(throttle_at, throttle(True, 1))
         assert gate.wait_until(active, T)
         clock.break_here()
         with caplog.at_level("ERROR", logger="edgemon.client"):
@@ -419,13 +427,13 @@ def test_devices_from_environ() -> None:
 
 
 @pytest.mark.integration
-def test_a_closed_gate_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) -> None:
+def test_a_closed_gate_leaves_no_socket_open(mosquitto_broker: Broker) -> None:
     """After `close()`, every socket the gate opened is closed: the connection and the
     wake-up socket pair of paho's network thread, not left for the garbage collector (a vLLM
     engine may open and close gates as it reconfigures)."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     with left_open() as still_open:
-        gate = ThrottleGate(f"mqtt://{host}:{port}", "dev1").open()
+        gate = broker.gate("dev1").open()
         assert gate.wait_until(lambda s: s.connected, T)
         gate.close(T)
         assert not still_open()  # none of the sockets it opened is still open
@@ -433,20 +441,21 @@ def test_a_closed_gate_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) 
 
 @pytest.mark.integration
 def test_a_subscription_the_broker_refuses_is_said_and_shown(
-    subscriptions_denied_broker: tuple[str, int], caplog: pytest.LogCaptureFixture
+    subscriptions_denied_broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A broker whose ACL denies the gate's throttle topic answers its SUBSCRIBE with 0x80 for
     that filter: the gate logs one error naming the filter, shows it in `state.refused` (the
     status filter, granted, is not there) and counts it (`stats.subscriptions_refused`),
     and still fails open."""
-    host, port = subscriptions_denied_broker
+    broker = subscriptions_denied_broker
+    throttle_at = broker.topic("dev1", "throttle")
     with caplog.at_level(logging.ERROR, logger="edgemon.client"):
-        with ThrottleGate(f"mqtt://{host}:{port}", "dev1") as gate:
+        with ThrottleGate(broker.url, "dev1") as gate:
             assert gate.wait_until(lambda s: s.refused != (), T)
-            assert gate.state.refused == (THROTTLE,)
+            assert gate.state.refused == (throttle_at,)
             assert gate.stats.subscriptions_refused == 1
             assert not gate.should_throttle_prefills()
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1
-    assert THROTTLE in errors[0].getMessage()
+    assert throttle_at in errors[0].getMessage()
     assert "refused" in errors[0].getMessage()

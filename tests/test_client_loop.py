@@ -8,27 +8,31 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from edgemon.client import AudioFormat, GateState, Reporter, ThrottleGate
+from edgemon.client import AudioFormat, GateState
 
 from processes import T, edgemon_run, poll, samples
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 
 def test_edgemon_counts_exactly_what_the_reporter_sent(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """Three streams reported through the Reporter (PCM bytes with partial frames, audio_ms,
     a final chunk, an end): edgemon counts exactly the chunks sent, the audio they carry, and
     every event as `accepted`, with no rejection of any kind."""
-    host, port = mosquitto_broker
-    with edgemon_run(port, tmp_path) as http, Reporter(
-        f"mqtt://{host}:{port}", "loop1", client_id="loop1-reporter", merge_chunks=False,
-        audio_format="s16le:24000:1",
-    ) as reporter:  # fmt: skip
+    broker = mosquitto_broker
+    with (
+        edgemon_run(broker, tmp_path) as http,
+        broker.reporter(
+            "loop1", "loop1-reporter", merge_chunks=False, audio_format="s16le:24000:1"
+        ) as reporter,
+    ):
         reporter.start("a", margin_ms=50)
         for _ in range(10):
             reporter.chunk("a", pcm_bytes=4_801, eta_ms=20)  # 100 ms and a byte carried
@@ -64,7 +68,7 @@ def released(state: GateState) -> bool:
 
 
 def test_gate_follows_edgemon_when_a_stream_runs_dry(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """A stream gets one 1.5 s chunk and nothing more: edgemon's deadline task throttles the
     device when its headroom falls below the margin (1.42 s later), and the gate says hold;
@@ -73,8 +77,7 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
     latency from it to the gate seeing it is printed (with edgemon's clock offset for the
     device, which is part of it), not judged: it is the load of this machine as much as
     edgemon's."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    broker = mosquitto_broker
     latencies, offsets = [], []
     stamped: list[float] = []
 
@@ -83,9 +86,9 @@ def test_gate_follows_edgemon_when_a_stream_runs_dry(
         return stamped[-1]
 
     with (
-        edgemon_run(port, tmp_path) as http,
-        Reporter(url, "loop2", client_id="loop2-reporter", clock=stamp) as reporter,
-        ThrottleGate(url, "loop2") as gate,
+        edgemon_run(broker, tmp_path) as http,
+        broker.reporter("loop2", "loop2-reporter", clock=stamp) as reporter,
+        broker.gate("loop2") as gate,
     ):
         assert gate.wait_until(lambda s: s.connected and s.edgemon_online, T)
         assert not gate.should_throttle_prefills()

@@ -23,6 +23,8 @@ from sockets import left_open
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 TOPIC = "edgemon/v1/dev1/events"
@@ -47,19 +49,15 @@ def batches(watcher: Probe, topic: str = TOPIC) -> list[list[dict[str, Any]]]:
     return [m.json() for m in watcher.seen if m.topic == topic]
 
 
-def test_calls_within_flush_ms_are_one_batch(mosquitto_broker: tuple[str, int]) -> None:
+def test_calls_within_flush_ms_are_one_batch(mosquitto_broker: Broker) -> None:
     """Twenty chunk calls and a start made within `flush_ms` reach the broker as ONE message
     (a JSON array) at QoS 1, with `t_ms` from the injected clock at each call, `seq` 0..19,
     `audio_ms` from PCM bytes, and `audio_total_ms` the exact running total."""
-    host, port = mosquitto_broker
-    with probe(host, port, TOPIC) as watcher:
-        reporter = Reporter(
-            f"mqtt://{host}:{port}",
-            "dev1",
-            flush_ms=500,
-            clock=counting_clock(),
-            client_id="r1",
-            merge_chunks=False,
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
+    with probe(broker.host, broker.port, topic) as watcher:
+        reporter = broker.reporter(
+            "dev1", "r1", flush_ms=500, clock=counting_clock(), merge_chunks=False
         )
         with reporter:
             reporter.start("req-1", margin_ms=100, player="rebuffer", audio_format="s16le:24000:1")
@@ -70,7 +68,7 @@ def test_calls_within_flush_ms_are_one_batch(mosquitto_broker: tuple[str, int]) 
             stats = reporter.stats
     assert stats.events == stats.sent == 21
     assert stats.messages == 1
-    (batch,) = batches(watcher)
+    (batch,) = batches(watcher, topic)
     start, *chunks = batch
     assert start == {
         "type": "start", "stream": "req-1", "t_ms": 1_700_000_000_000.0,
@@ -83,25 +81,26 @@ def test_calls_within_flush_ms_are_one_batch(mosquitto_broker: tuple[str, int]) 
     assert all(c["eta_ms"] == 150.0 and c["type"] == "chunk" for c in chunks)
 
 
-def test_batches_split_within_the_daemon_limits(mosquitto_broker: tuple[str, int]) -> None:
+def test_batches_split_within_the_daemon_limits(mosquitto_broker: Broker) -> None:
     """More events than `max_batch_events`, or more bytes than `max_payload_bytes`, are split
     into several messages, each within both limits, together holding every event in order."""
-    host, port = mosquitto_broker
-    with probe(host, port, TOPIC) as watcher:
-        with Reporter(
-            f"mqtt://{host}:{port}", "dev1", flush_ms=2_000, client_id="r2", merge_chunks=False,
-            max_batch_events=7, max_payload_bytes=1_024,
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
+    with probe(broker.host, broker.port, topic) as watcher:
+        with broker.reporter(
+            "dev1", "r2", flush_ms=2_000, merge_chunks=False, max_batch_events=7,
+            max_payload_bytes=1_024,
         ) as reporter:  # fmt: skip
             for i in range(60):
                 reporter.chunk(f"stream-{i % 3}-{'x' * 90}", audio_ms=20)
             assert reporter.flush(15)
         assert watcher.wait_for(lambda seen: sum(len(m.json()) for m in seen) >= 60)
     sizes = [len(m.payload) for m in watcher.seen]
-    counts = [len(batch) for batch in batches(watcher)]
+    counts = [len(batch) for batch in batches(watcher, topic)]
     assert max(counts) <= 7
     assert max(sizes) <= 1_024
     assert any(size > 700 for size in sizes)  # the byte limit, not only the count, split them
-    events = [event for batch in batches(watcher) for event in batch]
+    events = [event for batch in batches(watcher, topic) for event in batch]
     for i in range(3):
         mine = [e["seq"] for e in events if e["stream"].startswith(f"stream-{i}-")]
         assert mine == list(range(20))
@@ -157,12 +156,13 @@ def test_offline_buffer_is_bounded_and_delivered_after_the_broker_starts(
     }
 
 
-def test_close_flushes_what_is_waiting(mosquitto_broker: tuple[str, int]) -> None:
+def test_close_flushes_what_is_waiting(mosquitto_broker: Broker) -> None:
     """With a long `flush_ms`, nothing is due yet; `close()` sends it all before returning,
     and a second `close()` does nothing."""
-    host, port = mosquitto_broker
-    with probe(host, port, TOPIC) as watcher:
-        reporter = Reporter(f"mqtt://{host}:{port}", "dev1", flush_ms=60_000, client_id="r4")
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
+    with probe(broker.host, broker.port, topic) as watcher:
+        reporter = broker.reporter("dev1", "r4", flush_ms=60_000)
         reporter.open()
         assert reporter.open() is reporter
         reporter.start("s")
@@ -171,13 +171,14 @@ def test_close_flushes_what_is_waiting(mosquitto_broker: tuple[str, int]) -> Non
         reporter.close()
         assert reporter.stats.sent == 2
         assert watcher.wait_for(lambda seen: len(seen) == 1)
-    assert [e["type"] for e in batches(watcher)[0]] == ["start", "chunk"]
+    assert [e["type"] for e in batches(watcher, topic)[0]] == ["start", "chunk"]
 
 
-def test_usable_from_asyncio(mosquitto_broker: tuple[str, int]) -> None:
+def test_usable_from_asyncio(mosquitto_broker: Broker) -> None:
     """Coroutines of one event loop report without blocking it (the calls return at once),
     and `flush` runs in a worker thread; every stream's `seq` is 0..n-1 on the wire."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
 
     async def player(reporter: Reporter, name: str) -> None:
         for _ in range(25):
@@ -189,13 +190,11 @@ def test_usable_from_asyncio(mosquitto_broker: tuple[str, int]) -> None:
         await asyncio.gather(*(player(reporter, f"a{i}") for i in range(4)))
         return await asyncio.to_thread(reporter.flush, 15)
 
-    with probe(host, port, TOPIC) as watcher:
-        with Reporter(
-            f"mqtt://{host}:{port}", "dev1", client_id="r5", merge_chunks=False
-        ) as reporter:
+    with probe(broker.host, broker.port, topic) as watcher:
+        with broker.reporter("dev1", "r5", merge_chunks=False) as reporter:
             assert asyncio.run(main(reporter))
         assert watcher.wait_for(lambda seen: sum(len(m.json()) for m in seen) == 104)
-    events = [event for batch in batches(watcher) for event in batch]
+    events = [event for batch in batches(watcher, topic) for event in batch]
     for i in range(4):
         mine = [e for e in events if e["stream"] == f"a{i}"]
         assert [e.get("seq") for e in mine] == [*range(25), None]
@@ -203,17 +202,16 @@ def test_usable_from_asyncio(mosquitto_broker: tuple[str, int]) -> None:
         assert mine[-2]["audio_total_ms"] == 2_500.0
 
 
-def test_many_threads_at_once(mosquitto_broker: tuple[str, int]) -> None:
+def test_many_threads_at_once(mosquitto_broker: Broker) -> None:
     """Eight threads report at once, two per stream, with odd PCM sizes: nothing is lost or
     duplicated, each stream's `seq` is 0..n-1 in order with its `t_ms` never going back, and
     its last `audio_total_ms` is exactly the audio of the whole frames it was given."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
     fmt = AudioFormat.PCM_F32LE_48K_STEREO
     calls = 150
-    with probe(host, port, TOPIC) as watcher:
-        with Reporter(
-            f"mqtt://{host}:{port}", "dev1", client_id="r6", merge_chunks=False
-        ) as reporter:
+    with probe(broker.host, broker.port, topic) as watcher:
+        with broker.reporter("dev1", "r6", merge_chunks=False) as reporter:
 
             def work(stream: str, size: int) -> None:
                 for _ in range(calls):
@@ -230,7 +228,7 @@ def test_many_threads_at_once(mosquitto_broker: tuple[str, int]) -> None:
             stats = reporter.stats
         total = stats.events
         assert watcher.wait_for(lambda seen: sum(len(m.json()) for m in seen) >= total, 30)
-    events = [event for batch in batches(watcher) for event in batch]
+    events = [event for batch in batches(watcher, topic) for event in batch]
     assert len(events) == total == stats.sent
     for i in range(4):
         mine = [e for e in events if e["stream"] == f"t{i}"]
@@ -242,15 +240,14 @@ def test_many_threads_at_once(mosquitto_broker: tuple[str, int]) -> None:
     assert json.loads(watcher.seen[0].payload)  # every message is a JSON array of events
 
 
-def test_a_failed_publish_is_retried_in_order(mosquitto_broker: tuple[str, int]) -> None:
+def test_a_failed_publish_is_retried_in_order(mosquitto_broker: Broker) -> None:
     """A publish that raises or is refused by the library (a fault a real broker does not
     produce on demand, so it is injected) loses nothing: the events go back ahead of newer
     ones and reach the broker once, in order."""
-    host, port = mosquitto_broker
-    with probe(host, port, TOPIC) as watcher:
-        with Reporter(
-            f"mqtt://{host}:{port}", "dev1", client_id="r7", merge_chunks=False, max_batch_events=4
-        ) as reporter:
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
+    with probe(broker.host, broker.port, topic) as watcher:
+        with broker.reporter("dev1", "r7", merge_chunks=False, max_batch_events=4) as reporter:
             client = reporter._sender.client
             assert client is not None
             real = client.publish
@@ -275,7 +272,7 @@ def test_a_failed_publish_is_retried_in_order(mosquitto_broker: tuple[str, int])
         assert watcher.wait_for(lambda seen: sum(len(m.json()) for m in seen) >= 10)
     assert not faults
     assert stats.sent == 10
-    events = [event for batch in batches(watcher) for event in batch]
+    events = [event for batch in batches(watcher, topic) for event in batch]
     assert [e["seq"] for e in events] == list(range(10))
 
 
@@ -298,12 +295,12 @@ def test_close_without_a_broker_keeps_its_timeout() -> None:
     assert calls_s < 10
 
 
-def test_a_closed_reporter_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) -> None:
+def test_a_closed_reporter_leaves_no_socket_open(mosquitto_broker: Broker) -> None:
     """After `close()`, every socket the Reporter opened is closed: the connection and the
     wake-up socket pair of paho's network thread, not left for the garbage collector."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     with left_open() as still_open:
-        reporter = Reporter(f"mqtt://{host}:{port}", "dev1", client_id="r-sockets").open()
+        reporter = broker.reporter("dev1", "r-sockets").open()
         assert poll(lambda: reporter.stats.connected)
         reporter.close(15)
         assert not still_open()  # none of the sockets it opened is still open

@@ -22,14 +22,16 @@ from ports import MosquittoServer, free_port
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 TOPIC = "edgemon/v1/dev1/events"
 
 
-def events(watcher: Probe) -> list[dict[str, Any]]:
-    """Every event the watcher saw on `TOPIC`, in order."""
-    return [event for m in watcher.seen if m.topic == TOPIC for event in m.json()]
+def events(watcher: Probe, topic: str = TOPIC) -> list[dict[str, Any]]:
+    """Every event the watcher saw on `topic`, in order."""
+    return [event for m in watcher.seen if m.topic == topic for event in m.json()]
 
 
 class StepClock:
@@ -42,19 +44,19 @@ class StepClock:
         return self.now
 
 
-def test_pieces_within_a_flush_window_are_one_chunk(mosquitto_broker: tuple[str, int]) -> None:
+def test_pieces_within_a_flush_window_are_one_chunk(mosquitto_broker: Broker) -> None:
     """Two `chunk()` calls of one stream within one flush window (one server chunk read in two
     pieces) go out as ONE chunk event: audio summed, `t_ms` the later piece's arrival (so the
     audio never counts before all of it was there), `eta_ms` kept as the same instant, one
     `seq`; a piece after the window, or of another stream, is its own event."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
     clock = StepClock()
     t0 = clock.now
-    with probe(host, port, TOPIC) as watcher:
-        with Reporter(
-            f"mqtt://{host}:{port}", "dev1", flush_ms=10_000, clock=clock,
-            audio_format="s16le:24000:1",
-        ) as reporter:  # fmt: skip
+    with probe(broker.host, broker.port, topic) as watcher:
+        with broker.reporter(
+            "dev1", flush_ms=10_000, clock=clock, audio_format="s16le:24000:1"
+        ) as reporter:
             reporter.chunk("a", pcm_bytes=8_192, eta_ms=320)
             clock.now += 4
             reporter.chunk("a", pcm_bytes=7_168)  # 15,360 B in all: 320 ms
@@ -65,7 +67,7 @@ def test_pieces_within_a_flush_window_are_one_chunk(mosquitto_broker: tuple[str,
             assert reporter.flush(15)
             stats = reporter.stats
         assert watcher.wait_for(lambda seen: sum(len(m.json()) for m in seen) >= 3)
-    a0, b0, a1 = events(watcher)
+    a0, b0, a1 = events(watcher, topic)
     assert a0 == {
         "type": "chunk", "stream": "a", "t_ms": t0 + 4, "seq": 0, "audio_ms": 320.0,
         "audio_total_ms": 320.0, "eta_ms": 316.0,
@@ -133,15 +135,13 @@ def test_overflow_keeps_start_and_end_on_the_wire(tmp_path: Path) -> None:
     assert [e.get("seq") for e in seen] == [None, 4, 5, None]
 
 
-def test_two_reporters_of_one_device_keep_their_sessions(
-    mosquitto_broker: tuple[str, int],
-) -> None:
+def test_two_reporters_of_one_device_keep_their_sessions(mosquitto_broker: Broker) -> None:
     """Two Reporters for one device in one process (default client ids) both stay connected
     and both deliver: the default is a clean session with a unique client id."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
-    with probe(host, port, TOPIC) as watcher:
-        with Reporter(url, "dev1") as one, Reporter(url, "dev1") as two:
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
+    with probe(broker.host, broker.port, topic) as watcher:
+        with broker.reporter("dev1") as one, broker.reporter("dev1") as two:
             assert one.wait_connected(15)
             assert two.wait_connected(15)
             one.chunk("one", audio_ms=40)
@@ -149,8 +149,8 @@ def test_two_reporters_of_one_device_keep_their_sessions(
             assert one.flush(15)
             assert two.flush(15)
             assert (one.stats.connects, two.stats.connects) == (1, 1)
-        assert watcher.wait_for(lambda seen: len(events(watcher)) >= 2)
-    assert {e["stream"] for e in events(watcher)} == {"one", "two"}
+        assert watcher.wait_for(lambda seen: len(events(watcher, topic)) >= 2)
+    assert {e["stream"] for e in events(watcher, topic)} == {"one", "two"}
 
 
 def test_an_unreachable_broker_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -175,25 +175,26 @@ def test_an_unreachable_broker_is_said_once(caplog: pytest.LogCaptureFixture) ->
     assert any("opened by its first call" in r.message for r in caplog.records)
 
 
-def test_exiting_without_close_loses_nothing(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
-) -> None:
+def test_exiting_without_close_loses_nothing(mosquitto_broker: Broker, tmp_path: Path) -> None:
     """A player that exits right after `end()` without `close()` still delivers the `end`:
     the Reporter flushes at interpreter exit."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
     script = tmp_path / "player.py"
     script.write_text(
         textwrap.dedent(
             f"""
             from edgemon.client import Reporter
-            reporter = Reporter("mqtt://{host}:{port}", "dev1", flush_ms=60_000).open()
+            reporter = Reporter(
+                "{broker.url}", "dev1", topic_prefix="{broker.prefix}", flush_ms=60_000
+            ).open()
             reporter.chunk("s", audio_ms=40)
             reporter.end("s")
             """
         ),
         encoding="utf-8",
     )
-    with probe(host, port, TOPIC) as watcher:
+    with probe(broker.host, broker.port, topic) as watcher:
         subprocess.run([sys.executable, str(script)], check=True, timeout=60)
-        assert watcher.wait_for(lambda seen: len(events(watcher)) >= 2)
-    assert [e["type"] for e in events(watcher)] == ["chunk", "end"]
+        assert watcher.wait_for(lambda seen: len(events(watcher, topic)) >= 2)
+    assert [e["type"] for e in events(watcher, topic)] == ["chunk", "end"]

@@ -15,9 +15,10 @@ from mqtt_probe import probe
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
-TOPIC = "edgemon/v1/dev1/events"
 T0 = 1_700_000_000_000.0
 
 
@@ -27,13 +28,13 @@ def clock() -> Callable[[], float]:
     return lambda: T0 + next(ticks)
 
 
-def test_the_first_chunk_carries_the_playback_start(mosquitto_broker: tuple[str, int]) -> None:
+def test_the_first_chunk_carries_the_playback_start(mosquitto_broker: Broker) -> None:
     """`start` at the request, then a chunk with `play_start_ms`: the chunk event carries it;
     later chunks without it carry none."""
-    host, port = mosquitto_broker
-    with probe(host, port, TOPIC) as watcher:
-        reporter = Reporter(
-            f"mqtt://{host}:{port}",
+    broker = mosquitto_broker
+    topic = broker.topic("dev1", "events")
+    with probe(broker.host, broker.port, topic) as watcher:
+        reporter = broker.reporter(
             "dev1",
             flush_ms=500,
             clock=clock(),
@@ -45,7 +46,7 @@ def test_the_first_chunk_carries_the_playback_start(mosquitto_broker: tuple[str,
             reporter.chunk("req-1", audio_ms=2000, eta_ms=1500)
             assert reporter.flush(15)
         assert watcher.wait_for(lambda seen: len(seen) >= 1)
-    events: list[dict[str, Any]] = [e for m in watcher.seen if m.topic == TOPIC for e in m.json()]
+    events: list[dict[str, Any]] = [e for m in watcher.seen if m.topic == topic for e in m.json()]
     start, first, second = events
     assert start == {"type": "start", "stream": "req-1", "t_ms": T0, "margin_ms": 80.0}
     assert first["play_start_ms"] == T0 + 1350.5

@@ -5,7 +5,7 @@ field, with no event refused; and both ends take their limits from `edgemon.prot
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
@@ -18,6 +18,9 @@ from edgemon.wire.decode import Problem, decode_events
 
 from mqtt_probe import probe
 from properties import examples
+
+if TYPE_CHECKING:
+    from brokers import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -87,20 +90,20 @@ def meant(call: tuple[str, str, dict[str, Any]], t_ms: float) -> dict[str, Any]:
 )
 @given(calls=CALLS)
 def test_everything_the_reporter_emits_decodes_to_what_it_meant(
-    mosquitto_broker: tuple[str, int], calls: list[tuple[str, str, dict[str, Any]]]
+    mosquitto_broker: Broker, calls: list[tuple[str, str, dict[str, Any]]]
 ) -> None:
     """Each accepted call is one event on the wire; the daemon's decoder refuses none of them
     and reads each field as the call gave it, `seq` counting each stream's chunks from 0 and
     `audio_total_ms` their running total."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     device = f"dev{next(_devices)}"
-    topic = f"edgemon/v1/{device}/events"
+    topic = broker.topic(device, "events")
     ticks = itertools.count()
     expected: list[dict[str, Any]] = []
-    with probe(host, port, topic) as watcher:
-        with Reporter(
-            f"mqtt://{host}:{port}", device, clock=lambda: T0 + next(ticks),
-            audio_format="s16le:24000:1", merge_chunks=False,
+    with probe(broker.host, broker.port, topic) as watcher:
+        with broker.reporter(
+            device, clock=lambda: T0 + next(ticks), audio_format="s16le:24000:1",
+            merge_chunks=False,
         ) as reporter:  # fmt: skip
             for number, call in enumerate(calls):
                 before = reporter.stats.events

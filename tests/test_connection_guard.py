@@ -31,6 +31,8 @@ from daemons import running
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.asyncio
 
 #: Generous: only waited in full when a test fails on a loaded machine.
@@ -173,15 +175,16 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 @pytest.mark.integration
 async def test_the_daemons_ports_close_idle_connections_and_stay_bounded(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """A running daemon with the agent check on: an idle connection to its HTTP port is closed
     by the daemon within `REQUEST_TIMEOUT_S` (before: kept for ever), and of 60 connections to
     its agent port that never close their side at most its cap stay open, each having had
     its answer (before: every one kept for 2 s, with no cap)."""
-    _, port = mosquitto_broker
     http = HttpSettings(listen="127.0.0.1:0", agent_listen="127.0.0.1:0")
-    daemon = Daemon(settings_for(port, http=http), environ={}, install_signal_handlers=False)
+    daemon = Daemon(
+        settings_for(mosquitto_broker, http=http), environ={}, install_signal_handlers=False
+    )
     async with running(daemon):
         assert daemon.http_port is not None
         await _until(lambda: daemon.agent_port is not None)

@@ -33,6 +33,7 @@ from scrapes import sample
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
     from ports import MosquittoServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -54,18 +55,18 @@ __all__ = [
 ]
 
 
-async def test_scenario_publishes_throttle_on_then_off(mosquitto_broker: tuple[str, int]) -> None:
+async def test_scenario_publishes_throttle_on_then_off(mosquitto_broker: Broker) -> None:
     """A device's stream running low turns its throttle on at the timer's instant (no message
     needed) and a refill turns it off after min-on: the subscriber sees retained QoS 1 objects
     `true` then `false` with increasing `seq`, and `online` status first. The onset is
     stamped with the crossing instant on the device's clock: chunk 0's `t_ms` + 220 ms (not
     when the timer happened to fire on a loaded machine)."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
-    async with watching(port) as watcher:
+    broker = mosquitto_broker
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
+    async with watching(broker) as watcher:
         async with running(daemon):
             await watcher.until(lambda: "online" in watcher.statuses())
-            t0 = await throttle_on_then_off(port, watcher, "dev1")
+            t0 = await throttle_on_then_off(broker, watcher, "dev1")
             on, off = watcher.throttles("dev1")
         # Stopped: the offline status is on its way through the broker to the watcher.
         await watcher.until(lambda: watcher.statuses()[-1:] == ["offline"])
@@ -81,15 +82,15 @@ async def test_scenario_publishes_throttle_on_then_off(mosquitto_broker: tuple[s
     assert off["streams"] == []
 
 
-async def test_deadline_lateness_is_exported(mosquitto_broker: tuple[str, int]) -> None:
+async def test_deadline_lateness_is_exported(mosquitto_broker: Broker) -> None:
     """Every transition the deadline task fires counts in `edgemon_deadline_lateness_seconds`
     (docs/runbook.md): after a timer-driven throttle onset the histogram has observations, each in a
     finite bucket (no deadline here is served a second late)."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
-    async with watching(port) as watcher, running(daemon):
+    broker = mosquitto_broker
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
+    async with watching(broker) as watcher, running(daemon):
         await watcher.until(lambda: "online" in watcher.statuses())
-        await throttle_on_then_off(port, watcher, "dev1")
+        await throttle_on_then_off(broker, watcher, "dev1")
         assert daemon.http_port is not None
         status, text = await scrape(daemon.http_port, "/metrics")
     assert status == 200
@@ -101,28 +102,28 @@ async def test_deadline_lateness_is_exported(mosquitto_broker: tuple[str, int]) 
     assert sample(text, f"{name}_sum", {}) is not None
 
 
-async def test_throttle_objects_are_retained(mosquitto_broker: tuple[str, int]) -> None:
+async def test_throttle_objects_are_retained(mosquitto_broker: Broker) -> None:
     """A subscriber arriving later gets the device's last throttle object (retained)."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
-    async with running(daemon), watching(port) as early, device(port) as client:
+    broker = mosquitto_broker
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
+    async with running(daemon), watching(broker) as early, device(broker) as client:
         await send(client, "dev9", chunk("s", 0, 30, 50))  # at risk at once
         await early.until(lambda: len(early.throttles("dev9")) >= 1)  # published
-        async with watching(port) as late:
+        async with watching(broker) as late:
             await late.until(lambda: len(late.throttles("dev9")) >= 1)
-            retained = [r for t, _, r in late.seen if t == f"{P}/dev9/throttle"]
+            retained = [r for t, _, r in late.seen if t == broker.topic("dev9", "throttle")]
             assert retained[0] is True
             assert late.throttles("dev9")[0]["throttle"] is True
 
 
-async def test_underrun_detected_by_timer_alone(mosquitto_broker: tuple[str, int]) -> None:
+async def test_underrun_detected_by_timer_alone(mosquitto_broker: Broker) -> None:
     """A stream whose audio runs out with no further message is counted as an underrun from
     the timers alone (it runs dry, and with no late chunk it is confirmed allowed_lateness_ms
     later, docs/semantics.md): `/metrics` (parsed as Prometheus would) shows it, `/api/v1/streams`
     too."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
-    async with running(daemon), device(port) as client:
+    broker = mosquitto_broker
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
+    async with running(daemon), device(broker) as client:
         await send(client, "dev2", chunk("s", 0, 150, 50))
         assert daemon.http_port is not None
         status, text = await scrape(daemon.http_port, "/metrics")
@@ -145,11 +146,13 @@ async def test_underrun_detected_by_timer_alone(mosquitto_broker: tuple[str, int
 async def test_readyz_follows_the_broker(mosquitto_server: MosquittoServer) -> None:
     """`/readyz` is 200 while subscribed, 503 once the broker is gone, 200 again after it is
     back (reconnected with backoff); stream state survives and reconnects are counted."""
-    daemon = Daemon(settings_for(mosquitto_server.port), environ={}, install_signal_handlers=False)
+    daemon = Daemon(
+        settings_for(mosquitto_server.broker), environ={}, install_signal_handlers=False
+    )
     async with running(daemon):
         port = daemon.http_port
         assert port is not None
-        async with device(mosquitto_server.port) as client:
+        async with device(mosquitto_server.broker) as client:
             await send(client, "dev3", chunk("s", 0, 60_000, 50))
         assert (await scrape(port, "/readyz"))[0] == 200
         mosquitto_server.stop()
@@ -167,15 +170,15 @@ async def test_readyz_follows_the_broker(mosquitto_server: MosquittoServer) -> N
 
 
 async def test_stop_releases_throttles_then_goes_offline(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """On stop (SIGTERM's handler) every throttled device gets `throttle: false`, then the
     status goes `offline`, and `run()` returns 0 (within a generous 10 s: how fast is not
     judged on a shared machine)."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
-    async with watching(port) as watcher, running(daemon) as task:
-        async with device(port) as client:
+    broker = mosquitto_broker
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
+    async with watching(broker) as watcher, running(daemon) as task:
+        async with device(broker) as client:
             await send(client, "dev4", chunk("a", 0, 30, 50))
             await send(client, "dev5", chunk("b", 0, 30, 50))
         await watcher.until(lambda: watcher.throttles("dev4") and watcher.throttles("dev5"))
@@ -192,15 +195,15 @@ async def test_stop_releases_throttles_then_goes_offline(
 
 
 async def test_reload_adopts_a_valid_file_and_keeps_the_running_one_otherwise(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """SIGHUP's reload takes a new margin into the running engine (streams kept: the live
     stream becomes at risk and the throttle goes on); an invalid file changes nothing."""
-    _, port = mosquitto_broker
+    broker = mosquitto_broker
     config = tmp_path / "edgemon.toml"
     config.write_text(
-        f'[mqtt]\nurl = "mqtt://127.0.0.1:{port}"\nclient_id = "reload"\n'
-        '[http]\nlisten = "127.0.0.1:0"\n',
+        f'[mqtt]\nurl = "{broker.url}"\nclient_id = "{broker.client_id("reload")}"\n'
+        f'topic_prefix = "{broker.prefix}"\n[http]\nlisten = "127.0.0.1:0"\n',
         encoding="utf-8",
     )
 
@@ -208,7 +211,7 @@ async def test_reload_adopts_a_valid_file_and_keeps_the_running_one_otherwise(
         return load_settings(config, environ={})
 
     daemon = Daemon(load(), environ={}, reload=load, install_signal_handlers=False)
-    async with watching(port) as watcher, running(daemon), device(port) as client:
+    async with watching(broker) as watcher, running(daemon), device(broker) as client:
         await send(client, "dev6", chunk("s", 0, 60_000, 50))
         async with asyncio.timeout(10):
             while (dev6 := daemon.monitor.engine.device("dev6")) is None or not dev6.streams:  # noqa: ASYNC110
@@ -227,19 +230,19 @@ async def test_reload_adopts_a_valid_file_and_keeps_the_running_one_otherwise(
 
 
 async def test_recorded_trace_replays_to_the_same_throttle_transitions(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """`--record` writes every received message; replaying the file through the engine gives
     the same throttle transitions (active, t_ms) that the daemon published live."""
-    _, port = mosquitto_broker
+    broker = mosquitto_broker
     trace = tmp_path / "trace.jsonl"
     with trace.open("a", encoding="utf-8", buffering=1) as record:
         daemon = Daemon(
-            settings_for(port), environ={}, record=record, install_signal_handlers=False
+            settings_for(broker), environ={}, record=record, install_signal_handlers=False
         )
-        async with watching(port) as watcher, running(daemon):
-            await throttle_on_then_off(port, watcher, "dev7")
-            async with device(port) as client:
+        async with watching(broker) as watcher, running(daemon):
+            await throttle_on_then_off(broker, watcher, "dev7")
+            async with device(broker) as client:
                 await send(client, "dev7", {"type": "hello"})  # rejected, recorded all the same
                 await send(client, "dev8", chunk("x", 0, 100, 30))  # at risk at once
                 await send(client, "dev8", chunk("x", 1, 300, 500, final=True))
@@ -257,7 +260,7 @@ async def test_recorded_trace_replays_to_the_same_throttle_transitions(
     assert len(records) - 1 == daemon.monitor.messages
     replayed = [
         (line["device"], line["active"], line["t_ms"])
-        for line in replay(records, Settings().engine_config(), sample_ms=None)
+        for line in replay(records, daemon.settings.engine_config(), sample_ms=None)
         if line["kind"] == "throttle"
     ]
     assert len(live) >= 4
@@ -275,7 +278,7 @@ async def test_an_outage_confirms_no_underrun_that_late_chunks_retract(
     before the lateness runs out on edgemon's clock however slowly this machine runs."""
     clock = PausableClock()
     daemon = Daemon(
-        settings_for(mosquitto_server.port),
+        settings_for(mosquitto_server.broker),
         environ={},
         install_signal_handlers=False,
         clock=clock.wall_clock(),
@@ -283,7 +286,7 @@ async def test_an_outage_confirms_no_underrun_that_late_chunks_retract(
     async with running(daemon):
         with clock.paused():
             t0 = now_ms()
-            async with device(mosquitto_server.port) as client:
+            async with device(mosquitto_server.broker) as client:
                 await send(
                     client, "late1", {"type": "chunk", "stream": "s", "t_ms": t0, "seq": 0,
                                       "audio_ms": 600, "eta_ms": 100},
@@ -314,7 +317,7 @@ async def test_an_outage_confirms_no_underrun_that_late_chunks_retract(
         async with asyncio.timeout(30):
             while not daemon.connection.subscribed:  # noqa: ASYNC110 - a plain flag
                 await asyncio.sleep(0.02)
-        async with device(mosquitto_server.port) as client:
+        async with device(mosquitto_server.broker) as client:
             await send(  # the chunk that reached the player at t0 + 500, delivered late
                 client, "late1", {"type": "chunk", "stream": "s", "t_ms": t0 + 500, "seq": 1,
                                   "audio_ms": 600, "final": True},

@@ -17,24 +17,27 @@ from mqtt_probe import probe
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from brokers import Broker
     from mqtt_probe import Probe, Seen
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
-STATUS = "edgemon/v1/_edgemon/edgemon-beat/status"
 
-
-async def test_online_is_republished_every_heartbeat(mosquitto_broker: tuple[str, int]) -> None:
+async def test_online_is_republished_every_heartbeat(mosquitto_broker: Broker) -> None:
     """With `heartbeat_s = 0.2` a subscriber sees `online` again and again, each carrying
     `heartbeat_s` and the same `started_ms`; after a clean stop the last status is `offline`
     (no heartbeat after the farewell) and is the retained one."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
+    instance = broker.client_id("edgemon-beat")
+    status = broker.topic("_edgemon", instance, "status")
     settings = Settings(
-        mqtt=MqttSettings(url=f"mqtt://{host}:{port}", client_id="edgemon-beat", heartbeat_s=0.2),
+        mqtt=MqttSettings(
+            url=broker.url, client_id=instance, topic_prefix=broker.prefix, heartbeat_s=0.2
+        ),
         http=HttpSettings(listen="127.0.0.1:0"),
     )
     daemon = Daemon(settings, environ={}, install_signal_handlers=False, snapshots=False)
-    with probe(host, port, STATUS) as watcher:
+    with probe(broker.host, broker.port, status) as watcher:
         async with running(daemon):
             assert await _wait(watcher, lambda seen: len(seen) >= 4)
         assert await _wait(watcher, lambda seen: seen[-1].json()["state"] == "offline")
@@ -43,7 +46,7 @@ async def test_online_is_republished_every_heartbeat(mosquitto_broker: tuple[str
     assert {s["heartbeat_s"] for s in online} == {0.2}
     assert len({s["started_ms"] for s in statuses}) == 1
     assert [s["state"] for s in statuses[len(online) :]] == ["offline"]
-    with probe(host, port, STATUS) as late:
+    with probe(broker.host, broker.port, status) as late:
         assert await _wait(late, lambda seen: len(seen) == 1)
         assert late.seen[0].retain
         assert late.seen[0].json()["state"] == "offline"

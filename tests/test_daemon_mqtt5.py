@@ -21,14 +21,19 @@ from daemons import running
 if TYPE_CHECKING:
     from edgemon.daemon.mqtt_codec import ConnectRequest
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 
-def v5_settings(port: int) -> Settings:
+def v5_settings(broker: Broker) -> Settings:
     return Settings(
-        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id="edgemon-v5", protocol="5"),
+        mqtt=MqttSettings(
+            url=broker.url, client_id=broker.client_id("edgemon-v5"), topic_prefix=broker.prefix,
+            protocol="5",
+        ),
         http=HttpSettings(listen="127.0.0.1:0"),
-    )
+    )  # fmt: skip
 
 
 def _request(settings: MqttSettings) -> ConnectRequest:
@@ -72,32 +77,31 @@ def test_v5_declares_what_the_broker_may_send() -> None:
 
 
 @pytest.mark.asyncio
-async def test_v5_daemon_publishes_throttle_transitions(mosquitto_broker: tuple[str, int]) -> None:
+async def test_v5_daemon_publishes_throttle_transitions(mosquitto_broker: Broker) -> None:
     """Over MQTT 5 the daemon subscribes, detects risk from its timer and publishes ON then OFF."""
-    _, port = mosquitto_broker
-    daemon = Daemon(v5_settings(port), environ={}, install_signal_handlers=False)
-    async with watching(port) as watcher, running(daemon):
-        await throttle_on_then_off(port, watcher, "dev5")
+    broker = mosquitto_broker
+    daemon = Daemon(v5_settings(broker), environ={}, install_signal_handlers=False)
+    async with watching(broker) as watcher, running(daemon):
+        await throttle_on_then_off(broker, watcher, "dev5")
         on, off = watcher.throttles("dev5")
     assert (on["throttle"], off["throttle"]) == (True, False)
 
 
 @pytest.mark.asyncio
-async def test_v5_session_queues_events_while_edgemon_is_away(
-    mosquitto_broker: tuple[str, int],
-) -> None:
+async def test_v5_session_queues_events_while_edgemon_is_away(mosquitto_broker: Broker) -> None:
     """Events published at QoS 1 while edgemon is stopped reach it when it comes back: the
     broker kept its v5 session (session expiry) with the subscriptions."""
-    _, port = mosquitto_broker
-    first = Daemon(v5_settings(port), environ={}, install_signal_handlers=False)
+    broker = mosquitto_broker
+    first = Daemon(v5_settings(broker), environ={}, install_signal_handlers=False)
     async with running(first):
         pass
-    async with aiomqtt.Client("127.0.0.1", port, identifier="dev-q") as client:
+    dev_q = broker.client_id("dev-q")
+    async with aiomqtt.Client(broker.host, broker.port, identifier=dev_q) as client:
         for seq in range(5):
             event = {"type": "chunk", "stream": "q", "t_ms": 1_000.0 + seq, "seq": seq,
                      "audio_ms": 2_000.0}  # fmt: skip
-            await client.publish("edgemon/v1/devq/events", json.dumps(event), qos=1)
-    second = Daemon(v5_settings(port), environ={}, install_signal_handlers=False)
+            await client.publish(broker.topic("devq", "events"), json.dumps(event), qos=1)
+    second = Daemon(v5_settings(broker), environ={}, install_signal_handlers=False)
     async with running(second):
         async with asyncio.timeout(5):
             while second.monitor.results["accepted"] < 5:  # noqa: ASYNC110 - a counter

@@ -21,14 +21,17 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 P = "edgemon/v1"
 
 
-def write_config(path: Path, broker_port: int) -> Path:
+def write_config(path: Path, broker: Broker) -> Path:
     path.write_text(
-        f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "proc"\n'
+        f'[mqtt]\nurl = "{broker.url}"\nclient_id = "{broker.client_id("proc")}"\n'
+        f'topic_prefix = "{broker.prefix}"\n'
         '[http]\nlisten = "127.0.0.1:0"\n[log]\nformat = "json"\n',
         encoding="utf-8",
     )
@@ -62,12 +65,12 @@ def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[byt
 
 
 @pytest.mark.asyncio
-async def test_notify_and_sigterm(mosquitto_broker: tuple[str, int], tmp_path: Path) -> None:
+async def test_notify_and_sigterm(mosquitto_broker: Broker, tmp_path: Path) -> None:
     """As a systemd service: READY=1 once subscribed and WATCHDOG=1 repeatedly arrive on a
     real unix datagram socket; SIGTERM sends STOPPING=1, releases the throttled device,
     publishes `offline`, and the process exits 0 within 5 s."""
-    _, port = mosquitto_broker
-    config = write_config(tmp_path / "edgemon.toml", port)
+    broker = mosquitto_broker
+    config = write_config(tmp_path / "edgemon.toml", broker)
     seen: list[str] = []
     watched: list[tuple[str, dict[str, Any]]] = []
     with notify_socket(tmp_path) as (server, path):
@@ -78,17 +81,18 @@ async def test_notify_and_sigterm(mosquitto_broker: tuple[str, int], tmp_path: P
         try:
             async with asyncio.timeout(10):
                 await datagrams_until(server, "READY=1", seen)
-                async with aiomqtt.Client("127.0.0.1", port) as client:
-                    await client.subscribe(f"{P}/#", qos=1)
+                watcher = broker.client_id("watch")
+                async with aiomqtt.Client(broker.host, broker.port, identifier=watcher) as client:
+                    await client.subscribe(broker.topic("#"), qos=1)
                     now = time.time() * 1000
                     chunk = {"type": "chunk", "stream": "s", "t_ms": now, "seq": 0}
                     await client.publish(
-                        f"{P}/devp/events", json.dumps(chunk | {"audio_ms": 30}), qos=1
+                        broker.topic("devp", "events"), json.dumps(chunk | {"audio_ms": 30}), qos=1
                     )
                     async for message in client.messages:
                         assert isinstance(message.payload, bytes)
                         watched.append((message.topic.value, json.loads(message.payload)))
-                        if message.topic.value == f"{P}/devp/throttle":
+                        if message.topic.value == broker.topic("devp", "throttle"):
                             break
                     await datagrams_until(server, "WATCHDOG=1", seen)
                     started = time.monotonic()

@@ -32,9 +32,10 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, MutableMapping
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
-P = "edgemon/v1"
 PERIOD_S = 0.2
 AUDIO_MS = 300.0
 ETA_MS = 200.0
@@ -57,8 +58,8 @@ class Publisher:
     broker's PUBACK); once `finish()` returns, the broker has acknowledged every one.
     """
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
         self.sent: dict[Key, list[float]] = {key: [] for key in STREAMS}
         self._finish = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -77,8 +78,9 @@ class Publisher:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        identifier = f"pub-{time.monotonic_ns()}"
-        async with aiomqtt.Client("127.0.0.1", self.port, identifier=identifier) as client:
+        broker = self.broker
+        identifier = broker.client_id(f"pub-{time.monotonic_ns()}")
+        async with aiomqtt.Client(broker.host, broker.port, identifier=identifier) as client:
             tick = loop.time()
             while True:
                 final = self._finish.is_set()
@@ -96,7 +98,8 @@ class Publisher:
                         "final": final,
                     }
                     times.append(t)  # edgemon may apply it before our PUBACK is read
-                    await client.publish(f"{P}/{device}/events", json.dumps(chunk), qos=1)
+                    topic = broker.topic(device, "events")
+                    await client.publish(topic, json.dumps(chunk), qos=1)
                 if final:
                     return
                 tick += PERIOD_S
@@ -104,8 +107,8 @@ class Publisher:
 
 
 @contextlib.asynccontextmanager
-async def publishing(port: int) -> AsyncIterator[Publisher]:
-    publisher = Publisher(port)
+async def publishing(broker: Broker) -> AsyncIterator[Publisher]:
+    publisher = Publisher(broker)
     publisher.task = task = asyncio.create_task(publisher.run(), name="publisher")
     try:
         yield publisher
@@ -191,9 +194,13 @@ async def until_completed(http_port: int, within_s: float = 20.0) -> None:
 
 
 # ---------------------------------------------------------------------- clean restart
-def restart_settings(port: int, state_dir: Path) -> Settings:
+def restart_settings(broker: Broker, state_dir: Path) -> Settings:
     return Settings(
-        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id="edgemon-restart"),
+        mqtt=MqttSettings(
+            url=broker.url,
+            client_id=broker.client_id("edgemon-restart"),
+            topic_prefix=broker.prefix,
+        ),
         http=HttpSettings(listen="127.0.0.1:0"),
         # Only the snapshot written on stop can carry the state across.
         state=StateSettings(dir=state_dir, snapshot_interval_s=3600),
@@ -201,21 +208,20 @@ def restart_settings(port: int, state_dir: Path) -> Settings:
 
 
 async def test_clean_restart_continues_every_stream_with_exact_totals(
-    mosquitto_broker: tuple[str, int], tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
+    mosquitto_broker: Broker, tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """SIGTERM's stop mid-stream, down while chunks keep coming (five periods' worth),
     start again with the same state directory and client id: every stream is present at
     every poll after the restart with the slack its chunks imply on the device's clock
     (exactly), then completes; no underrun, no extra stream start, no throttle, and chunks
     and audio totals equal what the broker accepted."""
-    _, port = mosquitto_broker
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    settings = restart_settings(port, state_dir)
+    settings = restart_settings(mosquitto_broker, state_dir)
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)
     task = await start(daemon, logs=captured_logs)
     try:
-        async with publishing(port) as publisher:
+        async with publishing(mosquitto_broker) as publisher:
             assert daemon.http_port is not None
             await until_streams(daemon.http_port)
             await watch_streams(daemon.http_port, publisher)
@@ -320,7 +326,7 @@ def received(trace: Path) -> list[tuple[float, Key, int]]:
 
 
 async def test_crash_loses_nothing_with_the_write_ahead_log(
-    any_broker: tuple[str, int], tmp_path: Path, request: pytest.FixtureRequest
+    any_broker: Broker, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """SIGKILL mid-stream (no snapshot taken yet: the write-ahead log, on by default, is all
     there is), chunks keep coming, start again on the same state directory and client id.
@@ -334,7 +340,7 @@ async def test_crash_loses_nothing_with_the_write_ahead_log(
     amqtt (`any_broker`)."""
     if request.node.callspec.params["any_broker"] == "amqtt":
         request.applymarker(AMQTT_NO_SESSION)
-    _, port = any_broker
+    port = any_broker.port
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     interval_s = 3600  # no snapshot before the kill
@@ -349,7 +355,7 @@ async def test_crash_loses_nothing_with_the_write_ahead_log(
     second = Process(config, tmp_path / "second.jsonl", tmp_path / "second.log")
     try:
         await first.start()
-        async with publishing(port) as publisher:
+        async with publishing(any_broker) as publisher:
             assert first.http_port is not None
             await until_streams(first.http_port)
             await until_published(publisher, 3 * len(STREAMS))  # a few periods applied

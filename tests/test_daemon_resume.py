@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from edgemon.client import Reporter
 from edgemon.daemon import Daemon
 from edgemon.replay import replay
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
@@ -33,12 +32,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
+    from brokers import Broker
     from mqtt_probe import Probe, Seen
 
 pytestmark = pytest.mark.integration
 
 DEVICE = "resumed"
-TOPIC = f"edgemon/v1/{DEVICE}/throttle"
 #: How long edgemon is down while the stream goes on (chunks every 100 ms).
 DOWN_S = 1.5
 
@@ -54,33 +53,34 @@ class StampingClock:
         return self.last
 
 
-def objects(watch: Probe, after: int) -> list[dict[str, Any]]:
-    """The throttle objects the probe saw from index `after` on (empty payloads skipped)."""
-    return [seen.json() for seen in watch.seen[after:] if seen.topic == TOPIC and seen.payload]
+def objects(watch: Probe, after: int, topic: str) -> list[dict[str, Any]]:
+    """The throttle objects on `topic` the probe saw from index `after` on (empty payloads
+    skipped)."""
+    return [seen.json() for seen in watch.seen[after:] if seen.topic == topic and seen.payload]
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_restart_publishes_the_state_as_of_now_once(
-    mosquitto_broker: tuple[str, int], tmp_path: Path, stop: signal.Signals
+    mosquitto_broker: Broker, tmp_path: Path, stop: signal.Signals
 ) -> None:
     """Throttled, stopped (`stop`), down 1.5 s while the stream's queued chunks make it safe,
     started again: the restarted edgemon's first throttle object for the device is its
     only one until then, says `false`, and carries a `t_ms` no earlier than the last chunk
     queued while it was down (not a stale `true` followed by `false`)."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    broker = mosquitto_broker
+    topic = broker.topic(DEVICE, "throttle")
     clock = StampingClock()
     with (
-        probe(host, port, TOPIC) as watch,
-        Reporter(url, DEVICE, client_id="resumed-reporter", clock=clock) as reporter,
+        probe(broker.host, broker.port, topic) as watch,
+        broker.reporter(DEVICE, "resumed-reporter", clock=clock) as reporter,
     ):
-        with edgemon_process(port, tmp_path) as first:
+        with edgemon_process(broker, tmp_path) as first:
             reporter.start("s")
             reporter.chunk("s", audio_ms=300, eta_ms=2000)  # due long after it runs dry
             assert reporter.flush(15)
             assert watch.wait_for(
-                lambda _: any(o["throttle"] for o in objects(watch, 0)), timeout=30
-            ), objects(watch, 0)
+                lambda _: any(o["throttle"] for o in objects(watch, 0, topic)), timeout=30
+            ), objects(watch, 0, topic)
             first.process.send_signal(stop)
             first.process.wait(timeout=10)
             while_down = time.monotonic()
@@ -90,20 +90,22 @@ def test_a_restart_publishes_the_state_as_of_now_once(
             assert reporter.flush(15)
             last_queued = clock.last
         before = len(watch.seen)
-        with edgemon_process(port, tmp_path):
-            assert watch.wait_for(lambda _: bool(objects(watch, before)), timeout=30)
-            published = objects(watch, before)
+        with edgemon_process(broker, tmp_path):
+            assert watch.wait_for(lambda _: bool(objects(watch, before, topic)), timeout=30)
+            published = objects(watch, before, topic)
             first_object = published[0]
             assert first_object["throttle"] is False, published
             assert first_object["t_ms"] >= last_queued, (first_object, last_queued)
             reporter.end("s")
             assert reporter.flush(15)
-        assert not any(o["throttle"] for o in objects(watch, before)), objects(watch, before)
+        assert not any(o["throttle"] for o in objects(watch, before, topic)), objects(
+            watch, before, topic
+        )
 
 
 @pytest.mark.asyncio
 async def test_replay_of_a_trace_recorded_across_a_restart_gives_what_was_published(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """The same story with an in-process daemon recording (`record`, as `run --record`
     does) into one file across the clean stop and the restart: `edgemon replay`'s throttle
@@ -111,12 +113,16 @@ async def test_replay_of_a_trace_recorded_across_a_restart_gives_what_was_publis
     same state and `t_ms` (`true`; the farewell's `false`; after the restart, the state as of
     then, `false`): the trace's marks carry the stop, the restart's cut and the moment the
     restarted daemon published. (The stream ends in the second run: nothing runs on.)"""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    broker = mosquitto_broker
+    url, topic = broker.url, broker.topic(DEVICE, "throttle")
     state_dir = tmp_path / "state"
     trace = tmp_path / "trace.jsonl"
     settings = Settings(
-        mqtt=MqttSettings(url=url, client_id="edgemon-resume-record"),
+        mqtt=MqttSettings(
+            url=url,
+            client_id=broker.client_id("edgemon-resume-record"),
+            topic_prefix=broker.prefix,
+        ),
         http=HttpSettings(listen="127.0.0.1:0"),
         state=StateSettings(dir=state_dir, snapshot_interval_s=3600),
     )
@@ -133,23 +139,23 @@ async def test_replay_of_a_trace_recorded_across_a_restart_gives_what_was_publis
                 await stop(daemon, task)
 
     with (
-        probe(host, port, TOPIC) as watch,
-        Reporter(url, DEVICE, client_id="recorded-reporter") as reporter,
+        probe(broker.host, broker.port, topic) as watch,
+        broker.reporter(DEVICE, "recorded-reporter") as reporter,
     ):
 
         def at_risk() -> None:
             reporter.start("s")
             reporter.chunk("s", audio_ms=300, eta_ms=2000)
 
-        await run_until(lambda: any(o["throttle"] for o in objects(watch, 0)), at_risk)
+        await run_until(lambda: any(o["throttle"] for o in objects(watch, 0, topic)), at_risk)
         while_down = time.monotonic()
         while time.monotonic() - while_down < DOWN_S:
             reporter.chunk("s", audio_ms=1000, eta_ms=50)
             await asyncio.sleep(0.1)
         assert await asyncio.to_thread(reporter.flush, 15)
-        before = len(objects(watch, 0))
-        await run_until(lambda: len(objects(watch, 0)) > before, lambda: reporter.end("s"))
-    published = [(o["throttle"], o["t_ms"]) for o in objects(watch, 0)]
+        before = len(objects(watch, 0, topic))
+        await run_until(lambda: len(objects(watch, 0, topic)) > before, lambda: reporter.end("s"))
+    published = [(o["throttle"], o["t_ms"]) for o in objects(watch, 0, topic)]
     with trace.open(encoding="utf-8") as lines:
         replayed = [
             (line["active"], line["t_ms"])
@@ -161,30 +167,30 @@ async def test_replay_of_a_trace_recorded_across_a_restart_gives_what_was_publis
 
 
 def test_online_comes_only_after_the_fresh_throttle_objects(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """Throttled, SIGKILLed (the retained `throttle: true` stays, and the will says
     `offline`), started again with its stream still at risk: on the wire, as a subscriber
     sees it, the restarted process (its own `started_ms`) says `online` only after the
     device's fresh throttle object (a higher `seq`) has come. Until then its status says
     `offline`, so no gate takes the stale `true` for the word of a live instance."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
-    status = "edgemon/v1/_edgemon/edgemon-loop/status"
+    broker = mosquitto_broker
+    topic = broker.topic(DEVICE, "throttle")
+    status = broker.topic("_edgemon", broker.client_id("edgemon-loop"), "status")
     with (
-        probe(host, port, TOPIC, status) as watch,
-        Reporter(url, DEVICE, client_id="announced-reporter") as reporter,
+        probe(broker.host, broker.port, topic, status) as watch,
+        broker.reporter(DEVICE, "announced-reporter") as reporter,
     ):
-        with edgemon_process(port, tmp_path) as first:
+        with edgemon_process(broker, tmp_path) as first:
             reporter.start("s")
             reporter.chunk("s", audio_ms=300, eta_ms=2000)  # due long after it runs dry
             assert reporter.flush(15)
             assert watch.wait_for(
-                lambda _: any(o["throttle"] for o in objects(watch, 0)), timeout=30
-            ), objects(watch, 0)
+                lambda _: any(o["throttle"] for o in objects(watch, 0, topic)), timeout=30
+            ), objects(watch, 0, topic)
             first.process.kill()
             first.process.wait(timeout=10)
-        stale = objects(watch, 0)[-1]
+        stale = objects(watch, 0, topic)[-1]
         assert stale["throttle"] is True
         killed = {s.json()["started_ms"] for s in watch.seen if s.topic == status}
         assert len(killed) == 1
@@ -205,10 +211,10 @@ def test_online_comes_only_after_the_fresh_throttle_objects(
             return [
                 i
                 for i, m in enumerate(seen)
-                if m.topic == TOPIC and m.payload and m.json()["seq"] > stale["seq"]
+                if m.topic == topic and m.payload and m.json()["seq"] > stale["seq"]
             ]
 
-        with edgemon_process(port, tmp_path):
+        with edgemon_process(broker, tmp_path):
             assert watch.wait_for(lambda s: said_online(s) and bool(fresh(s)), 30), watch.seen
             seen = list(watch.seen)
         reporter.end("s")

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from edgemon.client import Reporter
-
 from processes import edgemon_process, poll, samples
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from brokers import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -35,17 +35,16 @@ def total(port: int, name: str, **labels: str) -> float:
 
 
 def test_a_stall_applies_what_queued_before_the_timers_it_delayed(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """A stream reports 300 ms chunks every 100 ms; edgemon is stopped for 4 s (twice the
     2 s idle timeout after the audio it had runs out) while the stream goes on and ends with
     a final chunk. Continued, edgemon applies the queued chunks first: the stream completes,
     nothing expires, no chunk is a duplicate, every chunk is counted."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    broker = mosquitto_broker
     with (
-        edgemon_process(port, tmp_path, config=CONFIG) as edgemon,
-        Reporter(url, DEVICE, client_id="stalled-reporter") as reporter,
+        edgemon_process(broker, tmp_path, config=CONFIG) as edgemon,
+        broker.reporter(DEVICE, "stalled-reporter") as reporter,
     ):
         http = edgemon.http_port
         reporter.start("s")

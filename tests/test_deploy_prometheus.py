@@ -9,6 +9,7 @@ import asyncio
 import re
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 import pytest
@@ -20,6 +21,9 @@ from edgemon.simulate.publisher import publish_simulation, wall_ms
 
 from daemons import running
 from tools import require_tool
+
+if TYPE_CHECKING:
+    from brokers import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -140,11 +144,16 @@ async def scrape_when_complete(url: str, wanted: tuple[str, ...], within_s: floa
             await asyncio.sleep(0.1)
 
 
-async def scrape_running_edgemon(host: str, port: int) -> bytes:
-    """Run edgemon in-process on the broker, let the simulator feed it one healthy and one
-    overloaded device, and return a `/metrics` body once every kind of series is in it."""
+async def scrape_running_edgemon(broker: Broker) -> bytes:
+    """Run edgemon in-process on `broker` (under its prefix), let the simulator feed it one
+    healthy and one overloaded device, and return a `/metrics` body once every kind of series
+    is in it."""
     settings = Settings(
-        mqtt=MqttSettings(url=f"mqtt://{host}:{port}", client_id="edgemon-check-metrics"),
+        mqtt=MqttSettings(
+            url=broker.url,
+            client_id=broker.client_id("edgemon-check-metrics"),
+            topic_prefix=broker.prefix,
+        ),
         http=HttpSettings(listen="127.0.0.1:0"),
         limits=LimitsSettings(per_stream_series=20),
     )
@@ -157,7 +166,14 @@ async def scrape_running_edgemon(host: str, port: int) -> bytes:
                 devices=2, streams=2, rtf=[0.1, 1.2], stall_rate=0.0, seed=3, start_ms=wall_ms()
             )
             publisher = asyncio.create_task(
-                publish_simulation(simulation, hostname=host, port=port, duration_s=None, stop=stop)
+                publish_simulation(
+                    simulation,
+                    hostname=broker.host,
+                    port=broker.port,
+                    duration_s=None,
+                    stop=stop,
+                    topic_prefix=broker.prefix,
+                )
             )
             wanted = (
                 "edgemon_chunk_gap_seconds_bucket",
@@ -180,13 +196,11 @@ async def scrape_running_edgemon(host: str, port: int) -> bytes:
     return body
 
 
-def test_real_scrape_passes_promtool_check_metrics(
-    promtool: str, mosquitto_broker: tuple[str, int]
-) -> None:
+def test_real_scrape_passes_promtool_check_metrics(promtool: str, mosquitto_broker: Broker) -> None:
     """A running edgemon, fed by the simulator (one healthy, one overloaded device, engine
     objects included) over a real Mosquitto, serves a `/metrics` in which `promtool check
     metrics` finds no naming or type problem, with the per-device families, the histograms,
     the KV gauges and the per-stream series present."""
-    body = asyncio.run(scrape_running_edgemon(*mosquitto_broker))
+    body = asyncio.run(scrape_running_edgemon(mosquitto_broker))
     output = run_promtool(promtool, "check", "metrics", stdin=body)
     assert output.strip() == "", f"promtool check metrics:\n{output}\n--- scrape:\n{body.decode()}"

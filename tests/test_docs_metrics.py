@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgemon.daemon import Daemon
 from edgemon.settings import StateSettings
 
+from brokers import Broker
 from clients import settings_for
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def exported(tmp_path: Path) -> set[str]:
     """Every `edgemon_` family a daemon (state on) exports once a device has reported, counters
     named with `_total` as the exposition writes them."""
     daemon = Daemon(
-        settings_for(1, state=StateSettings(dir=tmp_path)),
+        settings_for(Broker("127.0.0.1", 1), state=StateSettings(dir=tmp_path)),
         environ={},
         install_signal_handlers=False,
     )

@@ -24,13 +24,16 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
 import pytest
 
 from ports import Servers, free_port, get_json, reachable
 from tools import require_tool, tool_path
+
+if TYPE_CHECKING:
+    from brokers import Broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -128,7 +131,7 @@ def rule_health(api: str) -> dict[str, str]:
 
 
 def test_stack_dashboards_rules_and_underrun_alert(
-    mosquitto_broker: tuple[str, int], tmp_path: Path, servers: Servers
+    private_broker: Broker, tmp_path: Path, servers: Servers
 ) -> None:
     """With real Mosquitto, edgemon, simulator and Prometheus: every dashboard expression
     returns data, every rule has health `ok`, EdgemonUnderruns fires for the overloaded
@@ -137,7 +140,7 @@ def test_stack_dashboards_rules_and_underrun_alert(
     (`LATENESS_MS`) outlasts any stall of this machine, so a device's next message, not
     edgemon's clock, confirms an underrun."""
     require_tool("prometheus")
-    _, broker_port = mosquitto_broker
+    broker_port = private_broker.port  # the stack as deployed: edgemon's default prefix
     edgemon_port, prometheus_port = free_port(), free_port()
     config = tmp_path / "edgemon.toml"
     config.write_text(

@@ -59,7 +59,7 @@ async def test_a_qos1_flood_is_applied_whole_nothing_shed(
     # Snapshots every 0.2 s: the log is pruned while the flood goes on and after it, so what
     # it holds at the end says nothing about what was logged.
     state = StateSettings(dir=tmp_path / "state", snapshot_interval_s=0.2)
-    settings = settings_for(port, "edgemon-flow", state=state)
+    settings = settings_for(unbounded_mosquitto.broker, "edgemon-flow", state=state)
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)
     async with running(daemon):
         publisher = await asyncio.create_subprocess_exec(
@@ -112,7 +112,7 @@ async def test_a_broker_restart_mid_backlog_counts_nothing_twice(tmp_path: Path)
     broker.start()
     messages, streams = 10_000, 500
     settings = settings_for(
-        broker.port, "edgemon-backlog", state=StateSettings(dir=tmp_path / "state")
+        broker.broker, "edgemon-backlog", state=StateSettings(dir=tmp_path / "state")
     )
     try:
         async with running(Daemon(settings, environ={}, install_signal_handlers=False)):

@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from edgemon.client import GateState, Reporter, ThrottleGate
-
 from mqtt_probe import probe
 from processes import edgemon_process
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from edgemon.client import GateState, Reporter
+
+    from brokers import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +28,8 @@ T = 30.0  # generous: a loaded machine
 NO_MAX_HOLD_MS = 3_600_000
 
 
-def status(instance: str) -> str:
-    return f"edgemon/v1/_edgemon/{instance}/status"
+def status(broker: Broker, instance: str) -> str:
+    return broker.topic("_edgemon", instance, "status")
 
 
 def throttle(device: str, seq: int, **extra: Any) -> dict[str, Any]:
@@ -35,21 +37,23 @@ def throttle(device: str, seq: int, **extra: Any) -> dict[str, Any]:
 
 
 def test_an_owner_silent_for_three_heartbeats_voids_its_throttles_only(
-    mosquitto_broker: tuple[str, int], caplog: pytest.LogCaptureFixture
+    mosquitto_broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two instances online: `e1` (heartbeat 0.2 s, never repeated) owns device a, `e2`
     (heartbeat 1 h) owns b; a third device c has an object without `owner` (an older edgemon).
     Once `e1` is silent for 3 heartbeats, a's `throttle: true` is void (`state.voided`) and
     holds nothing, while b's and then c's (any instance online: today's rule) still hold;
     a fresh `online` of `e1` makes a's count again. The silence is one warning naming `e1`."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     beat = {"state": "online", "heartbeat_s": 0.2, "started_ms": 1}
-    with probe(host, port) as edgemon:
-        edgemon.publish(status("e2"), {"state": "online", "heartbeat_s": 3600, "started_ms": 2})
-        edgemon.publish("edgemon/v1/a/throttle", throttle("a", 1, owner="e1"))
-        gate = ThrottleGate(f"mqtt://{host}:{port}", "a,b,c", max_hold_ms=NO_MAX_HOLD_MS)
+    with probe(broker.host, broker.port) as edgemon:
+        edgemon.publish(
+            status(broker, "e2"), {"state": "online", "heartbeat_s": 3600, "started_ms": 2}
+        )
+        edgemon.publish(broker.topic("a", "throttle"), throttle("a", 1, owner="e1"))
+        gate = broker.gate("a,b,c", max_hold_ms=NO_MAX_HOLD_MS)
         with gate, caplog.at_level(logging.WARNING, logger="edgemon.client"):
-            edgemon.publish(status("e1"), beat)
+            edgemon.publish(status(broker, "e1"), beat)
             silent = {"e1": "silent", "e2": "online"}
             assert gate.wait_until(
                 lambda s: s.holding == s.voided == ("a",) and s.instances == silent, T
@@ -61,24 +65,24 @@ def test_an_owner_silent_for_three_heartbeats_voids_its_throttles_only(
             assert not gate.state.active
             assert not gate.should_throttle_prefills()
 
-            edgemon.publish("edgemon/v1/b/throttle", throttle("b", 1, owner="e2"))
+            edgemon.publish(broker.topic("b", "throttle"), throttle("b", 1, owner="e2"))
             assert gate.wait_until(lambda s: s.active, T)
             assert gate.state.voided == ("a",)
             assert gate.should_throttle_prefills()
-            edgemon.publish("edgemon/v1/b/throttle", throttle("b", 2, owner="e2") | {
+            edgemon.publish(broker.topic("b", "throttle"), throttle("b", 2, owner="e2") | {
                 "throttle": False
             })  # fmt: skip
             assert gate.wait_until(lambda s: not s.active, T)
             assert not gate.should_throttle_prefills()
 
-            edgemon.publish("edgemon/v1/c/throttle", throttle("c", 1))  # no owner
+            edgemon.publish(broker.topic("c", "throttle"), throttle("c", 1))  # no owner
             assert gate.wait_until(lambda s: s.active, T)
             assert gate.state.holding == ("a", "c")
             assert gate.should_throttle_prefills()
-            edgemon.publish("edgemon/v1/c/throttle", b"")
+            edgemon.publish(broker.topic("c", "throttle"), b"")
             assert gate.wait_until(lambda s: not s.active, T)
 
-            edgemon.publish(status("e1"), beat | {"heartbeat_s": 3600})  # e1 back, for good
+            edgemon.publish(status(broker, "e1"), beat | {"heartbeat_s": 3600})  # e1 back, for good
             assert gate.wait_until(lambda s: s.active and s.voided == (), T)
             assert gate.should_throttle_prefills()
 
@@ -94,7 +98,7 @@ def holding_both(state: GateState) -> bool:
 
 
 def test_a_killed_partition_holds_no_engine_while_the_other_is_obeyed(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """Two `edgemon run` processes split the devices (`[mqtt] devices` ["a"] and ["b"],
     heartbeat 0.5 s); one gate follows both devices. Both throttle; the owner of a is killed
@@ -102,28 +106,34 @@ def test_a_killed_partition_holds_no_engine_while_the_other_is_obeyed(
     within the 3-heartbeat bound (the broker's will says `offline` at once), keeps obeying b's
     (it still holds), and stops holding once b releases: before owners, the other instance's
     `online` kept a's stale throttle holding the engine for ever."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    broker = mosquitto_broker
+    first_id, second_id = broker.client_id("edgemon-a"), broker.client_id("edgemon-b")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     with (
         edgemon_process(
-            port, tmp_path / "a", client_id="edgemon-a", config='heartbeat_s = 0.5\ndevices = ["a"]'
+            broker,
+            tmp_path / "a",
+            client_id="edgemon-a",
+            config='heartbeat_s = 0.5\ndevices = ["a"]',
         ) as first,
         edgemon_process(
-            port, tmp_path / "b", client_id="edgemon-b", config='heartbeat_s = 0.5\ndevices = ["b"]'
+            broker,
+            tmp_path / "b",
+            client_id="edgemon-b",
+            config='heartbeat_s = 0.5\ndevices = ["b"]',
         ),
-        Reporter(url, "a", client_id="a-reporter") as a,
-        Reporter(url, "b", client_id="b-reporter") as b,
-        ThrottleGate(url, "a,b", max_hold_ms=NO_MAX_HOLD_MS) as gate,
+        broker.reporter("a", "a-reporter") as a,
+        broker.reporter("b", "b-reporter") as b,
+        broker.gate("a,b", max_hold_ms=NO_MAX_HOLD_MS) as gate,
     ):
         assert gate.wait_until(lambda s: s.connected and len(s.instances) == 2, T)
         run_dry(a, "sa")
         run_dry(b, "sb")
         assert gate.wait_until(holding_both, T)
         assert {d: t.owner for d, t in gate.state.devices.items()} == {
-            "a": "edgemon-a",
-            "b": "edgemon-b",
+            "a": first_id,
+            "b": second_id,
         }
         assert gate.should_throttle_prefills()
 
@@ -131,9 +141,9 @@ def test_a_killed_partition_holds_no_engine_while_the_other_is_obeyed(
         first.process.wait()
         assert gate.wait_until(lambda s: s.voided == ("a",), T)
         state = gate.state
-        assert state.instances["edgemon-a"] == "offline"  # its will: at once, within the bound
+        assert state.instances[first_id] == "offline"  # its will: at once, within the bound
         assert state.holding == ("a", "b")  # a's stale object is still there, void
-        assert state.instances["edgemon-b"] == "online"
+        assert state.instances[second_id] == "online"
         assert state.active
         assert gate.should_throttle_prefills()  # b's throttle is obeyed
 

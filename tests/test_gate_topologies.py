@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from edgemon.client import GateState, Reporter, ThrottleGate
-
 from processes import edgemon_process
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
+
+    from edgemon.client import GateState, Reporter
+
+    from brokers import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -39,18 +41,17 @@ def run_dry(reporter: Reporter, stream: str) -> None:
 
 
 def test_two_devices_either_holds_and_both_must_release(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """A gate following `hall,kitchen` (one engine, two players): a throttle on either device
     holds the engine; with both throttled, releasing one keeps it held; it is released only
     once both are."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    broker = mosquitto_broker
     with (
-        edgemon_process(port, tmp_path),
-        Reporter(url, "hall", client_id="hall-reporter") as hall,
-        Reporter(url, "kitchen", client_id="kitchen-reporter") as kitchen,
-        ThrottleGate(url, "hall,kitchen") as gate,
+        edgemon_process(broker, tmp_path),
+        broker.reporter("hall", "hall-reporter") as hall,
+        broker.reporter("kitchen", "kitchen-reporter") as kitchen,
+        broker.gate("hall,kitchen") as gate,
     ):
         assert gate.wait_until(lambda s: s.connected and s.edgemon_online, T)
         for round_, (first, second) in enumerate(((hall, kitchen), (kitchen, hall))):
@@ -72,19 +73,18 @@ def test_two_devices_either_holds_and_both_must_release(
 
 
 def test_all_devices_follows_a_device_that_appears_later(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """A gate following `+` before any device exists: a device that first reports afterwards
     is followed, its throttle holds the engine, and its end releases it."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    broker = mosquitto_broker
     with (
-        edgemon_process(port, tmp_path),
-        ThrottleGate(url, "+") as gate,
+        edgemon_process(broker, tmp_path),
+        broker.gate("+") as gate,
     ):
         assert gate.wait_until(lambda s: s.connected and s.edgemon_online, T)
         assert gate.state.devices == {}
-        with Reporter(url, "newcomer", client_id="newcomer-reporter") as reporter:
+        with broker.reporter("newcomer", "newcomer-reporter") as reporter:
             run_dry(reporter, "s")
             assert gate.wait_until(holding("newcomer"), T)
             assert gate.should_throttle_prefills()
@@ -95,18 +95,17 @@ def test_all_devices_follows_a_device_that_appears_later(
 
 
 def test_a_stopped_edgemon_holds_no_engine_for_long(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """edgemon (heartbeat 0.5 s) throttles a device, then is stopped (SIGSTOP, as a VM pause
     would): the gate stops holding once 3 heartbeats pass unheard, long before the broker's
     keepalive would announce edgemon's will (45 s); continued (SIGCONT), its next heartbeat
     makes the gate hold again, and the stream's end releases it."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    broker = mosquitto_broker
     with (
-        edgemon_process(port, tmp_path, config="heartbeat_s = 0.5") as edgemon,
-        Reporter(url, "paused", client_id="paused-reporter") as reporter,
-        ThrottleGate(url, "paused") as gate,
+        edgemon_process(broker, tmp_path, config="heartbeat_s = 0.5") as edgemon,
+        broker.reporter("paused", "paused-reporter") as reporter,
+        broker.gate("paused") as gate,
     ):
         assert gate.wait_until(lambda s: s.connected and s.edgemon_online, T)
         run_dry(reporter, "s")

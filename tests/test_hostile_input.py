@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from edgemon.engine.device import Device
     from edgemon.engine.outputs import Output
 
+    from brokers import Broker
     from clients import Watcher
 
 P = "edgemon/v1"
@@ -89,28 +90,30 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def events(dev: str, *payloads: bytes) -> list[tuple[str, bytes]]:
-    return [(f"{P}/{dev}/events", p) for p in payloads]
+def events(prefix: str, dev: str, *payloads: bytes) -> list[tuple[str, bytes]]:
+    return [(f"{prefix}/{dev}/events", p) for p in payloads]
 
 
-def engine(dev: str, *payloads: bytes) -> list[tuple[str, bytes]]:
-    return [(f"{P}/{dev}/engine", p) for p in payloads]
+def engine(prefix: str, dev: str, *payloads: bytes) -> list[tuple[str, bytes]]:
+    return [(f"{prefix}/{dev}/engine", p) for p in payloads]
 
 
-def cases() -> list[Case]:
-    """Every kind of hostile input, one device each (built at send time)."""
+def cases(prefix: str) -> list[Case]:
+    """Every kind of hostile input under the topic prefix `prefix`, one device each (built at
+    send time)."""
     good = chunk("ok", 0, 100)
     oversized = b'{"type":"start","stream":"x","t_ms":1,"pad":"' + b"x" * 270_000 + b'"}'
     return [
         Case(
             "malformed JSON",
-            events("h-json", b'{"type": "chunk", ', b"}{", b""),
+            events(prefix, "h-json", b'{"type": "chunk", ', b"}{", b""),
             # An empty payload carries no event: a removed retained message (docs/protocol.md).
             {"invalid_json": 2, "deleted": 1},
         ),
         Case(
             "wrong types, validated per event",
             events(
+                prefix,
                 "h-types",
                 js(
                     [
@@ -138,6 +141,7 @@ def cases() -> list[Case]:
         Case(
             "NaN, Infinity, 1e308",
             events(
+                prefix,
                 "h-nonfinite",
                 b'{"type":"chunk","stream":"s","t_ms":NaN,"seq":0,"audio_ms":10}',
                 b'{"type":"chunk","stream":"s","t_ms":1,"seq":0,"audio_ms":Infinity}',
@@ -152,13 +156,16 @@ def cases() -> list[Case]:
         ),
         Case(
             "zero or negative audio_ms",
-            events("h-audio", js([chunk("s", 0, 0), chunk("s", 0, -5), chunk("s", 0, -1e-300)])),
+            events(
+                prefix, "h-audio", js([chunk("s", 0, 0), chunk("s", 0, -5), chunk("s", 0, -1e-300)])
+            ),
             {"invalid_event": 3},
             device="h-audio",
         ),
         Case(
             "huge seq",
             events(
+                prefix,
                 "h-seq",
                 js(chunk("s", 2**64, 10)),
                 js(chunk("s", -1, 10)),
@@ -170,6 +177,7 @@ def cases() -> list[Case]:
         Case(
             "t_ms years away (its own device: accepted, harms no one else)",
             events(
+                prefix,
                 "h-timewarp",
                 js(chunk("future", 0, 100, t_ms=now_ms() + 3 * YEAR_MS)),
                 js(chunk("past", 0, 100, t_ms=now_ms() - 3 * YEAR_MS)),
@@ -182,6 +190,7 @@ def cases() -> list[Case]:
         Case(
             "control characters and 10 kB strings in ids",
             events(
+                prefix,
                 "h-ids",
                 js(ev("start", "a\x00b")),
                 js(ev("start", "a\nb")),
@@ -195,47 +204,51 @@ def cases() -> list[Case]:
         Case(
             "topic levels that are not device names",
             [
-                (f"{P}/{'d' * 10_000}/events", js(good)),
-                (f"{P}/dev ice/events", js(good)),
-                (f"{P}/dév/events", js(good)),
+                (f"{prefix}/{'d' * 10_000}/events", js(good)),
+                (f"{prefix}/dev ice/events", js(good)),
+                (f"{prefix}/dév/events", js(good)),
                 # Control characters in a topic never get here: Mosquitto drops the publisher
                 # ("malformed packet"); the Hypothesis test below covers them in-process.
-                (f"{P}/{'x' * 65}/engine", js({})),
+                (f"{prefix}/{'x' * 65}/engine", js({})),
             ],
             {"unknown_topic": 4},
         ),
         Case(
             "non-UTF-8 bytes",
             events(
-                "h-utf8", b'\xff\xfe{"type":"start"}', b'{"type":"start","stream":"\xc3(","t_ms":1}'
+                prefix,
+                "h-utf8",
+                b'\xff\xfe{"type":"start"}',
+                b'{"type":"start","stream":"\xc3(","t_ms":1}',
             )
-            + engine("h-utf8", b"\xff\xfe{}", "{}".encode("utf-16")),
+            + engine(prefix, "h-utf8", b"\xff\xfe{}", "{}".encode("utf-16")),
             {"invalid_json": 4},
             device="h-utf8",
         ),
         Case(
             "deeply nested JSON",
-            events("h-nest", nested(100_000), nested(10_000, b'{"a":', b"}"))
-            + events("h-nest", js([{"type": "chunk", "deep": json.loads(nested(100))}]))
-            + engine("h-nest", nested(100_000), b'{"hf_config":' + nested(900) + b"}"),
+            events(prefix, "h-nest", nested(100_000), nested(10_000, b'{"a":', b"}"))
+            + events(prefix, "h-nest", js([{"type": "chunk", "deep": json.loads(nested(100))}]))
+            + engine(prefix, "h-nest", nested(100_000), b'{"hf_config":' + nested(900) + b"}"),
             {"invalid_json": 3, "invalid_event": 2},
             device="h-nest",
         ),
         Case(
             "payloads over max_payload_bytes",
-            events("h-big", oversized) + engine("h-big", oversized),
+            events(prefix, "h-big", oversized) + engine(prefix, "h-big", oversized),
             {"oversized": 2},
             device="h-big",
         ),
         Case(
             "batches over max_batch_events",
-            events("h-batch", js([ev("start", f"s{i}") for i in range(1_001)])),
+            events(prefix, "h-batch", js([ev("start", f"s{i}") for i in range(1_001)])),
             {"oversized": 1},
             device="h-batch",
         ),
         Case(
             "replayed and duplicated sequences",
             events(
+                prefix,
                 "h-replay",
                 js([ev("start", "s"), chunk("s", 0, 100), chunk("s", 1, 100)]),  # applied
                 js([chunk("s", 0, 100), chunk("s", 1, 100), ev("start", "s")]),  # duplicates
@@ -252,6 +265,7 @@ def cases() -> list[Case]:
         Case(
             "engine objects with absurd (but representable) geometry",
             engine(
+                prefix,
                 "h-geom",
                 js(
                     {
@@ -288,13 +302,13 @@ class LegitCycles:
     50 ms) turns it ON 220 ms later by the timer alone; a 2 s refill turns it OFF after the
     250 ms min-on. Records `(t0, on, off)` per cycle."""
 
-    port: int
+    broker: Broker
     watcher: Watcher
     device_id: str = "legit"
     done: list[tuple[float, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with device(self.port) as client:
+        async with device(self.broker) as client:
             k = 0
             while not stop.is_set():
                 before = len(self.watcher.throttles(self.device_id))
@@ -316,7 +330,7 @@ class LegitCycles:
                 k += 1
 
     async def _send(self, client: Any, batch: list[dict[str, Any]]) -> None:
-        await client.publish(f"{P}/{self.device_id}/events", js(batch), qos=1)
+        await client.publish(self.broker.topic(self.device_id, "events"), js(batch), qos=1)
 
     def check(self) -> None:
         """Each cycle's ON came at the timer's instant and its OFF exactly min-on later."""
@@ -329,9 +343,9 @@ class LegitCycles:
 
 
 @contextlib.asynccontextmanager
-async def legit_alongside(port: int, watcher: Watcher) -> AsyncIterator[LegitCycles]:
+async def legit_alongside(broker: Broker, watcher: Watcher) -> AsyncIterator[LegitCycles]:
     """Run legit throttle cycles for the duration of the block, plus at least one after it."""
-    legit = LegitCycles(port, watcher)
+    legit = LegitCycles(broker, watcher)
     stop = asyncio.Event()
     task = asyncio.create_task(legit.run(stop), name="legit")
     try:
@@ -362,7 +376,7 @@ async def until_counted(daemon: Daemon, expect: Counter[str], within_s: float = 
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_hostile_messages_are_counted_and_harm_no_one(
-    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
+    mosquitto_broker: Broker, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """Each kind of hostile input (malformed JSON, wrong types, non-finite and huge numbers,
     bad `audio_ms`, huge `seq`, `t_ms` years away, control characters and 10 kB ids, bad topic
@@ -372,16 +386,16 @@ async def test_hostile_messages_are_counted_and_harm_no_one(
     events of a mixed batch are applied, nothing is `internal_error`, each (device, reason)
     is logged at most once per second, and a legit device's throttle ON/OFF objects keep
     arriving at the exact instants throughout and after."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
+    broker = mosquitto_broker
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
     expected: Counter[str] = Counter()
     async with (
-        watching(port) as watcher,
+        watching(broker) as watcher,
         running(daemon, logs=captured_logs) as task,
-        device(port) as hostile,
-        legit_alongside(port, watcher) as legit,
+        device(broker) as hostile,
+        legit_alongside(broker, watcher) as legit,
     ):
-        for case in cases():
+        for case in cases(broker.prefix):
             for topic, payload in case.messages:
                 await hostile.publish(topic, payload, qos=1)
             expected.update(case.expect)
@@ -421,24 +435,25 @@ async def test_hostile_messages_are_counted_and_harm_no_one(
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_a_burst_of_bad_messages_is_logged_once_per_second(
-    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
+    mosquitto_broker: Broker, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """50 identical bad messages from one device within a second give one `message_rejected`
     line (suppressed 0), all 50 counted; another reason of that device and the same reason of
     another device are logged on their own; the next line for the key, a second later, reports
     `suppressed=49`. The burst is within one second of edgemon's clock because the test holds
     that clock still while it sends, however long this machine takes to deliver it."""
-    _, port = mosquitto_broker
+    broker = mosquitto_broker
     clock = PausableClock()
     daemon = Daemon(
-        settings_for(port), environ={}, install_signal_handlers=False, clock=clock.wall_clock()
+        settings_for(broker), environ={}, install_signal_handlers=False, clock=clock.wall_clock()
     )
-    async with running(daemon, logs=captured_logs), device(port) as client:
+    async with running(daemon, logs=captured_logs), device(broker) as client:
+        noisy, other = broker.topic("noisy", "events"), broker.topic("other", "events")
         with clock.paused():
             for _ in range(50):
-                await client.publish(f"{P}/noisy/events", b"{not json", qos=0)
-            await client.publish(f"{P}/noisy/events", b"[]", qos=0)  # another reason
-            await client.publish(f"{P}/other/events", b"{not json", qos=0)  # another device
+                await client.publish(noisy, b"{not json", qos=0)
+            await client.publish(noisy, b"[]", qos=0)  # another reason
+            await client.publish(other, b"{not json", qos=0)  # another device
             await until_counted(daemon, Counter(invalid_json=51, invalid_event=1), within_s=30)
         lines = rejections(captured_logs, "noisy", "invalid_json")
         assert len(lines) == 1
@@ -449,7 +464,7 @@ async def test_a_burst_of_bad_messages_is_logged_once_per_second(
         sent = 50
         async with asyncio.timeout(30):
             while len(rejections(captured_logs, "noisy", "invalid_json")) < 2:
-                await client.publish(f"{P}/noisy/events", b"{not json", qos=1)
+                await client.publish(noisy, b"{not json", qos=1)
                 sent += 1
                 await until_counted(daemon, Counter(invalid_json=sent + 1), within_s=30)
                 await asyncio.sleep(0.05)
@@ -463,21 +478,21 @@ async def test_a_burst_of_bad_messages_is_logged_once_per_second(
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_absurd_engine_geometry_does_not_break_metrics(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """An engine object with a geometry far beyond any real model (integers of hundreds of
     digits) is counted (accepted: a device may send one; its KV figures are refused, with
     the reason kept), and `/metrics` still answers 200 with a page Prometheus can parse,
     twice: no KV series is made of it."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
+    broker = mosquitto_broker
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
     bomb = {
         "geometry": {"num_layers": 10**400, "num_kv_heads": 1, "head_dim": 1},
         "kv_cache_bytes": 1,
         "max_model_len": 1,
     }
-    async with running(daemon), device(port) as client:
-        await client.publish(f"{P}/kvbomb/engine", js(bomb), qos=1)
+    async with running(daemon), device(broker) as client:
+        await client.publish(broker.topic("kvbomb", "engine"), js(bomb), qos=1)
         async with asyncio.timeout(3):
             while daemon.monitor.engine.device("kvbomb") is None:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)

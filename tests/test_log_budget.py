@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
     from structlog.typing import EventDict
 
+    from brokers import Broker
+
 
 def _within_budget(stamps_s: list[float], slack: int = 0) -> bool:
     """Whether lines written at `stamps_s` (seconds, in order) keep to the budget: in every
@@ -170,9 +172,11 @@ def test_a_stop_summarises_what_is_left(captured_logs: list[MutableMapping[str, 
 STORM_S = 30.0
 
 
-def _settings(port: int) -> Settings:
+def _settings(broker: Broker) -> Settings:
     return Settings(
-        mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", client_id="edgemon-storm"),
+        mqtt=MqttSettings(
+            url=broker.url, client_id=broker.client_id("edgemon-storm"), topic_prefix=broker.prefix
+        ),
         http=HttpSettings(listen="127.0.0.1:0"),
     )
 
@@ -189,7 +193,7 @@ def _chunks(streams: int, seq: int, audio_ms: float) -> bytes:
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_an_underrun_storm_writes_no_more_than_the_budget(
-    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
+    mosquitto_broker: Broker, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """4 devices × 16 streams, each stream 25 ms of audio every 25 ms: every chunk leaves its
     buffer empty as the next one is due, so underruns begin, are confirmed or retracted, and
@@ -198,12 +202,14 @@ async def test_an_underrun_storm_writes_no_more_than_the_budget(
     of time, no per-stream line at info, each device's summaries (the last ones at the stop)
     counting its transitions, every confirmed underrun exactly once.
     (A line per transition would be about 2,600 a second.)"""
-    _, port = mosquitto_broker
-    daemon = Daemon(_settings(port), environ={})
+    broker = mosquitto_broker
+    daemon = Daemon(_settings(broker), environ={})
     devices = [f"storm{d}" for d in range(4)]
     async with (
         running(daemon, logs=captured_logs),
-        aiomqtt.Client("127.0.0.1", port, identifier="storm-players") as players,
+        aiomqtt.Client(
+            broker.host, broker.port, identifier=broker.client_id("storm-players")
+        ) as players,
     ):
         began = time.monotonic()
         sent = rounds = 0
@@ -212,7 +218,7 @@ async def test_an_underrun_storm_writes_no_more_than_the_budget(
         } != set(devices):
             for device in devices:
                 payload = _chunks(16, rounds, 25.0)
-                await players.publish(f"edgemon/v1/{device}/events", payload, qos=1)
+                await players.publish(broker.topic(device, "events"), payload, qos=1)
                 sent += 1
             rounds += 1
             # The players' pace (a chunk every 25 ms on average), not a wait for a result.

@@ -24,6 +24,8 @@ from scrapes import samples
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.asyncio
 
 #: A keep-alive and a heartbeat in the defaults' ratio (30 s and 5 s), scaled down: the rule
@@ -39,7 +41,7 @@ async def readyz_becomes(http_port: int, status: int, within_s: float) -> None:
 
 @pytest.mark.integration
 async def test_a_black_holed_broker_is_noticed_and_the_link_reconnects(
-    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
+    mosquitto_broker: Broker, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """The daemon reaches Mosquitto through a proxy (keep-alive 2 s, a heartbeat every
     0.4 s). The proxy black-holes the connection: it stays open and takes what edgemon
@@ -47,9 +49,10 @@ async def test_a_black_holed_broker_is_noticed_and_the_link_reconnects(
     into the hole, and still ends the connection: `/readyz` turns 503 and
     `edgemon_mqtt_connected` 0. It then reconnects through the proxy (new connections pass):
     200 again, one reconnect counted."""
-    _, port = mosquitto_broker
-    async with BlackHoleProxy(port) as proxy:
-        mqtt = MqttSettings(url=f"mqtt://127.0.0.1:{proxy.port}", client_id="edgemon-hole",
+    broker = mosquitto_broker
+    async with BlackHoleProxy(broker.port) as proxy:
+        mqtt = MqttSettings(url=f"mqtt://127.0.0.1:{proxy.port}",
+                            client_id=broker.client_id("edgemon-hole"), topic_prefix=broker.prefix,
                             keepalive_s=KEEPALIVE_S, heartbeat_s=HEARTBEAT_S)  # fmt: skip
         daemon = Daemon(
             Settings(mqtt=mqtt, http=HttpSettings(listen="127.0.0.1:0")), environ={},

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import MutableMapping
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.asyncio
 
 TOPIC = "edgemon/v1/d/events"
@@ -265,16 +267,15 @@ async def test_the_brokers_maximum_packet_size_is_honoured() -> None:
 
 @pytest.mark.integration
 async def test_a_refused_subscription_is_one_error_and_a_count(
-    subscriptions_denied_broker: tuple[str, int],
+    subscriptions_denied_broker: Broker,
     captured_logs: list[MutableMapping[str, Any]],
 ) -> None:
     """A Mosquitto whose ACL refuses edgemon's capacity filter in its SUBACK: one error
     `mqtt_subscription_refused` naming the filter and the fix, however often the session is
     tried again; `edgemon_mqtt_subscriptions_refused_total` counts each refusal; `/readyz`
     stays 503 (before: a warning per attempt, and no count)."""
-    host, port = subscriptions_denied_broker
     settings = Settings(
-        mqtt=MqttSettings(url=f"mqtt://{host}:{port}", client_id="edgemon-refused"),
+        mqtt=MqttSettings(url=subscriptions_denied_broker.url, client_id="edgemon-refused"),
         http=HttpSettings(listen="127.0.0.1:0"),
     )
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)

@@ -28,6 +28,7 @@ from scrapes import sample
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, MutableMapping
 
+    from brokers import Broker
     from clients import Watcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio, pytest.mark.slow]
@@ -156,7 +157,7 @@ async def batches_sent(proc: asyncio.subprocess.Process) -> int:
 
 
 async def test_a_flood_is_held_back_not_shed_with_bounded_memory(
-    mosquitto_broker: tuple[str, int], captured_logs: list[MutableMapping[str, Any]]
+    private_broker: Broker, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
     """Three publisher processes (one at QoS 1, two at QoS 0) send ~90 kB batches of 1000
     chunks for 2 s, more than the daemon can apply: nothing is shed
@@ -164,20 +165,20 @@ async def test_a_flood_is_held_back_not_shed_with_bounded_memory(
     by less than `RSS_BOUND_MB`, the daemon stays up on one connection (the PUBACKs of its
     throttle objects wait behind the backlog, late, not lost), and a legit device's throttle
     ON/OFF objects keep arriving during the flood."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
+    broker = private_broker  # the broker holds the flood's backlog: it is the test's own
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
     latency = legit_latency(daemon)
     async with (
-        watching(port) as watcher,
+        watching(broker) as watcher,
         running(daemon, logs=captured_logs) as task,
-        device(port) as legit,
+        device(broker) as legit,
     ):
         await legit_cycle(legit, watcher, 0)  # warm: the legit device exists before the flood
         rss_before = rss_mb()
         peak = rss_before
         cycles: list[tuple[float, float, float]] = []
         started = time.monotonic()
-        async with flooders(port, 3) as procs:
+        async with flooders(broker.port, 3) as procs:
             while time.monotonic() - started < FLOOD_S and len(cycles) < 20:
                 began = time.monotonic()
                 on, off = await legit_cycle(legit, watcher, len(cycles) + 1)

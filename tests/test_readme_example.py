@@ -15,14 +15,15 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from edgemon.client import Reporter
-
 from mqtt_probe import probe
 from processes import edgemon_run, poll, samples
+
+if TYPE_CHECKING:
+    from brokers import Broker
 
 pytestmark = pytest.mark.integration
 
@@ -84,13 +85,13 @@ class PacedPcm(BaseHTTPRequestHandler):
 
 
 def test_readme_example_gives_edgemon_the_servers_rhythm(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
+    mosquitto_broker: Broker, tmp_path: Path
 ) -> None:
     """Each chunk reaches edgemon stamped between the server's sending it and the player's
     playing it, one gap per chunk (the pieces merged or too close to count), edgemon's gaps
     adding up to the span the wire shows; the audio is all counted, and the healthy stream
     never throttles its device."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     server = PacedServer(("127.0.0.1", 0), PacedPcm)
     server.sent = []
     server.request_ids = []
@@ -107,12 +108,10 @@ def test_readme_example_gives_edgemon_the_servers_rhythm(
 
     try:
         with (
-            edgemon_run(port, tmp_path) as http,
-            probe(host, port, "edgemon/v1/kitchen-speaker/events") as watcher,
+            edgemon_run(broker, tmp_path) as http,
+            probe(broker.host, broker.port, broker.topic("kitchen-speaker", "events")) as watcher,
         ):
-            with Reporter(
-                f"mqtt://{host}:{port}", "kitchen-speaker", audio_format=namespace["QWEN_PCM"]
-            ) as reporter:
+            with broker.reporter("kitchen-speaker", audio_format=namespace["QWEN_PCM"]) as reporter:
                 namespace["speak"](
                     reporter, "req-42", "Hello!", play=play,
                     port=server.server_address[1],

@@ -31,6 +31,8 @@ from web_players import JS, require_browser
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 T = 1_700_000_000_000.0
@@ -113,13 +115,11 @@ def replay_js(url: str, device: str, directory: Path) -> dict[str, Any]:
 
 
 @pytest.mark.asyncio
-async def test_both_reporters_send_the_same_events(
-    mosquitto_broker: tuple[str, int], tmp_path: Path
-) -> None:
+async def test_both_reporters_send_the_same_events(private_broker: Broker, tmp_path: Path) -> None:
     """The events each Reporter sent for the trace are the same, byte for byte, in the same
     order; the conflict sent nothing from either; the JS Reporter counted it (as Python's)."""
-    host, port = mosquitto_broker
-    url = f"mqtt://{host}:{port}"
+    host, port = private_broker.host, private_broker.port  # the JS replay: default prefix
+    url = private_broker.url
     received: dict[str, list[bytes]] = {"py-parity": [], "js-parity": []}
     # start s1, s1 (two pieces merged), 3 x s2, s1 with its play start, end s2, s1's final,
     # start and end s3, s4's final

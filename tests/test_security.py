@@ -31,7 +31,7 @@ from edgemon.client import Reporter, ThrottleGate
 from edgemon.daemon import Daemon
 from edgemon.settings import HttpSettings, MqttSettings, Settings, StateSettings
 
-from brokers import RUN_AS_ROOT, MosquittoStartError, launch_mosquitto
+from brokers import RUN_AS_ROOT, Broker, MosquittoStartError, launch_mosquitto
 from daemons import logged, running
 from pki import Pki, make_pki
 from ports import end_process
@@ -367,14 +367,14 @@ async def test_unreadable_password_file_at_a_reconnect_is_retried(
 # ---------------------------------------------------------------------- 2. HTTP: TLS, basic auth
 @pytest.mark.asyncio
 async def test_http_tls_and_basic_auth_through_the_daemon(
-    pki: Pki, tmp_path: Path, mosquitto_broker: tuple[str, int]
+    pki: Pki, tmp_path: Path, mosquitto_broker: Broker
 ) -> None:
     """The daemon's HTTP endpoint with `cert_file`/`key_file` and basic auth (password from a
     file): over HTTPS verified by the CA, `/metrics`, `/readyz` and `/api/v1/streams` answer
     401 with a challenge to no, wrong-password and wrong-user credentials and 200 to the
     right ones; `/healthz` answers 200 without credentials (a liveness probe carries none);
     plain HTTP to the TLS port and HTTPS without trusting the CA both fail."""
-    _, port = mosquitto_broker
+    broker = mosquitto_broker
     password = "correct horse:battery staple"  # a colon in the password is allowed
     http = HttpSettings(
         listen="127.0.0.1:0",
@@ -384,7 +384,8 @@ async def test_http_tls_and_basic_auth_through_the_daemon(
         basic_auth_password_file=secret_file(tmp_path / "http-password", password),
     )
     trust = ssl.create_default_context(cafile=str(pki.ca))
-    async with started(mqtt_settings(f"mqtt://127.0.0.1:{port}"), http=http) as daemon:
+    mqtt = mqtt_settings(broker.url, topic_prefix=broker.prefix)
+    async with started(mqtt, http=http) as daemon:
         base = f"https://127.0.0.1:{daemon.http_port}"
         for path in ("/metrics", "/readyz", "/api/v1/streams"):
             wrong = [None, ("scraper", "wrong"), ("root", password), ("scraper", password[:-1])]
@@ -463,11 +464,11 @@ def check_config(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-async def publish(port: int, device_id: str, *payloads: bytes | dict[str, Any]) -> None:
-    async with aiomqtt.Client("127.0.0.1", port) as client:
+async def publish(broker: Broker, device_id: str, *payloads: bytes | dict[str, Any]) -> None:
+    async with aiomqtt.Client(broker.host, broker.port) as client:
         for payload in payloads:
             body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-            await client.publish(f"{P}/{device_id}/events", body, qos=1)
+            await client.publish(broker.topic(device_id, "events"), body, qos=1)
 
 
 def chunk_event(stream: str, seq: int, audio_ms: float, eta_ms: float = 50.0) -> dict[str, Any]:
@@ -517,7 +518,7 @@ async def test_secrets_never_appear(tmp_path: Path) -> None:
             secret_file(tmp_path / "mqtt-password.new", mqtt_secret).replace(mqtt_password)
             await daemon.until("mqtt_subscribed")
             await publish(
-                ports.devices, "sec1",
+                Broker("127.0.0.1", ports.devices), "sec1",
                 {"type": "start", "stream": "s", "t_ms": now_ms()},
                 chunk_event("s", 0, 30),  # starving: throttle on
                 b"{not json", {"type": "chunk", "stream": "s"},
@@ -571,14 +572,15 @@ async def test_secrets_never_appear(tmp_path: Path) -> None:
             assert marker not in content, f"a secret is shown in the {where}"
 
 
-def loose_config(tmp_path: Path, broker_port: int) -> Path:
-    """A config whose two password files are readable by everyone and which everyone may
-    change (mode 0666)."""
+def loose_config(tmp_path: Path, broker: Broker) -> Path:
+    """A config for `broker` whose two password files are readable by everyone and which
+    everyone may change (mode 0666)."""
     secret_file(tmp_path / "mqtt-password", "pw").chmod(0o644)
     secret_file(tmp_path / "http-password", "pw").chmod(0o644)
     config = tmp_path / "edgemon.toml"
     config.write_text(
-        f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "loose"\n'
+        f'[mqtt]\nurl = "{broker.url}"\nclient_id = "{broker.client_id("loose")}"\n'
+        f'topic_prefix = "{broker.prefix}"\n'
         'username = "edgemon"\npassword_file = "mqtt-password"\n'
         '[http]\nlisten = "127.0.0.1:0"\nbasic_auth_user = "scraper"\n'
         'basic_auth_password_file = "http-password"\n[log]\nformat = "json"\n'
@@ -593,7 +595,7 @@ def test_check_config_warns_about_loose_permissions(tmp_path: Path) -> None:
     """`check-config` warns on stderr (exit 0: a warning, not an error) about each password
     file readable by group or others and about a config file others may write (the config
     holds no secret: anyone who can write it can redirect the daemon)."""
-    config = loose_config(tmp_path, 1883)
+    config = loose_config(tmp_path, Broker("127.0.0.1", 1883))
     result = check_config(str(config))
     assert result.returncode == 0, result.stderr
     warnings = result.stderr.splitlines()
@@ -609,11 +611,10 @@ def test_check_config_warns_about_loose_permissions(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_daemon_warns_about_loose_permissions_at_start(
-    tmp_path: Path, mosquitto_broker: tuple[str, int]
+    tmp_path: Path, mosquitto_broker: Broker
 ) -> None:
     """`edgemon run` with the same loose files logs the same warnings when it starts."""
-    _, port = mosquitto_broker
-    daemon = DaemonProcess(tmp_path, loose_config(tmp_path, port))
+    daemon = DaemonProcess(tmp_path, loose_config(tmp_path, mosquitto_broker))
     try:
         await daemon.until("mqtt_subscribed")
     finally:
@@ -626,9 +627,10 @@ async def test_daemon_warns_about_loose_permissions_at_start(
 
 
 # ---------------------------------------------------------------------- 4. SIGHUP
-def reload_config(path: Path, broker_port: int, state_dir: Path, margin: str) -> None:
+def reload_config(path: Path, broker: Broker, state_dir: Path, margin: str) -> None:
     path.write_text(
-        f'[mqtt]\nurl = "mqtt://127.0.0.1:{broker_port}"\nclient_id = "hup"\n'
+        f'[mqtt]\nurl = "{broker.url}"\nclient_id = "{broker.client_id("hup")}"\n'
+        f'topic_prefix = "{broker.prefix}"\n'
         '[http]\nlisten = "127.0.0.1:0"\n[log]\nformat = "json"\n'
         f'[state]\ndir = "{state_dir}"\n[devices.devA]\nmargin_ms = {margin}\n',
         encoding="utf-8",
@@ -646,7 +648,7 @@ def stream_table(view: dict[str, Any]) -> dict[tuple[str, str], tuple[float, int
 
 @pytest.mark.asyncio
 async def test_sighup_reloads_margins_and_keeps_streams(
-    tmp_path: Path, mosquitto_broker: tuple[str, int]
+    tmp_path: Path, mosquitto_broker: Broker
 ) -> None:
     """A real `edgemon run` process: after the file's `[devices.devA] margin_ms` changes from
     100 to 250 and SIGHUP, `/api/v1/streams` shows 250 for devA and its streams, devB keeps
@@ -654,16 +656,16 @@ async def test_sighup_reloads_margins_and_keeps_streams(
     file (margin -5) and SIGHUP, then a TOML syntax error and SIGHUP: each time the log says
     why (`config_reload_failed` with the problem), the running config is kept (250), the
     streams are kept, and the process keeps running and answering."""
-    _, port = mosquitto_broker
+    broker = mosquitto_broker
     config = tmp_path / "edgemon.toml"
-    reload_config(config, port, tmp_path / "no-state", "100")
+    reload_config(config, broker, tmp_path / "no-state", "100")
     daemon = DaemonProcess(tmp_path, config)
     try:
         http_port = (await daemon.until("http_listening"))["port"]
         await daemon.until("mqtt_subscribed")
         for device_id in ("devA", "devB"):
             await publish(
-                port, device_id,
+                broker, device_id,
                 chunk_event("s1", 0, 60_000), chunk_event("s1", 1, 1_000),
                 chunk_event("s2", 0, 60_000),
             )  # fmt: skip
@@ -681,7 +683,7 @@ async def test_sighup_reloads_margins_and_keeps_streams(
             ("devA", "s1"): (100.0, 2), ("devA", "s2"): (100.0, 1),
             ("devB", "s1"): (80.0, 2), ("devB", "s2"): (80.0, 1),
         }  # fmt: skip
-        reload_config(config, port, tmp_path / "no-state", "250")
+        reload_config(config, broker, tmp_path / "no-state", "250")
         daemon.signal(signal.SIGHUP)
         await daemon.until("config_reloaded")
         after = await view()
@@ -695,7 +697,7 @@ async def test_sighup_reloads_margins_and_keeps_streams(
             [("-5", "devices.devA.margin_ms: must be ≥ 0"), ("= oops", "TOML syntax error")],
             start=1,
         ):
-            reload_config(config, port, tmp_path / "no-state", margin)
+            reload_config(config, broker, tmp_path / "no-state", margin)
             daemon.signal(signal.SIGHUP)
             failed = await daemon.until("config_reload_failed", count)
             assert failed["source"] == str(config)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from edgemon.simulate import Message
 
+    from brokers import Broker
     from ports import MosquittoServer
 
 pytestmark = pytest.mark.integration
@@ -34,13 +35,14 @@ def _sim(start_ms: float, *, seed: int = 5) -> Simulation:
 
 
 async def _collect(
-    host: str, port: int, run: Awaitable[Any]
+    broker: Broker, run: Awaitable[Any]
 ) -> tuple[Any, list[tuple[float, aiomqtt.Message]]]:
-    """Subscribe to everything under the prefix, await `run`, return what arrived (with the
-    wall time of arrival)."""
+    """Subscribe to everything under the broker's prefix, await `run`, return what arrived
+    (with the wall time of arrival)."""
     received: list[tuple[float, aiomqtt.Message]] = []
-    async with aiomqtt.Client(host, port, identifier="test-sub") as sub:
-        await sub.subscribe(f"{PREFIX}/#", qos=1)
+    sub_id = broker.client_id("test-sub")
+    async with aiomqtt.Client(broker.host, broker.port, identifier=sub_id) as sub:
+        await sub.subscribe(broker.topic("#"), qos=1)
 
         async def listen() -> None:
             async for message in sub.messages:
@@ -56,10 +58,10 @@ async def _collect(
     return result, received
 
 
-def _events(received: list[tuple[float, aiomqtt.Message]]) -> list[dict[str, Any]]:
+def _events(received: list[tuple[float, aiomqtt.Message]], broker: Broker) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for _, message in received:
-        if str(message.topic) != f"{PREFIX}/sim-0/events":
+        if str(message.topic) != broker.topic("sim-0", "events"):
             continue
         assert isinstance(message.payload, bytes)
         decoded = decode_events(message.payload, max_bytes=2**18, max_batch=1000)
@@ -90,17 +92,20 @@ def _assert_model_then_cancels(events: list[dict[str, Any]], model: list[Message
 
 
 @pytest.mark.asyncio
-async def test_events_arrive_in_order_at_real_time(mosquitto_broker: tuple[str, int]) -> None:
+async def test_events_arrive_in_order_at_real_time(mosquitto_broker: Broker) -> None:
     """Two seconds of one device with two streams: the engine object retained, then exactly the
     model's events in order, each sent when the wall clock reaches its t_ms (within a second,
     plus whatever time the machine held a separate process back), and at the end every open
     stream cancelled."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     start = wall_ms()
-    run = publish_simulation(_sim(start), hostname=host, port=port, duration_s=2.0)
+    run = publish_simulation(
+        _sim(start), hostname=broker.host, port=broker.port, duration_s=2.0,
+        topic_prefix=broker.prefix,
+    )  # fmt: skip
     with MachineLag() as lag:
-        report, received = await _collect(host, port, run)
-    events = _events(received)
+        report, received = await _collect(broker, run)
+    events = _events(received, broker)
     assert report.events == report.messages == len(events)
     assert report.streams >= 2
     assert report.chunks >= 4
@@ -115,14 +120,15 @@ async def test_events_arrive_in_order_at_real_time(mosquitto_broker: tuple[str, 
     ]
     assert min(delays) >= -5  # never sent early (a loaded machine only makes it later)
 
-    engine = [m for _, m in received if str(m.topic) == f"{PREFIX}/sim-0/engine"]
+    engine = [m for _, m in received if str(m.topic) == broker.topic("sim-0", "engine")]
     assert len(engine) == 1
     assert engine[0].qos == 1
     assert isinstance(engine[0].payload, bytes)
     assert not isinstance(decode_engine(json.loads(engine[0].payload)), Problem)
     # A subscriber that comes later still gets the engine object: it was retained.
-    async with aiomqtt.Client(host, port, identifier="test-late") as late:
-        await late.subscribe(f"{PREFIX}/+/engine", qos=1)
+    late_id = broker.client_id("test-late")
+    async with aiomqtt.Client(broker.host, broker.port, identifier=late_id) as late:
+        await late.subscribe(broker.topic("+", "engine"), qos=1)
         async with asyncio.timeout(5):
             message = await anext(aiter(late.messages))
     assert message.retain
@@ -132,27 +138,30 @@ async def test_events_arrive_in_order_at_real_time(mosquitto_broker: tuple[str, 
 
 
 @pytest.mark.asyncio
-async def test_batches_are_arrays_of_a_device(mosquitto_broker: tuple[str, int]) -> None:
+async def test_batches_are_arrays_of_a_device(mosquitto_broker: Broker) -> None:
     """With batch=True every events payload is a JSON array; together they hold the same events
     in the same order as one-by-one publishing would."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     start = wall_ms()
-    run = publish_simulation(_sim(start), hostname=host, port=port, duration_s=1.0, batch=True)
-    report, received = await _collect(host, port, run)
+    run = publish_simulation(
+        _sim(start), hostname=broker.host, port=broker.port, duration_s=1.0, batch=True,
+        topic_prefix=broker.prefix,
+    )  # fmt: skip
+    report, received = await _collect(broker, run)
     bodies = [json.loads(m.payload) for _, m in received if str(m.topic).endswith("/events")]
     assert bodies
     assert all(isinstance(body, list) for body in bodies)
-    events = _events(received)
+    events = _events(received, broker)
     assert report.events == len(events)
     assert report.messages == len(bodies)
     _assert_model_then_cancels(events, _sim(start).until(start + 2_000.0))
 
 
 @pytest.mark.asyncio
-async def test_stop_event_ends_the_run_early(mosquitto_broker: tuple[str, int]) -> None:
+async def test_stop_event_ends_the_run_early(mosquitto_broker: Broker) -> None:
     """Setting `stop` ends an unlimited run, and its open streams are cancelled, stamped with
     the stop's time: no event is sent for a time after it."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     stop = asyncio.Event()
     stopped_at: list[float] = []
 
@@ -161,10 +170,13 @@ async def test_stop_event_ends_the_run_early(mosquitto_broker: tuple[str, int]) 
         stop.set()
 
     asyncio.get_running_loop().call_later(0.5, set_stop)
-    run = publish_simulation(_sim(wall_ms()), hostname=host, port=port, duration_s=None, stop=stop)
+    run = publish_simulation(
+        _sim(wall_ms()), hostname=broker.host, port=broker.port, duration_s=None, stop=stop,
+        topic_prefix=broker.prefix,
+    )  # fmt: skip
     async with asyncio.timeout(30):  # an unlimited run: only the stop ends it
-        report, received = await _collect(host, port, run)
-    events = _events(received)
+        report, received = await _collect(broker, run)
+    events = _events(received, broker)
     cancels = [e["t_ms"] for e in events if e["type"] == "end"]
     assert cancels
     assert min(cancels) >= stopped_at[0]
@@ -205,11 +217,14 @@ async def test_a_broker_that_goes_away_ends_the_run_with_publish_error(
 
 
 @pytest.mark.asyncio
-async def test_a_finished_run_leaves_no_socket_open(mosquitto_broker: tuple[str, int]) -> None:
+async def test_a_finished_run_leaves_no_socket_open(mosquitto_broker: Broker) -> None:
     """When a run returns, every socket it opened is closed: paho's wake-up socket pair for
     its network thread too, not left for the garbage collector (whose ResourceWarning would
     surface in whatever test happens to collect it)."""
-    host, port = mosquitto_broker
+    broker = mosquitto_broker
     with left_open() as still_open:
-        await publish_simulation(_sim(wall_ms()), hostname=host, port=port, duration_s=0.2)
+        await publish_simulation(
+            _sim(wall_ms()), hostname=broker.host, port=broker.port, duration_s=0.2,
+            topic_prefix=broker.prefix,
+        )  # fmt: skip
         assert not still_open()  # none of the sockets it opened is still open

@@ -36,6 +36,8 @@ from strict_peer import (
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 #: What the session must have shown the peer: (direction, packet type).
@@ -81,7 +83,7 @@ def acknowledged_before_logged(packets: list[Packet], read: list[dict[str, Any]]
     indirect=["any_broker"],
 )
 async def test_a_session_reads_clean_to_independent_codecs(
-    any_broker: tuple[str, int], tmp_path: Path, protocol: str
+    any_broker: Broker, tmp_path: Path, protocol: str
 ) -> None:
     """Every packet the link writes and reads in a whole session is read by mqtt-packet (and,
     for MQTT 5, by `mqtt5`) without an error: no malformed packet, no reserved flag set, no
@@ -89,14 +91,14 @@ async def test_a_session_reads_clean_to_independent_codecs(
     PUBLISH acknowledged once and in receipt order, SUBACK and PINGRESP answered); and every
     PUBACK of the daemon left after the message it acknowledges was in the log."""
     require_peer()
-    _, port = any_broker
+    broker = any_broker
     state = tmp_path / "state"
 
     def keep(direction: str, data: bytes) -> set[str] | None:
         """At the daemon's PUBACK: what the log holds as the tap passes it on."""
         return logged_payloads(state) if direction == "out" and data[0] >> 4 == 4 else None
 
-    tap = MqttTap(port, on_packet=keep)
+    tap = MqttTap(broker.port, on_packet=keep)
     settings = Settings(
         mqtt=MqttSettings(
             url=f"mqtt://127.0.0.1:{tap.port}", client_id="edgemon-strict", protocol=protocol,
@@ -107,12 +109,12 @@ async def test_a_session_reads_clean_to_independent_codecs(
     )  # fmt: skip
     try:
         async with (
-            watching(port) as watcher,
+            watching(broker) as watcher,
             running(Daemon(settings, environ={}, install_signal_handlers=False)),
         ):
-            async with device(port) as client:
+            async with device(broker) as client:
                 await client.publish(f"{P}/d1/engine", b'{"margin_ms":80}', qos=1, retain=True)
-            await throttle_on_then_off(port, watcher, "d1")
+            await throttle_on_then_off(broker, watcher, "d1")
             async with asyncio.timeout(WAIT_S):
                 while not {("out", "pingreq"), ("in", "pingresp")} <= tap.kinds():  # noqa: ASYNC110
                     await asyncio.sleep(0.05)

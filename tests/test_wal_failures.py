@@ -22,6 +22,7 @@ from edgemon.daemon.snapshot_file import SNAPSHOT_NAME, StateStore
 from edgemon.daemon.wal import generations, recover, wal_path
 from edgemon.settings import StateSettings
 
+from brokers import Broker
 from clients import scrape, settings_for
 from daemons import logged, running
 from fake_broker import FakeBroker
@@ -304,7 +305,7 @@ async def test_the_daemon_acknowledges_nothing_and_says_not_ready_while_its_log_
     every later message was acknowledged without being durable."""
     disk = FullDisk(monkeypatch)
     broker = FakeBroker()
-    settings = settings_for(broker.port, state=StateSettings(dir=tmp_path))
+    settings = settings_for(Broker("127.0.0.1", broker.port), state=StateSettings(dir=tmp_path))
     daemon = Daemon(settings, environ={}, install_signal_handlers=False)
     topic = "edgemon/v1/d1/events"
     try:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from brokers import Broker
+
 __all__ = [
     "ModelClock",
     "roomy",
@@ -128,7 +130,7 @@ class GateClock:
 
 @pytest.mark.integration
 def test_a_max_hold_release_lasts_while_real_time_admission_keeps_requests_out(
-    tiny_model: Path, flavour: type[Any], mosquitto_broker: tuple[str, int]
+    tiny_model: Path, flavour: type[Any], private_broker: Broker
 ) -> None:
     """The real ThrottleGate throttling for good (max_hold_ms 1 s on its own clock) and a
     real-time limit of 1 (frame 36 ms: 30 + 4n fits one stream). While one request runs, real
@@ -136,7 +138,7 @@ def test_a_max_hold_release_lasts_while_real_time_admission_keeps_requests_out(
     max_hold_ms gives lasts through the steps that cannot admit (no new hold, the gate's clock
     standing still) until the running request is done and a step admits the waiting one.
     Then the next request is held again. So the engine does what `edgemon.simulate` models."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     with probe(host, port) as edgemon:
         edgemon.publish(
             "edgemon/v1/_edgemon/edgemon-test/status",

@@ -35,6 +35,8 @@ from served import documented_command, start_server, waiting
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 T = 60.0
@@ -87,7 +89,7 @@ def released(state: GateState) -> bool:
 
 
 def test_a_new_request_waits_while_edgemon_throttles_and_starts_once_it_stops(
-    served_model: Path, mosquitto_broker: tuple[str, int], tmp_path: Path
+    served_model: Path, private_broker: Broker, tmp_path: Path
 ) -> None:
     """The documented command in the gate's mode (no middleware, `EDGEMON_DEADLINES=off`),
     its broker the test's and a hold that never times out: three short streams are served in
@@ -100,7 +102,7 @@ def test_a_new_request_waits_while_edgemon_throttles_and_starts_once_it_stops(
     assert "EDGEMON_GATE_BROKER" in documented.env
     command = documented.without("--middleware")
     device = command.env["EDGEMON_GATE_DEVICE"]
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     url = f"mqtt://{host}:{port}"
     env = {
         "EDGEMON_GATE_BROKER": url,
@@ -109,7 +111,7 @@ def test_a_new_request_waits_while_edgemon_throttles_and_starts_once_it_stops(
     }
     (tmp_path / "server").mkdir()
     with (
-        edgemon_run(port, tmp_path),
+        edgemon_run(private_broker, tmp_path),
         (tmp_path / "server.log").open("wb") as log,
         ThrottleGate(url, device) as gate,
         Reporter(url, device, client_id="served-player") as reporter,

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 T = 30.0  # generous: a loaded machine
@@ -41,9 +43,9 @@ def flavour(request: pytest.FixtureRequest) -> type[Any]:
 
 
 @pytest.fixture
-def engine_env(mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatch) -> str:
+def engine_env(private_broker: Broker, monkeypatch: pytest.MonkeyPatch) -> str:
     """The engine process's environment names the device and the test's broker (its URL)."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     url = f"mqtt://{host}:{port}"
     monkeypatch.setenv("EDGEMON_GATE_DEVICE", DEVICE)
     monkeypatch.setenv("EDGEMON_GATE_BROKER", url)
@@ -52,9 +54,9 @@ def engine_env(mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.fixture
-def watcher(mosquitto_broker: tuple[str, int]) -> Iterator[Probe]:
+def watcher(private_broker: Broker) -> Iterator[Probe]:
     """A probe following the device's capacity topic."""
-    with probe(*mosquitto_broker, CAPACITY) as seen:
+    with probe(private_broker.host, private_broker.port, CAPACITY) as seen:
         yield seen
 
 
@@ -75,7 +77,7 @@ def test_the_scheduler_publishes_what_it_runs_and_what_waits(
     tiny_model: Path,
     engine_env: str,
     watcher: Probe,
-    mosquitto_broker: tuple[str, int],
+    private_broker: Broker,
     flavour: type[Any],
 ) -> None:
     """From its start (idle: nothing runs, nothing waits), then after the steps that admitted
@@ -93,7 +95,8 @@ def test_the_scheduler_publishes_what_it_runs_and_what_waits(
             scheduler.add_request(make_request(f"r{i}", 8, max_tokens=4))
         run_step(scheduler)
         assert watcher.wait_for(_shows(lambda c: (c["running"], c["waiting"]) == (2, 1)), T)
-        with probe(*mosquitto_broker, CAPACITY) as late:  # a router that comes later
+        # A router that comes later:
+        with probe(private_broker.host, private_broker.port, CAPACITY) as late:
             assert late.wait_for(lambda seen: any(m.retain and m.payload for m in seen), T)
         for _ in range(30):
             run_step(scheduler)
@@ -175,14 +178,14 @@ def test_ended_waiting_requests_reach_the_client_and_the_count(
 
 
 def test_http_refusals_are_added_to_shed_total(
-    tiny_model: Path, engine_env: str, watcher: Probe, mosquitto_broker: tuple[str, int]
+    tiny_model: Path, engine_env: str, watcher: Probe, private_broker: Broker
 ) -> None:
     """Each HTTP server's retained refusal count is added to the scheduler's own; a server
     that goes away (its count emptied) stays counted, so the total never goes down."""
     scheduler = build_scheduler(EdgemonScheduler, tiny_model, max_num_seqs=1)
     server = f"{CAPACITY}/shed/api-1"
     try:
-        with probe(*mosquitto_broker) as api:
+        with probe(private_broker.host, private_broker.port) as api:
             api.publish(server, {"shed_total": 5})
             assert watcher.wait_for(_shows(lambda c: c["shed_total"] == 5), T)
             scheduler.add_request(make_request("a", 8))

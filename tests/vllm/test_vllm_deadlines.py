@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
     from edgemon.policy.values import Mode
 
+    from brokers import Broker
+
 T = 30.0  # generous: a loaded machine
 DEVICE = "box-1"
 CAPACITY = f"edgemon/v1/{DEVICE}/capacity"
@@ -341,12 +343,12 @@ def test_real_time_admission_is_the_plans_limit(tiny_model: Path) -> None:
 
 @pytest.mark.integration
 def test_the_predicted_wait_reaches_the_middleware(
-    tiny_model: Path, mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+    tiny_model: Path, private_broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """End to end on a real Mosquitto: a full batch with a long queue makes the scheduler
     publish a start wait over the SLO; the middleware (another process's part) then refuses a
     completion with 503, and the refusal comes back in the engine's shed_total."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     monkeypatch.setenv("EDGEMON_GATE_DEVICE", DEVICE)
     monkeypatch.setenv("EDGEMON_GATE_BROKER", f"mqtt://{host}:{port}")
     monkeypatch.delenv("EDGEMON_SLO_START_MS", raising=False)

@@ -19,6 +19,8 @@ from mqtt_probe import probe
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
@@ -41,13 +43,13 @@ def _generate(llm: Any) -> list[list[int]]:
 
 
 def test_engine_runs_with_the_scheduler_held_and_released(
-    tiny_model: Path, mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+    tiny_model: Path, private_broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`LLM(scheduler_cls="edgemon.integrations.vllm.EdgemonScheduler")` builds edgemon's
     scheduler in the engine core with its gate from the environment. Throttled for good, a
     generation still completes (each 300 ms hold lets one step through) after held steps;
     released, the same prompts give the same greedy tokens; shutdown closes the gate."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
     monkeypatch.setenv("EDGEMON_GATE_DEVICE", DEVICE)
     monkeypatch.setenv("EDGEMON_GATE_BROKER", f"mqtt://{host}:{port}")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from brokers import Broker
     from ports import MosquittoServer
 
 pytestmark = pytest.mark.integration
@@ -60,9 +61,9 @@ def no_gate_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def throttling(mosquitto_broker: tuple[str, int]) -> Iterator[Probe]:
+def throttling(private_broker: Broker) -> Iterator[Probe]:
     """A probe acting as edgemon: `online`, and the device throttled (seq 1), both retained."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     with probe(host, port) as publisher:
         publisher.publish(STATUS, {"state": "online", "version": "test", "t_ms": 1.0e12})
         _throttle(publisher, 1, on=True)
@@ -92,11 +93,11 @@ def test_without_a_device_the_steps_are_vllms(tiny_model: Path, no_gate_env: Non
 
 
 def test_gate_from_the_environment_is_owned(
-    tiny_model: Path, throttling: Probe, mosquitto_broker: tuple[str, int], monkeypatch: Any
+    tiny_model: Path, throttling: Probe, private_broker: Broker, monkeypatch: Any
 ) -> None:
     """Given EDGEMON_GATE_* the scheduler builds and opens its own gate, follows edgemon's
     throttle through it, and closes it at shutdown (after which nothing is held)."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     monkeypatch.setenv("EDGEMON_GATE_DEVICE", DEVICE)
     monkeypatch.setenv("EDGEMON_GATE_BROKER", f"mqtt://{host}:{port}")
     monkeypatch.setenv("EDGEMON_GATE_MAX_HOLD_MS", "600000")
@@ -125,11 +126,11 @@ def test_a_bad_setting_stops_the_start(
 
 
 def test_max_hold_lets_one_step_through(
-    tiny_model: Path, throttling: Probe, mosquitto_broker: tuple[str, int]
+    tiny_model: Path, throttling: Probe, private_broker: Broker
 ) -> None:
     """With the throttle on for good, a hold that reached max_hold_ms (on the gate's clock)
     lets exactly one step admit what waits; the next step holds again."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     clock = Clock()
     with ThrottleGate(f"mqtt://{host}:{port}", DEVICE, max_hold_ms=1_000, clock=clock) as gate:
         assert gate.wait_until(_active, T)
@@ -150,11 +151,11 @@ def test_max_hold_lets_one_step_through(
 
 
 def test_fails_open_when_edgemon_goes_offline(
-    tiny_model: Path, throttling: Probe, mosquitto_broker: tuple[str, int]
+    tiny_model: Path, throttling: Probe, private_broker: Broker
 ) -> None:
     """edgemon's `offline` status (its last will) releases the hold at once, throttle or not;
     `online` again with the throttle still on holds again."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     with ThrottleGate(f"mqtt://{host}:{port}", DEVICE, max_hold_ms=600_000) as gate:
         assert gate.wait_until(_active, T)
         scheduler = build_scheduler(EdgemonScheduler, tiny_model, edgemon_gate=gate)
@@ -187,12 +188,12 @@ def test_fails_open_when_the_broker_goes_away(
 
 
 def test_a_release_lasts_until_a_step_admits(
-    tiny_model: Path, throttling: Probe, mosquitto_broker: tuple[str, int]
+    tiny_model: Path, throttling: Probe, private_broker: Broker
 ) -> None:
     """A max_hold_ms release whose first steps cannot admit (the batch is full: one running
     request, max_num_seqs 1) stays open, with the gate's clock standing still, until a step
     admits the waiting request; then the next request is held again."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     clock = Clock()
     with ThrottleGate(f"mqtt://{host}:{port}", DEVICE, max_hold_ms=1_000, clock=clock) as gate:
         assert gate.wait_until(_active, T)

@@ -20,6 +20,8 @@ from processes import edgemon_run
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 T = 30.0  # generous: a loaded machine
@@ -35,19 +37,19 @@ def _released(state: GateState) -> bool:
 
 
 def test_scheduler_holds_while_a_reported_stream_runs_dry(
-    tiny_model: Path, mosquitto_broker: tuple[str, int], tmp_path: Path, monkeypatch: Any
+    tiny_model: Path, private_broker: Broker, tmp_path: Path, monkeypatch: Any
 ) -> None:
     """A stream gets one 1.5 s chunk and nothing more: edgemon throttles the device when its
     headroom falls below the margin, and from the next step on the scheduler admits nothing
     new while the running stream keeps decoding; the stream's end releases the throttle and
     the held request is admitted. The delay from the throttle object's `t_ms` to the first
     held step is printed (the Reporter stamps this host's clock)."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     url = f"mqtt://{host}:{port}"
     monkeypatch.setenv("EDGEMON_GATE_DEVICE", DEVICE)
     monkeypatch.setenv("EDGEMON_GATE_BROKER", url)
     monkeypatch.setenv("EDGEMON_GATE_MAX_HOLD_MS", "600000")
-    with edgemon_run(port, tmp_path), Reporter(url, DEVICE) as reporter:
+    with edgemon_run(private_broker, tmp_path), Reporter(url, DEVICE) as reporter:
         scheduler = build_scheduler(EdgemonScheduler, tiny_model)
         gate = scheduler.edgemon_gate
         try:

@@ -37,6 +37,8 @@ from mqtt_probe import probe
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from brokers import Broker
+
 _EDGEMON_TALKER = "edgemon.integrations.vllm_omni.EdgemonOmniARAsyncScheduler"
 T = 30.0  # generous: a loaded machine
 
@@ -201,12 +203,12 @@ def test_a_plain_vllm_process_imports_no_vllm_omni() -> None:
 
 @pytest.mark.integration
 def test_real_gate_holds_the_talker_and_fails_open(
-    tiny_model: Path, mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+    tiny_model: Path, private_broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With its gate from EDGEMON_GATE_* on a real Mosquitto, the talker scheduler holds new
     requests while edgemon throttles, lets them in when edgemon goes offline, and closes the
     gate at shutdown."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     monkeypatch.setenv("EDGEMON_GATE_DEVICE", "omni-box")
     monkeypatch.setenv("EDGEMON_GATE_BROKER", f"mqtt://{host}:{port}")
     monkeypatch.setenv("EDGEMON_GATE_MAX_HOLD_MS", "600000")

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from brokers import Broker
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 T = 60.0
@@ -37,7 +39,7 @@ MIDDLEWARE = "--middleware"
 
 @pytest.fixture
 def served(
-    served_model: Path, mosquitto_broker: tuple[str, int], tmp_path: Path, request: Any
+    served_model: Path, private_broker: Broker, tmp_path: Path, request: Any
 ) -> Iterator[int]:
     """The server as the documentation runs it (the shipped policy, the same command line
     on every page), one seat (`--max-num-seqs 1`), without the middleware unless the test is
@@ -47,7 +49,7 @@ def served(
     assert MIDDLEWARE in command.argv
     if not request.param:
         command = command.without(MIDDLEWARE)
-    host, broker_port = mosquitto_broker
+    host, broker_port = private_broker.host, private_broker.port
     env = {
         "EDGEMON_GATE_DEVICE": DEVICE,
         "EDGEMON_GATE_BROKER": f"mqtt://{host}:{broker_port}",

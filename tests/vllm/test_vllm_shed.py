@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
+    from brokers import Broker
+
 pytestmark = pytest.mark.integration
 
 T = 30.0  # generous: a loaded machine
@@ -55,18 +57,18 @@ def eventually(check: Callable[[], bool], timeout: float = T) -> bool:
 
 
 @pytest.fixture
-def server_env(mosquitto_broker: tuple[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+def server_env(private_broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
     """The API server's environment: the device, the test's broker, the default start SLO."""
-    host, port = mosquitto_broker
+    host, port = private_broker.host, private_broker.port
     monkeypatch.setenv("EDGEMON_GATE_DEVICE", DEVICE)
     monkeypatch.setenv("EDGEMON_GATE_BROKER", f"mqtt://{host}:{port}")
     monkeypatch.delenv("EDGEMON_SLO_START_MS", raising=False)
 
 
 @pytest.fixture
-def engine(mosquitto_broker: tuple[str, int]) -> Iterator[Probe]:
+def engine(private_broker: Broker) -> Iterator[Probe]:
     """A probe playing the engine's capacity publisher, watching the refusal counts."""
-    with probe(*mosquitto_broker, SHED) as publisher:
+    with probe(private_broker.host, private_broker.port, SHED) as publisher:
         yield publisher
 
 
