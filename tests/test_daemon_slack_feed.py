@@ -5,38 +5,42 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
 import pytest
 
 from edgemon.daemon.app import Daemon
 
-from clients import WAIT_S, P, chunk, device, now_ms, scrape, send, settings_for
+from clients import WAIT_S, chunk, device, now_ms, scrape, send, settings_for
 from daemons import running
+
+if TYPE_CHECKING:
+    from brokers import Broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 
 async def test_a_devices_players_measured_slack_is_published(
-    mosquitto_broker: tuple[str, int],
+    mosquitto_broker: Broker,
 ) -> None:
     """A stream given 2 s of audio appears in its device's feed with the slack that audio
     leaves at the feed's instant, playing, and the feeds are counted on `/metrics`."""
-    _, port = mosquitto_broker
-    daemon = Daemon(settings_for(port), environ={}, install_signal_handlers=False)
+    broker = mosquitto_broker
+    daemon = Daemon(settings_for(broker), environ={}, install_signal_handlers=False)
+    reader_id = broker.client_id("feed-reader")
     async with (
-        aiomqtt.Client("127.0.0.1", port, identifier="feed-reader") as reader,
+        aiomqtt.Client(broker.host, broker.port, identifier=reader_id) as reader,
         running(daemon),
-        device(port) as client,
+        device(broker) as client,
     ):
-        await reader.subscribe(f"{P}/+/slack", qos=0)
+        await reader.subscribe(broker.topic("+", "slack"), qos=0)
         first = chunk("s1", 0, 2_000, 50)
         await send(client, "dev1", {"type": "start", "stream": "s1", "t_ms": now_ms()}, first)
         feed: dict[str, Any] = {}
         async with asyncio.timeout(WAIT_S):
             async for message in reader.messages:
-                assert message.topic.value == f"{P}/dev1/slack"
+                assert message.topic.value == broker.topic("dev1", "slack")
                 assert not message.retain
                 assert isinstance(message.payload, bytes)
                 feed = json.loads(message.payload)
@@ -53,10 +57,9 @@ async def test_a_devices_players_measured_slack_is_published(
     assert "edgemon_slack_feeds_published_total" in text
 
 
-async def test_feed_ms_zero_publishes_no_feed(mosquitto_broker: tuple[str, int]) -> None:
+async def test_feed_ms_zero_publishes_no_feed(mosquitto_broker: Broker) -> None:
     """With `[mqtt] feed_ms = 0` the daemon runs no feed: its counter is not exported."""
-    _, port = mosquitto_broker
-    settings = settings_for(port)
+    settings = settings_for(mosquitto_broker)
     settings = settings.model_copy(
         update={"mqtt": settings.mqtt.model_copy(update={"feed_ms": 0.0})}
     )
