@@ -70,23 +70,21 @@ async def legit_cycle(client: Any, watcher: Watcher, k: int) -> tuple[float, flo
     timer, or at once if it is applied late), then 2 s refills, each a new chunk with a fresh
     `t_ms` every 0.5 s, as a real device would send them, until OFF. Under overload any of
     them may be late by the broker's backlog, hence a fresh refill every 0.5 s.
-    Returns the ON and OFF `t_ms`."""
+    Returns the ON and OFF `t_ms`: the first ON naming this cycle's stream, and the first OFF
+    after it (see `first`)."""
     stream = f"c{k}"
-    unique = {o["seq"]: o for o in watcher.throttles("legit")}.values()  # see `nth`
-    ons = len([o for o in unique if o["throttle"]])
-    offs = len(unique) - ons
     t0 = now_ms()
     first = [
         {"type": "start", "stream": stream, "t_ms": t0},
         {"type": "chunk", "stream": stream, "t_ms": t0, "seq": 0, "audio_ms": 300, "eta_ms": 50},
     ]
-    on = await resend_until(client, lambda _: first, lambda: nth(watcher, active=True, n=ons))
+    on = await resend_until(client, lambda _: first, lambda: first_on(watcher, stream))
 
     def refill(n: int) -> list[dict[str, Any]]:
         t = now_ms()
         return [{"type": "chunk", "stream": stream, "t_ms": t, "seq": n + 1, "audio_ms": 2_000}]
 
-    off = await resend_until(client, refill, lambda: nth(watcher, active=False, n=offs))
+    off = await resend_until(client, refill, lambda: first_off(watcher, after=on["t_ms"]))
     end = {"type": "end", "stream": stream, "t_ms": now_ms()}
     await client.publish(f"{P}/legit/events", json.dumps(end), qos=1)
     return on["t_ms"], off["t_ms"]
@@ -98,14 +96,28 @@ def applied(daemon: Daemon, device_id: str, stream: str) -> bool:
     return device is not None and stream in device.streams
 
 
-def nth(watcher: Watcher, *, active: bool, n: int) -> dict[str, Any] | None:
-    """The legit device's `n`-th throttle object with `throttle == active`, once it came.
+def first_on(watcher: Watcher, stream: str) -> dict[str, Any] | None:
+    """The legit device's first ON object naming `stream` at risk, once it came.
 
-    By `seq`: under the flood the broker may deliver a QoS 1 object to the watcher twice (a
-    redelivery), which must not count as the next cycle's."""
+    Not "the next ON": under the flood the previous cycle's stream can run low again before
+    its `end` (queued behind the backlog) is applied, and that ON may come during this cycle."""
+    return next((o for o in _unique(watcher) if o["throttle"] and stream in o["streams"]), None)
+
+
+def first_off(watcher: Watcher, *, after: float) -> dict[str, Any] | None:
+    """The legit device's first OFF object stamped after `after` (the cycle's ON), once it came.
+
+    Not "the next OFF": the publisher sends a device's latest state and replaces an older one
+    still waiting for its turn (docs/protocol.md), so a late ON of the previous cycle's stream
+    can be replaced by its OFF, which then comes unpaired during this cycle."""
+    return next((o for o in _unique(watcher) if not o["throttle"] and o["t_ms"] > after), None)
+
+
+def _unique(watcher: Watcher) -> list[dict[str, Any]]:
+    """The legit device's throttle objects in `seq` order, each once: under the flood the broker
+    may deliver a QoS 1 object to the watcher twice (a redelivery)."""
     unique = {o["seq"]: o for o in watcher.throttles("legit")}
-    objs = [o for _, o in sorted(unique.items()) if o["throttle"] is active]
-    return objs[n] if len(objs) > n else None
+    return [o for _, o in sorted(unique.items())]
 
 
 async def resend_until(
