@@ -21,7 +21,8 @@ Four web players at once, each its own device:
 - `web-fallback`: Web Audio, its Reporter pointed at a worker script the server does not
   have: the worker fails to start, and the Reporter reports from the page instead.
 
-Every other Reporter reports from its Web Worker (the page's main thread only posts the calls).
+Every other Reporter reports from its Web Worker (the page's main thread only posts the calls,
+each as it is made: the page counts its `postMessage` calls around each hook call).
 
 edgemon trusts the devices' clocks (`[slack] clock = "trust"`): the page's clock
 (`performance.timeOrigin + performance.now()`), the Python player's and edgemon's are this
@@ -174,7 +175,7 @@ async def _play(directory: Path, port: int, wss_port: int, http: int) -> WebRun:
     ]  # fmt: skip
     for player in players:
         player["password"] = PASSWORDS[player["device"]]
-    plan = {"broker": f"wss://127.0.0.1:{wss_port}", "streams": players}
+    plan = {"broker": f"wss://127.0.0.1:{wss_port}", "streams": players, "countPosts": True}
     server = PageServer(plan, schedules)
     await server.start()
     reporter = Reporter(
@@ -289,6 +290,16 @@ def test_the_reporters_report_from_their_worker(web_run: WebRun) -> None:
     said = [line for line in web_run.console if "did not start" in line]
     assert len(said) == 1, web_run.console
     assert "web-fallback" in said[0], said
+
+
+def test_each_call_is_handed_to_the_worker_in_its_own_task(web_run: WebRun) -> None:
+    """Each chunk a hook reported went to its Reporter's worker in one `postMessage` made
+    before the hook's call returned: nothing waits on the page for a microtask or a timer
+    (an event waits for the worker's `flushMs` window, nothing more). The Reporter that
+    reports from the page posts nothing."""
+    for device, result in web_run.streams.items():
+        expected = 0 if device == "web-fallback" else 1
+        assert result["posted"] == [expected] * web_run.sent[device], (device, result["posted"])
 
 
 def test_slack_is_the_python_reporters(web_run: WebRun) -> None:

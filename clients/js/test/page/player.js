@@ -9,6 +9,18 @@ import { MediaElementStream, Reporter, WebAudioStream } from "/edgemon-reporter.
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// Messages the page posted to its workers (with the plan's `countPosts`: `countPosts()`
+// wraps `Worker.prototype.postMessage`). A player reads it around each hook call: what the
+// call posted before it returned, in the caller's task.
+let posts = 0;
+function countPosts() {
+  const post = Worker.prototype.postMessage;
+  Worker.prototype.postMessage = function (...args) {
+    posts += 1;
+    return post.apply(this, args);
+  };
+}
+
 async function* frames(response) {
   const reader = response.body.getReader();
   let pending = new Uint8Array(0);
@@ -55,12 +67,15 @@ async function playWebAudio(plan, spec) {
   await context.resume();
   const hook = new WebAudioStream(reporter, context, spec.stream);
   const arrivals = [];
+  const posted = [];
   hook.request();
   const response = await fetch(spec.path, { cache: "no-store" });
   let index = 0;
   for await (const frame of frames(response)) {
     const buffer = pcmBuffer(context, frame.data, spec.rate);
+    const before = posts;
     hook.play(buffer, { final: frame.final });
+    posted.push(posts - before);
     arrivals.push(reporter.clockMs());
     if (spec.pauseAfter === index) {
       await hook.pause();
@@ -71,7 +86,9 @@ async function playWebAudio(plan, spec) {
   // Let the audio play out before reading what the browser measured.
   while (context.state !== "running") await sleep(20);
   const flushed = await reporter.flush(10_000);
-  const result = { stream: spec.stream, device: spec.device, arrivals, hook: hook.stats, flushed, reporter: reporter.stats };
+  const result = {
+    stream: spec.stream, device: spec.device, arrivals, posted, hook: hook.stats, flushed, reporter: reporter.stats,
+  };
   await reporter.close();
   await context.close();
   return result;
@@ -89,10 +106,13 @@ async function playMse(plan, spec) {
   hook.request();
   const response = await fetch(spec.path, { cache: "no-store" });
   let playing = null;
+  const posted = [];
   for await (const frame of frames(response)) {
     buffer.appendBuffer(frame.data);
     await new Promise((resolve) => buffer.addEventListener("updateend", resolve, { once: true }));
+    const before = posts;
     hook.chunk(spec.chunkMs, { final: frame.final });
+    posted.push(posts - before);
     if (playing === null) playing = element.play();
   }
   source.endOfStream();
@@ -102,7 +122,7 @@ async function playMse(plan, spec) {
     else element.addEventListener("ended", resolve, { once: true });
   });
   const flushed = await reporter.flush(10_000);
-  const result = { stream: spec.stream, device: spec.device, hook: hook.stats, flushed, reporter: reporter.stats };
+  const result = { stream: spec.stream, device: spec.device, posted, hook: hook.stats, flushed, reporter: reporter.stats };
   await reporter.close();
   return result;
 }
@@ -110,10 +130,12 @@ async function playMse(plan, spec) {
 // Load: `streams` streams of one `chunkMs` chunk every `chunkMs` (staggered evenly), on one
 // device and one AudioContext, for `seconds` a phase: a "report" phase plays them through
 // `WebAudioStream` and the Reporter, a "baseline" phase schedules the same chunks itself.
-// One unmeasured round of both first (the page's code compiled, the worker started and
-// connected), then `pairs` rounds of baseline and report, each phase marked where it starts
-// and ends (`window.phase`: drive.mjs takes Chrome's metrics there).
-async function playLoad(context, spec, reporter, serial) {
+// With `floor`, a "floor" phase between them schedules them as the baseline does and posts
+// one number a chunk to a worker that does nothing with it: the least a page pays to hand
+// each chunk to a worker as it comes. One unmeasured round of every phase first (the page's
+// code compiled, the workers started and connected), then `pairs` rounds, each phase marked
+// where it starts and ends (`window.phase`: drive.mjs takes Chrome's metrics there).
+async function playLoad(context, spec, reporter, serial, floor = null) {
   const rate = 24_000;
   const frames = (rate * spec.chunkMs) / 1000;
   const streams = [];
@@ -139,6 +161,7 @@ async function playLoad(context, spec, reporter, serial) {
           const at = Math.max(stream.next, context.currentTime);
           node.start(at);
           stream.next = at + buffer.duration;
+          if (floor) floor.postMessage(performance.timeOrigin + performance.now());
         }
         count += 1;
         sent += 1;
@@ -158,22 +181,29 @@ async function load(plan, spec) {
   await context.resume();
   const reporter = reporterFor(plan, spec);
   const connected = await reporter.waitConnected(20_000);
+  const floor = spec.floor
+    ? new Worker(URL.createObjectURL(new Blob(["onmessage = () => {};"], { type: "text/javascript" })))
+    : null;
+  const phases = floor ? ["baseline", "floor", "report"] : ["baseline", "report"];
   let serial = 0;
+  const play = (phase, timing) => playLoad(
+    context, timing, phase === "report" ? reporter : null, serial++, phase === "floor" ? floor : null,
+  );
   const warm = { ...spec, seconds: spec.warmupS ?? 2 };
-  await playLoad(context, warm, null, serial++);
-  await playLoad(context, warm, reporter, serial++);
+  for (const phase of phases) await play(phase, warm);
   const flushed = [await reporter.flush(10_000)];
-  const chunks = { baseline: 0, report: 0 };
+  const chunks = Object.fromEntries(phases.map((phase) => [phase, 0]));
   for (let pair = 0; pair < (spec.pairs ?? 1); pair += 1) {
-    for (const phase of ["baseline", "report"]) {
+    for (const phase of phases) {
       await window.phase?.(`${phase}-${pair}-start`);
-      chunks[phase] += await playLoad(context, spec, phase === "report" ? reporter : null, serial++);
+      chunks[phase] += await play(phase, spec);
       await window.phase?.(`${phase}-${pair}-end`);
       // Settled between phases, so that no phase pays for the one before it.
       if (phase === "report") flushed.push(await reporter.flush(10_000));
     }
   }
   const stats = reporter.stats;
+  floor?.terminate();
   await reporter.close();
   await context.close();
   return { connected, flushed, chunks, reporter: stats };
@@ -181,6 +211,7 @@ async function load(plan, spec) {
 
 async function main() {
   const plan = await (await fetch("/plan.json", { cache: "no-store" })).json();
+  if (plan.countPosts) countPosts();
   const results = { streams: [], load: null };
   if (plan.load) results.load = await load(plan, plan.load);
   const players = (plan.streams ?? []).map((spec) => (spec.kind === "mse" ? playMse(plan, spec) : playWebAudio(plan, spec)));
