@@ -54,8 +54,9 @@ class Monitor:
         out: list[Output],
         *,
         decide: bool = True,
-    ) -> None:
-        """Take one MQTT message received at wall time `recv_ms`, in the order of docs/semantics.md.
+    ) -> str | None:
+        """Take one MQTT message received at wall time `recv_ms`, in the order of docs/semantics.md;
+        the device whose events it applied, if it applied any (see `receive`).
 
         Every timer due strictly before `recv_ms` fires first (on every device: a device idle
         long enough is forgotten before its next message starts it afresh), then the message
@@ -68,16 +69,18 @@ class Monitor:
         The daemon cannot know, so it decides at every message.
         """
         self.advance(recv_ms, out, inclusive=False)
-        self.receive(topic, payload, recv_ms, out)
+        applied_to = self.receive(topic, payload, recv_ms, out)
         if decide:
             self.advance(recv_ms, out)
+        return applied_to
 
-    def receive(self, topic: str, payload: bytes, recv_ms: float, out: list[Output]) -> None:
+    def receive(self, topic: str, payload: bytes, recv_ms: float, out: list[Output]) -> str | None:
         """Lower level than `handle`: route, decode and apply one message, and nothing else.
 
         No timer fires and no throttle decision is taken here: a caller driving the clock by
         hand (tests of an exact interleaving) pairs it with `advance`. Everything else uses
-        `handle`.
+        `handle`. The device whose events it applied, if it applied any (none refused them
+        all): what changed a device's streams.
         """
         self.messages += 1
         route = self.topics.parse(topic)
@@ -85,42 +88,49 @@ class Monitor:
             self._reject(
                 recv_ms, topic, None, Problem("unknown_topic", "not an edgemon topic"), out
             )
-            return
+            return None
         device, kind = route
         limits = self.engine.config.limits
         if kind != "events":
             self._receive_object(kind, device, topic, payload, recv_ms, out)
-            return
+            return None
         if not payload:  # a retained message someone left on the topic, removed: no event
             self.results["deleted"] += 1
-            return
+            return None
         decoded = parted_events(
             payload, max_bytes=limits.max_payload_bytes, max_batch=limits.max_batch_events
         )
         if isinstance(decoded, Problem):
             self._reject(recv_ms, topic, device, decoded, out)
-            return
+            return None
         events, problems = decoded
         for problem in problems:
             self._reject(recv_ms, topic, device, problem, out)
-        if events:
-            mark = len(out)
-            results = self.engine.apply(device, events, recv_ms, out)
-            self._count_gaps(out, mark)
-            counts = self.results
-            accepted = results.count("accepted")
-            if accepted == len(results):  # the usual: every event accepted, counted at once
-                counts["accepted"] += accepted
-                self.events += accepted
-                return
-            applied = 0
-            for event, result in zip(events, results, strict=True):
-                if result in APPLIED:
-                    applied += 1
-                    counts[result] += 1
-                else:
-                    self._count(result, recv_ms, topic, device, out, event)
-            self.events += applied
+        return self._apply_events(topic, device, events, recv_ms, out) if events else None
+
+    def _apply_events(
+        self, topic: str, device: str, events: list[Event], recv_ms: float, out: list[Output]
+    ) -> str | None:
+        """A message's decoded events given to the engine, each counted by its result;
+        `device` if any was applied."""
+        mark = len(out)
+        results = self.engine.apply(device, events, recv_ms, out)
+        self._count_gaps(out, mark)
+        counts = self.results
+        accepted = results.count("accepted")
+        if accepted == len(results):  # the usual: every event accepted, counted at once
+            counts["accepted"] += accepted
+            self.events += accepted
+            return device
+        applied = 0
+        for event, result in zip(events, results, strict=True):
+            if result in APPLIED:
+                applied += 1
+                counts[result] += 1
+            else:
+                self._count(result, recv_ms, topic, device, out, event)
+        self.events += applied
+        return device if applied else None
 
     def _receive_object(
         self,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from edgemon.daemon.slack_feed import REFRESH_MS, FeedBook, SlackFeed
+from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine import EngineConfig
 from edgemon.engine.views import DeviceView, device_view, device_views
 from edgemon.monitor import Monitor
@@ -129,14 +130,6 @@ class Recording:
                 await self.more.wait()
 
 
-class Monotonic:
-    """The daemon's clock, here the monotonic clock in ms."""
-
-    def now_ms(self) -> float:
-        """Now."""
-        return time.monotonic() * 1000.0
-
-
 @pytest.mark.asyncio
 async def test_a_change_goes_out_at_once_and_the_next_after_the_period() -> None:
     """The first change of a quiet device is published without waiting for a tick; a second
@@ -145,10 +138,9 @@ async def test_a_change_goes_out_at_once_and_the_next_after_the_period() -> None
     monitor, sink, period = Monitor(EngineConfig()), Recording(), 200.0
     task_feed = SlackFeed(
         sink,
-        views=lambda: device_views(monitor.engine),
-        view=lambda device: device_view(monitor.engine, device),
+        monitor.engine,
         topic=lambda device: f"edgemon/v1/{device}/slack",
-        clock=Monotonic(),
+        clock=MonotonicWallClock(wall_ns=time.monotonic_ns),  # the device clock of the events
         period_ms=period,
         owned=frozenset({"box"}),
     )

@@ -54,7 +54,6 @@ from edgemon.daemon.status import status_line, status_payload
 from edgemon.daemon.systemd import Notifier
 from edgemon.daemon.wall_clock import MonotonicWallClock
 from edgemon.engine.outputs import Rejected, ThrottleChanged
-from edgemon.engine.views import device_view, device_views
 from edgemon.errors import PublishError
 from edgemon.monitor import Monitor
 from edgemon.settings import ConfigError
@@ -165,9 +164,7 @@ class Daemon:
         #: The players' measured slack per device, out every `[mqtt] feed_ms` (0: none).
         self.slack_feed = (
             SlackFeed(
-                self.link, views=lambda: device_views(self.monitor.engine),
-                view=lambda device: device_view(self.monitor.engine, device),
-                topic=self.monitor.topics.slack, clock=self.clock,
+                self.link, self.monitor.engine, topic=self.monitor.topics.slack, clock=self.clock,
                 period_ms=settings.mqtt.feed_ms, owned=None if owned is None else frozenset(owned),
                 paused=lambda: self.catchup.active,
             )
@@ -541,17 +538,14 @@ class Daemon:
             self.state.append(now, topic, payload)
         if self.recorder.on:
             self.recorder.record(TraceRecord(now, topic, payload))
-        self._apply(topic, payload, now)
+        applied_to = self._apply(topic, payload, now)
         out = self._out
         if out:
             self._dispatch(out)
             out.clear()
         self.deadline_timer.poke()
-        feed = self.slack_feed
-        if feed is not None:
-            route = self.monitor.topics.parse(topic)
-            if route is not None and route[1] == "events":
-                feed.changed(route[0])
+        if applied_to is not None and self.slack_feed is not None:
+            self.slack_feed.changed(applied_to)
 
     def _on_too_large(self, topic: str, size: int) -> None:
         """A message too large to read, dropped unread by the link: `oversized`, as one the
@@ -565,14 +559,15 @@ class Daemon:
             )
         )  # fmt: skip
 
-    def _apply(self, topic: str, payload: bytes, now: float) -> None:
+    def _apply(self, topic: str, payload: bytes, now: float) -> str | None:
         """The engine path of every message, live or replayed from the log, in the order
-        `Monitor.handle` owns (outputs in `self._out`)."""
+        `Monitor.handle` owns (outputs in `self._out`); the device whose events it applied."""
         try:
-            self.monitor.handle(topic, payload, now, self._out)
+            return self.monitor.handle(topic, payload, now, self._out)
         except Exception:  # no message may stop the daemon
             self.monitor.results["internal_error"] += 1
             self.log.exception("message_failed", topic=topic)
+            return None
 
     # ------------------------------------------------------------------ edges
     def _on_connected(self) -> None:

@@ -20,6 +20,7 @@ import json
 from typing import TYPE_CHECKING
 
 from edgemon.engine.feed import slack_feed
+from edgemon.engine.views import device_view, device_views
 from edgemon.errors import PublishError
 from edgemon.protocol import NOT_STARTED_MS
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
     from edgemon.daemon.publisher import Sink
     from edgemon.daemon.wall_clock import Clock
+    from edgemon.engine.engine import Engine
     from edgemon.engine.feed import SlackEntry
     from edgemon.engine.views import DeviceView
 
@@ -106,16 +108,15 @@ class SlackFeed:
     says; `changed(device)` is told of every events message applied."""
 
     __slots__ = (
-        "_book", "_clock", "_owned", "_paused", "_period_ms", "_ready", "_sink", "_timers",
-        "_topic", "_view", "_views", "_wake", "published",
+        "_book", "_clock", "_engine", "_owned", "_paused", "_period_ms", "_ready", "_sink",
+        "_timers", "_topic", "_wake", "published",
     )  # fmt: skip
 
     def __init__(
         self,
         sink: Sink,
+        engine: Engine,
         *,
-        views: Callable[[], Iterable[DeviceView]],
-        view: Callable[[str], DeviceView | None],
         topic: Callable[[str], str],
         clock: Clock,
         period_ms: float,
@@ -123,8 +124,8 @@ class SlackFeed:
         paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self._sink = sink
-        self._views = views
-        self._view = view
+        #: Read through its views only (`edgemon.engine.views`).
+        self._engine = engine
         self._topic = topic
         self._clock = clock
         self._period_ms = period_ms
@@ -185,11 +186,11 @@ class SlackFeed:
         """The ready devices' feeds, and with `sweep` the stale ones'."""
         wall_ms = self._clock.now_ms()
         book = self._book
-        ready = self._ready
-        due = [(view, False) for view in map(self._view, ready) if view is not None]
+        ready, engine = self._ready, self._engine
+        due = [(view, False) for d in ready if (view := device_view(engine, d)) is not None]
         if sweep:
             owned = self._owned
-            views = self._views()
+            views = device_views(engine)
             if owned is not None:
                 views = [view for view in views if view.id in owned]
             due += [(view, True) for view in book.stale(views, wall_ms) if view.id not in ready]

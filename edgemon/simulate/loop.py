@@ -64,8 +64,8 @@ DRAIN_LIMIT_MS = 600_000.0
 """The longest a draining run goes on after its arrivals stopped (requests then still open
 are scored as they are)."""
 FEED_PERIOD_MS = 150.0
-"""How often edgemon's slack feed reaches the engine (a feed would be published on change,
-at most every 100–200 ms)."""
+"""How often edgemon's slack feed reaches the engine: the daemon's `[mqtt] feed_ms` default,
+at which a device whose streams keep changing is published (`edgemon.daemon.slack_feed`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
