@@ -163,7 +163,7 @@ def _moved_outcome(stats: DeviceStats) -> None:
 
 
 #: Each count the text path keeps lines of, changed alone between two scrapes.
-COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], None]] = {
+COUNT_CHANGES: dict[str, Callable[[Monitor, DeviceStats], object]] = {
     "engagements": lambda _m, s: setattr(s, "throttle_engagements", s.throttle_engagements + 1),
     "underruns": lambda _m, s: setattr(s, "underruns", s.underruns + 1),
     "retracted": lambda _m, s: setattr(s, "underruns_retracted", s.underruns_retracted + 1),
