@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: docs test test-fast test-deep test-fleet test-browser test-vllm test-hostile coverage lint typecheck unit demo bench bench-fleet bench-feed bench-loop bench-goodput bench-real bench-worth clean
+.PHONY: docs test test-fast test-deep test-fleet test-browser test-vllm test-hostile coverage lint typecheck unit demo bench bench-fleet bench-feed bench-loop bench-goodput bench-real bench-real-feed bench-worth clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -366,6 +366,24 @@ bench-real: $(STAMP) .venv-vllm/.installed
 	$(BIN)/python $(BENCH_LOOP) --real-report $(REAL_OUT)/tuned.jsonl $(REAL_OUT)/slo-*.jsonl \
 	  $(REAL_OUT)/load1-*.jsonl $(REAL_OUT)/virtual.jsonl \
 	  --summary benchmarks/results/real.jsonl > $(BENCH_OUT)/real.md
+
+# Measured or estimated on the real engine: `edgemon` with parking fed the players' measured
+# state, the server's estimate, or none, under pauses and Wi-Fi stalls, 3 seeds at load 1.0
+# (about 45 minutes), beside the virtual loop on the same measured steps; the figures the
+# documentation shows, benchmarks/results/real-feed.jsonl.
+REAL_FEED_RUN = --feed measured --feed estimated --feed none --scenario pause --scenario wifi \
+  --load 1.0 --seeds 1-3
+bench-real-feed: $(STAMP) .venv-vllm/.installed
+	mkdir -p $(REAL_OUT)
+	test -s $(REAL_OUT)/shape.json || $(REAL_ENGINE) --shape --json > $(REAL_OUT)/shape.json
+	$(REAL_ENGINE) --shape-file $(REAL_OUT)/shape.json $(REAL_FEED_RUN) --duration 90 --json \
+	  --out $(REAL_OUT)/feed.jsonl > /dev/null
+	$(BIN)/python $(BENCH_LOOP) --virtual --duration 90 --json --profile cpu-vllm \
+	  --steps $(REAL_OUT)/shape.json --policy edgemon --policy edgemon+park:measured \
+	  --policy edgemon+park:estimated --scenario pause --scenario wifi --load 1.0 --seeds 1-3 \
+	  --out $(REAL_OUT)/feed-virtual.jsonl > /dev/null
+	$(BIN)/python benchmarks/_real_feed.py $(REAL_OUT)/feed.jsonl $(REAL_OUT)/feed-virtual.jsonl \
+	  > benchmarks/results/real-feed.jsonl
 
 clean:
 	rm -rf $(VENV) .venv-vllm .venv-omni site .pytest_cache .mypy_cache .ruff_cache .coverage build *.egg-info

@@ -656,7 +656,55 @@ def feed_prebuffer() -> str:
     return "\n".join(out)
 
 
+REAL_FEED = ROOT / "benchmarks" / "results" / "real-feed.jsonl"
+REAL_FEEDS = ("measured", "estimated", "none")
+
+
+def real_feed() -> str:
+    """Goodput of `edgemon` with parking fed each, on the real engine and on the virtual loop
+    with its measured steps, the differences seed by seed, and the parks and preemptions."""
+    rows = records(REAL_FEED)
+    made = next(row for row in rows if row["kind"] == "made")
+    index = {(r["mode"], r["scenario"], r["role"]): r for r in rows if r["kind"] == "goodput"}
+    points = list(dict.fromkeys((r["scenario"], r["mode"]) for r in rows if "mode" in r))
+    out = [
+        (
+            f"Made by `{made['command']}` on {made['date']}: seeds "
+            f"{', '.join(str(s) for s in made['seeds'])}, load 1.0, "
+            f"{' and '.join(f'{a:g}' for a in made['arrivals_s'])} s of arrivals per real run; "
+            "goodput, median [least–most]; differences in points, seed by seed, with the seeds "
+            "ahead."
+        ),
+        "",
+        "| scenario | loop | "
+        + " | ".join(f"`{role}`" for role in REAL_FEEDS)
+        + " | measured − estimated | measured − none | parks, measured / estimated | "
+        "preemptions |",
+        "|---|---|" + "---|" * (len(REAL_FEEDS) + 4),
+    ]
+    for scenario, mode in sorted(points, key=lambda p: (p[0], p[1] != "real")):
+        cells = [_cell(index.get((mode, scenario, r)), percent=True) for r in REAL_FEEDS]
+        diffs = [
+            _difference(index.get((mode, scenario, f"measured - {b}")), 100, 1)
+            for b in ("estimated", "none")
+        ]
+        if mode == "real":
+            parks = " / ".join(
+                str(index.get((mode, scenario, r), {}).get("parks", "–"))
+                for r in ("measured", "estimated")
+            )
+            preempted = sum(
+                index.get((mode, scenario, r), {}).get("preemptions", 0) for r in REAL_FEEDS
+            )
+            counted = [parks, str(preempted)]
+        else:
+            counted = ["–", "–"]
+        out.append(f"| {scenario} | {mode} | " + " | ".join([*cells, *diffs, *counted]) + " |")
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "real-feed": real_feed,
     "real-made": real_made,
     "real-headline": real_headline,
     "configuration": configuration,

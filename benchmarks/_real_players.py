@@ -33,6 +33,21 @@ second admission check, after tokenizing, on a streaming request); or a stream t
 before its first token without a `finish_reason` (edgemon's scheduler ended it,
 docs/client.md). Any other error status or event stops the run (`ServerError`).
 
+The scenario's listeners (`listeners`: `edgemon.simulate.listeners`, drawn per request as the
+virtual loop draws them) act at the player, on the wall clock, as the virtual loop's do. A
+prebuffering player starts once it holds its plan's audio (a rebuffering one says so in its
+`start`, and every chunk reports its play start, 2^53 until it starts). A pause, or the
+player's own stall (`device`): from the player's first chunk on, a timer stops the player at
+each of its plan's holds (`Player.hold`), and the next chunk's report says so
+(`play_start_ms`, sent with the first chunk and with every chunk after a hold,
+`edgemon.simulate.loop`'s `_report`). A Wi-Fi
+stall: a chunk whose last token reached the socket during one of the link's stalls reaches the
+player and its Reporter at the stall's end, after every chunk held before it; the token log
+and the step estimate keep the socket's times (they stand for the network's edge, not the
+player), and a stream's task ends once its held chunks are delivered. Every request carries
+`X-Request-Id: <its id>`: vLLM names its engine request `cmpl-<id>-0-…` from it, which is
+how edgemon's slack feed is joined to the engine's requests.
+
 `Streams.run` drives one run on the wall clock: arrivals stop at the run's duration and, when
 it drains (the default), the run goes on until every stream has ended (bounded by
 `drain_limit_s`); then it scores the players, as `edgemon.simulate.realtime.Box` does for the
@@ -47,19 +62,26 @@ import json
 import math
 import random
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from _real_model import SPECIALS
 from _real_server import MODEL_NAME
 
 from edgemon.policy.announced import ALPHA
+from edgemon.protocol import NOT_STARTED_MS
 from edgemon.simulate.engine import Frames
+from edgemon.simulate.listeners import NO_PLAN
 from edgemon.simulate.players import Player, Score, score
 from edgemon.simulate.profiles import FRAME_MS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from edgemon.simulate.engine import Chunk
+    from edgemon.simulate.listeners import ListenerPlan
     from edgemon.simulate.profiles import Profile, Workload
     from edgemon.simulate.realtime import Reporting
     from edgemon.simulate.scenarios import RequestSource
@@ -150,6 +172,114 @@ class _Refused(Exception):  # noqa: N818 - a control-flow signal, not an error
     """The server refused the stream after answering 200 (an SSE error event, code 503)."""
 
 
+class Listeners(Protocol):
+    """What plans each stream's listener: a scenario's `Listening`, or a test's own plans."""
+
+    def plan(self, seed: int, stream: str, audio_ms: float, requested_ms: float) -> ListenerPlan:
+        """The listener of `stream` in the run of `seed` (times on the run's clock)."""
+        ...
+
+
+def _later(at_ms: float, callback: Callable[[float], None]) -> asyncio.TimerHandle:
+    """Call `callback(at_ms)` at `at_ms` on the wall clock (`wall_ms`), or at once if past."""
+    delay_s = max(0.0, at_ms - wall_ms()) / 1000.0
+    return asyncio.get_running_loop().call_later(delay_s, callback, at_ms)
+
+
+class _Listener:
+    """One stream's listener on the wall clock: when each chunk reaches the player and its
+    Reporter, and when the player stands still (the virtual loop's `_chunk`, `_report` and
+    `_hold`). Its plan's times are on the run's clock, ms since `origin_ms`."""
+
+    __slots__ = ("_deliveries", "_held", "_hold", "origin_ms", "plan", "player", "reporter")
+
+    def __init__(
+        self, player: Player, plan: ListenerPlan, origin_ms: float, reporter: Reporting | None
+    ) -> None:
+        self.player = player
+        self.plan = plan
+        self.origin_ms = origin_ms
+        self.reporter = reporter
+        #: Chunks a stall holds, with when they reach the player, in order.
+        self._held: deque[tuple[float, Chunk]] = deque()
+        self._deliveries: asyncio.Task[None] | None = None
+        self._hold: asyncio.TimerHandle | None = None
+
+    def arrived(self, chunk: Chunk, now: float) -> None:
+        """`chunk`'s last token reached the socket at `now`: the chunk reaches the player now,
+        or at the end of the link's stall, and never before a chunk held ahead of it."""
+        sent = now - self.origin_ms
+        until = self.plan.delivered_ms(sent)
+        if until <= sent and not self._held:
+            self._deliver(chunk, now)
+            return
+        self._held.append((self.origin_ms + until, chunk))
+        if self._deliveries is None:
+            name = f"deliver {self.player.stream}"
+            self._deliveries = asyncio.create_task(self._deliver_held(), name=name)
+
+    async def delivered(self) -> None:
+        """Wait until every chunk a stall held has reached the player."""
+        if self._deliveries is not None:
+            await self._deliveries
+
+    def close(self) -> None:
+        """The stream ended: a chunk still held never arrives, a hold still due never comes
+        (after the last chunk a pause changes nothing the player is scored on or reports)."""
+        if self._deliveries is not None:
+            self._deliveries.cancel()
+        if self._hold is not None:
+            self._hold.cancel()
+
+    async def _deliver_held(self) -> None:
+        """Hand the held chunks over as their stalls end: all those due at once, in order."""
+        held = self._held
+        while held:
+            wait_ms = held[0][0] - wall_ms()
+            if wait_ms > 0:
+                await asyncio.sleep(wait_ms / 1000.0)
+                continue
+            now = wall_ms()
+            while held and held[0][0] <= now:
+                self._deliver(held.popleft()[1], now)
+        self._deliveries = None
+
+    def _deliver(self, chunk: Chunk, now: float) -> None:
+        """`chunk` reaches the player and its Reporter now (which stamps the arrival itself);
+        the player's first chunk sets its first hold."""
+        player = self.player
+        player.receive(chunk, now)
+        holds = self.plan.holds
+        if chunk.seq == 0 and holds and player.start_ms is not None:
+            self._hold_at(0, player.start_ms + holds[0][0])
+        if self.reporter is None:
+            return
+        play_start: float | None = None
+        if chunk.seq == 0 or player.resumes_ms is not None or player.start_at_audio_ms:
+            start = player.reported_start_ms(now)
+            play_start = NOT_STARTED_MS if start is None else start
+        self.reporter.chunk(
+            player.stream,
+            audio_ms=chunk.audio_ms,
+            eta_ms=None if chunk.final else chunk.eta_ms,
+            final=chunk.final,
+            play_start_ms=play_start,
+        )
+
+    def _hold_at(self, index: int, at_ms: float) -> None:
+        """The player stands still for its plan's hold `index` at `at_ms`; then the next."""
+
+        def hold(due_ms: float) -> None:
+            self._hold = None
+            now = max(wall_ms(), due_ms)  # a timer may wake a hair early on the wall clock
+            player, holds = self.player, self.plan.holds
+            player.hold(now, holds[index][1])
+            if index + 1 < len(holds) and not player.final and player.start_ms is not None:
+                self._hold_at(index + 1, max(now, player.start_ms + holds[index + 1][0]))
+
+        self._hold = _later(at_ms, hold)
+
+
 @dataclass(slots=True, kw_only=True)
 class Streams:
     """One run's players against the server at `url` (see the module doc)."""
@@ -161,6 +291,8 @@ class Streams:
     vocab_size: int
     reporter: Reporting | None
     margin_ms: float | None = None
+    listeners: Listeners | None = None
+    """The scenario's listeners (None: none does anything the server cannot see)."""
     drain_limit_s: float = DRAIN_LIMIT_S
     players: dict[str, Player] = field(default_factory=dict)
     log: TokenLog = field(default_factory=TokenLog)
@@ -216,29 +348,48 @@ class Streams:
         """One player: request `request` (due at `origin` + its arrival), stream it until it
         has its frames, then close the stream; a refusal is counted `shed`."""
         self.requests += 1
-        player = self.players[request.id] = Player(request.id, origin + request.arrival_ms)
+        plan = NO_PLAN
+        if self.listeners is not None:
+            at = request.arrival_ms
+            plan = self.listeners.plan(self.seed, request.id, request.audio_ms, at)
+        player = self.players[request.id] = Player(
+            request.id,
+            origin + request.arrival_ms,
+            start_at_audio_ms=plan.start_at_audio_ms,
+            rebuffer_step_ms=plan.rebuffer_step_ms,
+        )
+        listener = _Listener(player, plan, origin, self.reporter)
         if self.reporter is not None:
-            self.reporter.start(request.id, margin_ms=self.margin_ms)
+            kind = None if plan.rebuffer_step_ms is None else "rebuffer"
+            self.reporter.start(request.id, margin_ms=self.margin_ms, player=kind)
         body = request_body(request, seed=self.seed, vocab_size=self.vocab_size, cap=self.cap)
-        async with session.post(f"{self.url}/v1/completions", json=body) as answer:
-            if answer.status == UNAVAILABLE:
-                await answer.read()
-                self._refused(player)
-                return
-            if answer.status != 200:
-                text = (await answer.read()).decode(errors="replace")
-                raise ServerError(f"{request.id}: HTTP {answer.status}: {text[:300]}")
-            frames = Frames(self.profile, request.id, stream_frames(request))
-            try:
-                await self._listen(answer, player, frames)
-            finally:
-                answer.close()  # the player has what it needs: vLLM aborts the request
+        url, headers = f"{self.url}/v1/completions", {"X-Request-Id": request.id}
+        try:
+            async with session.post(url, json=body, headers=headers) as answer:
+                if answer.status == UNAVAILABLE:
+                    await answer.read()
+                    self._refused(player)
+                    return
+                if answer.status != 200:
+                    text = (await answer.read()).decode(errors="replace")
+                    raise ServerError(f"{request.id}: HTTP {answer.status}: {text[:300]}")
+                frames = Frames(self.profile, request.id, stream_frames(request))
+                try:
+                    await self._listen(answer, listener, frames)
+                finally:
+                    answer.close()  # the player has what it needs: vLLM aborts the request
+            await listener.delivered()  # what a stall still holds reaches the player
+        finally:
+            listener.close()
 
-    async def _listen(self, answer: aiohttp.ClientResponse, player: Player, frames: Frames) -> None:
-        """Each streamed token is one frame; a completed chunk reaches the player now."""
+    async def _listen(
+        self, answer: aiohttp.ClientResponse, listener: _Listener, frames: Frames
+    ) -> None:
+        """Each streamed token is one frame; a completed chunk is on its way to the player."""
+        player = listener.player
         refused = False
         try:
-            await self._tokens(answer, player, frames)
+            await self._tokens(answer, listener, frames)
         except _Refused:
             refused = True
         finally:
@@ -249,8 +400,11 @@ class Streams:
         elif not frames.done:
             self.log.cut += 1
 
-    async def _tokens(self, answer: aiohttp.ClientResponse, player: Player, frames: Frames) -> None:
-        """Read the stream until the player has its last frame, or the stream's end."""
+    async def _tokens(
+        self, answer: aiohttp.ClientResponse, listener: _Listener, frames: Frames
+    ) -> None:
+        """Read the stream until its last frame came, or the stream's end."""
+        stream = listener.player.stream
         last: float | None = None
         async for line in answer.content:
             if not line.startswith(b"data: "):
@@ -260,7 +414,7 @@ class Streams:
                 break
             event = json.loads(payload)
             if "error" in event:
-                _raise_error(player.stream, event["error"], started=frames.emitted > 0)
+                _raise_error(stream, event["error"], started=frames.emitted > 0)
             if not event.get("choices"):
                 continue
             now = wall_ms()
@@ -269,7 +423,7 @@ class Streams:
             count = int(event["usage"]["completion_tokens"]) - frames.emitted
             if count <= 0:
                 continue
-            self.log.arrivals.extend((player.stream, now) for _ in range(count))
+            self.log.arrivals.extend((stream, now) for _ in range(count))
             if last is None:
                 self.step.streams += 1
             else:
@@ -277,26 +431,17 @@ class Streams:
                     self.step.interval((now - last) / count)
             last = now
             for _ in range(count):
-                if self._frame(player, frames, now):
+                if self._frame(listener, frames, now):
                     return
 
-    def _frame(self, player: Player, frames: Frames, now: float) -> bool:
-        """One frame arrived at `now`: the chunk it completes reaches the player and the
-        reporter; whether it was the last."""
+    def _frame(self, listener: _Listener, frames: Frames, now: float) -> bool:
+        """One frame reached the socket at `now`: the chunk it completes goes on to the player
+        and its Reporter (`_Listener.arrived`); whether it was the last."""
         estimate = self.step.ms
         chunk = frames.add(now, self.profile.frame_ms if estimate is None else estimate)
         if chunk is None:
             return False
-        first = player.chunks == 0
-        player.receive(chunk, now)
-        if self.reporter is not None:
-            self.reporter.chunk(
-                player.stream,
-                audio_ms=chunk.audio_ms,
-                eta_ms=None if chunk.final else chunk.eta_ms,
-                final=chunk.final,
-                play_start_ms=player.start_ms if first else None,
-            )
+        listener.arrived(chunk, now)
         return chunk.final
 
     def _refused(self, player: Player) -> None:

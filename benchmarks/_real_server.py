@@ -21,7 +21,15 @@ loop into the server's options and environment:
 - `edgemon`: the policy edgemon ships, as docs/client.md says to run it:
   `EdgemonRealtimeScheduler` with `EDGEMON_DEADLINES=shed`, the gate and capacity topic on
   the run's device (`EDGEMON_GATE_*`) and the shedding middleware
-  (`--middleware edgemon.integrations.shed.EdgemonShedMiddleware`).
+  (`--middleware edgemon.integrations.shed.EdgemonShedMiddleware`);
+- `edgemon+park:FEED` (FEED `measured` or `estimated`, as the virtual loop's policy of that
+  name): `edgemon` with edgemon's parking in the scheduler (`EDGEMON_PARKING=FEED`), a
+  parked stream rejoining with the profile's margin and delivery to spare
+  (`EDGEMON_PARKING_MARGIN_MS`) beyond its next chunk; the batch keeps the profile's rows
+  (`EDGEMON_PARKING_ROWS`) and vLLM has twice as many seats, so that a parked stream's seat
+  does not keep a waiting request out (the virtual loop's parking frees the row); measured
+  reads edgemon's slack feed of the run's device, joined by the `X-Request-Id` the players
+  send.
 
 `CoTenant` is another job on the engine's core: a process pinned there that spins for SHARE
 of every 10 ms during the last W s of every P s (the scenario's `Windows`), and sleeps
@@ -78,9 +86,16 @@ class ServerOptions:
 STATIC_KINDS = ("open", "cap")
 """The virtual loop's policy kinds that are vLLM's own flags only."""
 POLICIES = (
-    "open, cap:N, queued:N:M, tokens:N:T, chunked:B[:L] (or these joined by '+'), realtime "
-    "or edgemon"
+    "open, cap:N, queued:N:M, tokens:N:T, chunked:B[:L] (or these joined by '+'), realtime, "
+    "edgemon or edgemon+park:measured|estimated"
 )
+PARKED = "edgemon+park:"
+"""The shipped policy with edgemon's parking, fed what follows."""
+GATED_ONLY = ("EDGEMON_GATE_DEVICE", "EDGEMON_GATE_BROKER", "EDGEMON_DEADLINES", "EDGEMON_PARKING")
+"""Variables a server without a device must not inherit from the benchmark's environment."""
+PARKED_SEATS = 2
+"""With parking, vLLM's seats (`--max-num-seqs`) per row of the batch: a parked stream keeps
+its seat (its KV and cached state) while a waiting request takes its row."""
 
 
 def server_options(
@@ -97,13 +112,25 @@ def server_options(
     )
     if text == "realtime":
         return ServerOptions((*limits, "--scheduler-cls", SCHEDULERS), frame)
-    if text == "edgemon":
+    parking = text.removeprefix(PARKED) if text.startswith(PARKED) else None
+    if text == "edgemon" or parking is not None:
         env = frame | {
             "EDGEMON_GATE_DEVICE": device,
             "EDGEMON_GATE_BROKER": broker_url,
             "EDGEMON_DEADLINES": "shed",
             "EDGEMON_SLO_START_MS": f"{start_slo_ms:g}",
         }
+        if parking is not None:
+            if parking not in {"measured", "estimated"}:
+                raise ValueError(f"policy {text!r}: parking is fed measured or estimated")
+            delivery = profile.network_ms + profile.network_jitter_ms
+            env |= {
+                "EDGEMON_PARKING": parking,
+                "EDGEMON_PARKING_MARGIN_MS": f"{profile.margin_ms + delivery:g}",
+                "EDGEMON_PARKING_ROWS": str(profile.max_num_seqs),
+            }
+            # The batch keeps the profile's rows; the seats beyond hold the parked streams.
+            limits = (*limits[:3], str(PARKED_SEATS * profile.max_num_seqs))
         args = (*limits, "--scheduler-cls", SCHEDULERS, "--middleware", MIDDLEWARE)
         return ServerOptions(args, env, device)
     return ServerOptions(static_flags(text, profile))
@@ -139,9 +166,32 @@ def free_port() -> int:
         return port
 
 
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(levelname)s %(asctime)s [%(name)s] %(message)s"}},
+    "handlers": {
+        "out": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "stream": "ext://sys.stdout",
+        }
+    },
+    "loggers": {
+        name: {"handlers": ["out"], "level": "INFO", "propagate": False}
+        for name in ("vllm", "edgemon")
+    },
+}
+"""The server's logging (vLLM's `VLLM_LOGGING_CONFIG_PATH`): vLLM's INFO lines as before, and
+edgemon's beside them (the engine's parking says there what it parked)."""
+
+
 def engine_env(directory: Path, core: int) -> dict[str, str]:
     """What every server start needs besides the policy's variables."""
+    logging_config = directory / "logging.json"
+    logging_config.write_text(json.dumps(LOGGING), encoding="utf-8")
     return {
+        "VLLM_LOGGING_CONFIG_PATH": str(logging_config),
         "HF_HUB_OFFLINE": "1",
         "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB,
         "VLLM_CPU_OMP_THREADS_BIND": str(core),
@@ -192,7 +242,12 @@ class VllmServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         env = os.environ | engine_env(self.directory, self.core) | self.options.env
         if self.options.device is None:
-            for name in ("EDGEMON_GATE_DEVICE", "EDGEMON_GATE_BROKER", "EDGEMON_DEADLINES"):
+            for name in (
+                "EDGEMON_GATE_DEVICE",
+                "EDGEMON_GATE_BROKER",
+                "EDGEMON_DEADLINES",
+                "EDGEMON_PARKING",
+            ):
                 env.pop(name, None)
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
@@ -228,6 +283,27 @@ class VllmServer:
                 if line.startswith(f"vllm:num_requests_{name}{{"):
                     counts[name] += float(line.rsplit(" ", 1)[1])
         return int(counts["running"]), int(counts["waiting"])
+
+    def preemptions(self) -> int:
+        """vLLM's own count of preempted requests so far (`vllm:num_preemptions`: a
+        preempted request loses its KV blocks and recomputes its tokens when it resumes)."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        return int(
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("vllm:num_preemptions_total{")
+            )
+        )
+
+    def log_lines(self, marker: str, since: int = 0) -> tuple[int, int]:
+        """Lines of the server's log past byte `since` that contain `marker`, and where the
+        log ends now."""
+        with self.log_path.open("rb") as log:
+            log.seek(since)
+            data = log.read()
+        return data.count(marker.encode()), since + len(data)
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Wait until nothing runs or waits (the last run's cancelled streams are gone)."""

@@ -244,6 +244,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}\n")
 
 
+def listener_flags(parser: argparse.ArgumentParser) -> None:
+    """`--pause`, `--wifi`, `--device` and `--prebuffer`: the listeners' scenarios, as
+    `edgemon.simulate.listeners` says (the real loop takes the same flags)."""
+    listeners = (
+        ("pause", DEFAULT_PAUSE),
+        ("wifi", DEFAULT_WIFI),
+        ("device", DEFAULT_DEVICE),
+        ("prebuffer", DEFAULT_PREBUFFER),
+    )
+    for name, default in listeners:
+        parser.add_argument(
+            f"--{name}",
+            default=default,
+            help=f"the {name} scenario's listeners ({default}; see edgemon/simulate/listeners.py)",
+        )
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line (see the module doc)."""
     parser = OneLineParser(description=__doc__.split("\n", 1)[0])
@@ -353,18 +370,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         f"every P s: steps × the profile's measured factor for SHARE ({DEFAULT_CONTENTION}; "
         "benchmarks/real_engine.py runs the same flag on the real engine)",
     )
-    listeners = (
-        ("pause", DEFAULT_PAUSE),
-        ("wifi", DEFAULT_WIFI),
-        ("device", DEFAULT_DEVICE),
-        ("prebuffer", DEFAULT_PREBUFFER),
-    )
-    for name, default in listeners:
-        parser.add_argument(
-            f"--{name}",
-            default=default,
-            help=f"the {name} scenario's listeners ({default}; see edgemon/simulate/listeners.py)",
-        )
+    listener_flags(parser)
     parser.add_argument(
         "--feed",
         action="append",

@@ -41,6 +41,13 @@ proxy (`_real_proxy.py`) that holds the server's bytes D ms in the last S s of e
 SHARE of it for the last W s of every P s. The step slowdown it causes is measured first, on
 a server with vLLM's scheduler (8 streams, co-tenant off then on), and printed;
 each run's row gives the step inside its windows against outside (`window_step_ratio`).
+The listeners' scenarios, as the virtual loop's (`edgemon.simulate.listeners`): `pause`
+(`--pause SHARE:MIN_S:MAX_S`): a share of players stop consuming once for a while, and say
+so with their next chunk's `play_start_ms`; `device` (`--device MIN_S:MAX_S:EVERY_S`): the
+players stall now and then the same way; `prebuffer` (`--prebuffer SHORT_S:LONG_S:STEP_S`):
+players that wait for more audio before they start; `wifi` (`--wifi MIN_S:MAX_S:EVERY_S`):
+each player's link stalls now and then, emulated at the player: chunks that reach its socket
+during a stall reach the player and its Reporter at the stall's end.
 
 Each run prints one JSON row with the virtual loop's fields (`edgemon.simulate.figures.row`:
 silence, SLO outcomes, goodput; `mode` `real`), plus `model_size`, `frame_ms`, `step_p50_ms`
@@ -85,15 +92,23 @@ sys.path.insert(0, str(BENCH))
 from _real_model import DEFAULT_SIZE, SIZES, write_model  # noqa: E402
 from _real_players import DRAIN_LIMIT_S, Streams, TokenLog, wall_ms  # noqa: E402
 from _real_proxy import DelayProxy  # noqa: E402
-from _real_server import CORE, POLICIES, CoTenant, VllmServer, server_options  # noqa: E402
+from _real_server import (  # noqa: E402
+    CORE,
+    PARKED,
+    POLICIES,
+    CoTenant,
+    VllmServer,
+    server_options,
+)
 from _real_shape import SHAPE_SHARES, Scale, calibrate, measure  # noqa: E402
 from _slo_capacity import DEFAULT_BOUNDS, DEFAULT_TOLERANCE, Bisection, parse_bounds  # noqa: E402
 from _support import Edgemon, mosquitto  # noqa: E402
-from closed_loop import OneLineParser, framed, loads, seeds  # noqa: E402
+from closed_loop import OneLineParser, framed, listener_flags, loads, seeds  # noqa: E402
 
 from edgemon.client import Reporter  # noqa: E402
 from edgemon.policy.deadlines import START_SLO_MS  # noqa: E402
 from edgemon.simulate.figures import dump_lines, row  # noqa: E402
+from edgemon.simulate.listeners import LISTENER_SCENARIOS  # noqa: E402
 from edgemon.simulate.players import percentile  # noqa: E402
 from edgemon.simulate.profiles import PROFILES  # noqa: E402
 from edgemon.simulate.scenarios import (  # noqa: E402
@@ -113,7 +128,11 @@ if TYPE_CHECKING:
     from edgemon.simulate.profiles import Profile
     from edgemon.simulate.scenarios import Scenario
 
-SCENES = ("steady", "burst", "network", "contention")
+FEEDS = ("measured", "estimated", "none")
+"""What `--feed` runs `edgemon`'s parking on (none: no parking)."""
+PARKING_LINE = "): parked "
+"""What the engine's log says when edgemon's parking parks a request (`_parking`)."""
+SCENES = ("steady", "burst", "network", "contention", *LISTENER_SCENARIOS)
 POLICY_HELP = f"{POLICIES} (the shipped policy); repeatable (default edgemon)"
 TRIED_FIGURES = (
     "offered", "good", "late", "gappy", "shed", "unfinished", "cut", "step_p50_ms",
@@ -191,6 +210,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"W:P:SHARE, a co-tenant takes SHARE of the engine's core for the last W s of "
         f"every P s ({DEFAULT_CONTENTION})",
     )
+    listener_flags(parser)
+    parser.add_argument(
+        "--feed",
+        action="append",
+        choices=FEEDS,
+        help="repeatable: run `edgemon` with parking fed this (measured: edgemon's slack feed, "
+        "estimated: the server's estimate, as `edgemon+park:FEED`; none: `edgemon`)",
+    )
     parser.add_argument("--start-slo-ms", type=float, default=START_SLO_MS)
     parser.add_argument("--dump", type=Path, help="one JSON line per request to this file")
     parser.add_argument("--out", type=Path, help="also write the rows here")
@@ -213,7 +240,8 @@ def _check(args: argparse.Namespace) -> None:
     args.windows, args.share = parse_contention(args.contention)
     args.profile_used = framed(PROFILES[args.profile], args.frame_ms)
     args.scenes = [_scene(name, args) for name in args.scenario or ["steady"]]
-    args.policies = list(dict.fromkeys(args.policy or ["edgemon"]))
+    fed = [PARKED + feed if feed != "none" else "edgemon" for feed in args.feed or []]
+    args.policies = list(dict.fromkeys([*(args.policy or ([] if fed else ["edgemon"])), *fed]))
     for text in args.policies:
         server_options(text, args.profile_used, broker_url="", device="", start_slo_ms=1)
     if args.slo_capacity is not None:
@@ -233,10 +261,12 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _scene(name: str, args: argparse.Namespace) -> Scenario:
-    """The scenario's arrivals (the virtual loop's); contention's slowdown is real here."""
+    """The scenario's arrivals and listeners (the virtual loop's); contention's slowdown is
+    real here."""
     if name == "contention":
         return scenario("contention", contention=args.contention, factor=1.0)
-    return scenario(name, burst=args.burst, network=args.network)
+    listeners = {name: getattr(args, name) for name in LISTENER_SCENARIOS}
+    return scenario(name, burst=args.burst, network=args.network, listeners=listeners)
 
 
 @dataclass(slots=True)
@@ -321,9 +351,18 @@ def _point(
 ) -> dict[str, Any]:
     """One run at `load` on the policy's server: its row (the dump lines written)."""
     args = context.args
-    served.server.wait_idle()
+    server = served.server
+    server.wait_idle()
+    preempted = server.preemptions()
+    _, log_at = server.log_lines(PARKING_LINE)
     line, players, origin, end = _run(context, served, scene, load, seed)
-    line |= {"policy": served.text, "server_start_s": served.started_s}
+    parks, _ = server.log_lines(PARKING_LINE, log_at)
+    line |= {
+        "policy": served.text,
+        "server_start_s": served.started_s,
+        "parks": parks,
+        "preemptions": server.preemptions() - preempted,
+    }
     if scene.name == "contention" and context.measured is not None:
         line["contention_slowdown"] = context.measured["ratio"]
     if context.dump is not None:
@@ -443,6 +482,7 @@ def _run(
             reporter=reporter,
             margin_ms=profile.margin_ms,
             drain_limit_s=args.drain_limit,
+            listeners=scene.listeners,
         )
         score = asyncio.run(streams.run(args.duration, origin_ms=origin, drain=args.drain))
     finally:

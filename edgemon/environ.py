@@ -54,6 +54,10 @@ __all__ = [
     "GATE_VARIABLES",
     "MAX_HOLD_MS",
     "OMNI_PIPELINES",
+    "PARKING",
+    "PARKING_MARGIN_MS",
+    "PARKING_MODES",
+    "PARKING_ROWS",
     "REALTIME_FRAME_MS",
     "SLO_START_MS",
     "EngineEnviron",
@@ -67,6 +71,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+PARKING_MARGIN_DEFAULT_MS = 200.0
+"""``EDGEMON_PARKING_MARGIN_MS`` unset: a margin of 150 ms and a delivery of 50 ms."""
 
 _log = logging.getLogger("edgemon.client")
 
@@ -147,6 +154,16 @@ def _mode(text: str) -> Mode:
     raise _KindError(f"one of {', '.join(MODES)}")
 
 
+PARKING_MODES = ("off", "measured", "estimated")
+
+
+def _parking(text: str) -> str:
+    lowered = text.lower()
+    if lowered in PARKING_MODES:
+        return lowered
+    raise _KindError(f"one of {', '.join(PARKING_MODES)}")
+
+
 def _flag(text: str) -> bool:
     try:
         return _FLAGS[text.lower()]
@@ -165,6 +182,9 @@ SLO_START_MS = Variable(
     "EDGEMON_SLO_START_MS", _number("a number of milliseconds > 0", lambda ms: ms > 0), START_SLO_MS
 )
 OMNI_PIPELINES = Variable("EDGEMON_OMNI_PIPELINES", _flag, default=False)
+PARKING = Variable("EDGEMON_PARKING", _parking, "off")
+PARKING_MARGIN_MS = Variable("EDGEMON_PARKING_MARGIN_MS", _milliseconds, PARKING_MARGIN_DEFAULT_MS)
+PARKING_ROWS = Variable("EDGEMON_PARKING_ROWS", _frames, 0)
 GATE_MAX_HOLD_MS: Variable[float | None] = Variable(
     f"{GATE_PREFIX}MAX_HOLD_MS",
     _number(
@@ -221,6 +241,15 @@ class EngineEnviron:
     """``EDGEMON_SLO_START_MS``: the start SLO."""
     omni_pipelines: bool
     """``EDGEMON_OMNI_PIPELINES``: register edgemon's vLLM-Omni pipelines."""
+    parking: str = "off"
+    """``EDGEMON_PARKING``: off, or the feed parking runs on (measured needs the gate's
+    device: its slack feed)."""
+    parking_margin_ms: float = PARKING_MARGIN_DEFAULT_MS
+    """``EDGEMON_PARKING_MARGIN_MS``: the margin and delivery a parked stream rejoins with,
+    beyond its next chunk."""
+    parking_rows: int = 0
+    """``EDGEMON_PARKING_ROWS``: the batch's rows, parked streams not counted (0: vLLM's
+    ``--max-num-seqs``, whose seats then hold the parked streams too)."""
 
     @property
     def frame_ms(self) -> float:
@@ -343,7 +372,15 @@ def read_engine_environ(environ: Mapping[str, str]) -> EngineEnviron:
         deadline_second_chunk_frames=reading.value(DEADLINE_SECOND_CHUNK_FRAMES),
         slo_start_ms=reading.value(SLO_START_MS),
         omni_pipelines=reading.value(OMNI_PIPELINES),
+        parking=reading.value(PARKING),
+        parking_margin_ms=reading.value(PARKING_MARGIN_MS),
+        parking_rows=reading.value(PARKING_ROWS),
     )
+    if engine.parking == "measured" and engine.gate is None:
+        reading.problems.append(
+            "EDGEMON_PARKING: measured parks on edgemon's slack feed of EDGEMON_GATE_DEVICE, "
+            "which is not set"
+        )
     reading.done()
     return engine
 

@@ -2,6 +2,7 @@
 
 - `Reporter` (player side): reports stream starts, chunk arrivals and ends to edgemon.
 - `ThrottleGate` (engine side): says when to hold back new prefills.
+- `SlackFeedReader` (engine side): edgemon's slack feed, what the players measured.
 - `AudioFormat`: raw PCM formats, to turn byte counts into milliseconds.
 
 Imports only the standard library and paho-mqtt; nothing from the daemon.
@@ -10,6 +11,7 @@ Imports only the standard library and paho-mqtt; nothing from the daemon.
 from __future__ import annotations
 
 from edgemon.client.audio import AudioFormat
+from edgemon.client.feed import SlackFeedReader
 from edgemon.client.gate import DeviceThrottle, GateState, GateStats, ThrottleGate
 from edgemon.client.reporter import Reporter, ReporterStats
 
@@ -20,5 +22,6 @@ __all__ = [
     "GateStats",
     "Reporter",
     "ReporterStats",
+    "SlackFeedReader",
     "ThrottleGate",
 ]

@@ -7,16 +7,19 @@ Per step (``schedule()``), the driver:
    request). A step after which nothing ran is not timed (the engine may have idled until
    the next request). Real-time admission learns from it (`edgemon.policy.realtime`: only
    decode-only steps teach it), and so does the deadline policy;
-2. **asks its parts** what vLLM may admit: with requests waiting, the deadline policy's plan
+2. **parks** (``EDGEMON_PARKING``, `edgemon.integrations._parking`): the running requests
+   parking holds out sit the step out of vLLM's running list, and go back in front of it
+   after the step; their rows are free for the batch's limit, not their seats;
+3. **asks its parts** what vLLM may admit: with requests waiting, the deadline policy's plan
    when it plans (``EDGEMON_DEADLINES`` ``hold``: the gate's hold bounded by each request's
    start deadline; ``shed``: the requests that cannot start in time named to end, and no hold
    on the gate), within real-time admission's limit; else edgemon's gate (hold: admit
    nothing) and real-time admission (admit no more than the batch whose decode step fits a
    frame, the first ones in vLLM's order);
-3. **runs vLLM's own step** with a waiting queue of only the requests admitted, and puts the
+4. **runs vLLM's own step** with a waiting queue of only the requests admitted, and puts the
    rest back (`edgemon.integrations._queue.showing`). vLLM-Omni's talker holds through its
    own hook instead (``_should_defer_waiting_admission``, answered by `defers`);
-4. **accounts for the step**: a held step that admitted a held request anyway disables the
+5. **accounts for the step**: a held step that admitted a held request anyway disables the
    gate (the drift guard); a held step with nothing to run backs off; a step that admitted,
    or had nothing waiting, ends the gate's ``max_hold_ms`` release.
 
@@ -53,6 +56,7 @@ if TYPE_CHECKING:
 
     from edgemon.integrations._admission import AdmissionControl
     from edgemon.integrations._deadlines import VllmDeadlines
+    from edgemon.integrations._parking import ServedParking
     from edgemon.integrations._queue import Queues, Shown
     from edgemon.integrations._vllm_report import EngineReport
     from edgemon.policy.realtime import RealtimeAdmission
@@ -72,15 +76,17 @@ class StepDriver:
         "_in_step",
         "_last",
         "_new_queue",
+        "_parked",
         "_scheduler",
         "control",
         "deadlines",
         "limited_steps",
+        "parking",
         "realtime",
         "report",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the scheduler, then its parts by keyword
         self,
         scheduler: Queues,
         new_queue: Callable[[Any], Any],
@@ -91,10 +97,12 @@ class StepDriver:
         report: EngineReport,
         clock: Callable[[], float] = time.time,
         hold_in_hook: bool = False,
+        parking: ServedParking | None = None,
     ) -> None:
         """`new_queue(policy)`: vLLM's ``create_request_queue``; `clock`: seconds on the clock
         of the requests' ``arrival_time`` (vLLM's: the wall clock); `hold_in_hook`: the
-        scheduler holds when `defers` says so (vLLM-Omni's), not by the queue swap. Publishes
+        scheduler holds when `defers` says so (vLLM-Omni's), not by the queue swap;
+        `parking`: which running requests sit a step out (`_parking`), or None. Publishes
         the idle figures at once (an engine with no request never steps)."""
         self._scheduler = scheduler
         self._new_queue = new_queue
@@ -108,8 +116,11 @@ class StepDriver:
         self.deadlines = deadlines
         #: The report of ended requests and the capacity object.
         self.report = report
+        #: Parking (`ServedParking`: its `feed`, `parks` and `parked_steps`), or None.
+        self.parking = parking
         #: Steps in which real-time admission allowed fewer requests than were waiting.
         self.limited_steps = 0
+        self._parked: list[Any] = []  # the requests parked for the step under way
         self._last: tuple[float, int, int] | None = None  # the step under way: when, batch
         self._in_step = False  # vLLM's own step of a gated step is under way
         self._asked: bool | None = None  # the gate's answer this step (None: not asked)
@@ -125,7 +136,13 @@ class StepDriver:
         """One step: `step()` is vLLM's own scheduling, run as the parts say."""
         now_ms = self._now_ms()
         self._learn(now_ms)
-        output = self._step(now_ms, step)
+        parked = self._park(now_ms)
+        try:
+            output = self._step(now_ms, step)
+        finally:
+            if parked:
+                self._scheduler.running[:0] = parked  # in front: the oldest, preempted last
+            self._parked = []
         try:
             batched = composition(output)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
@@ -163,22 +180,83 @@ class StepDriver:
             return self._planned(now_ms, step)
         return self._gated(step, self._limit(), held=None)
 
-    def _limit(self) -> int | None:
-        """How many waiting requests real-time admission lets into this step, or None when
-        it admits all that wait."""
-        admission = self.realtime
-        if admission is None:
-            return None
+    def _park(self, now_ms: float) -> list[Any]:
+        """Take the requests parking holds out of vLLM's running list for this step; them."""
+        parking = self.parking
+        if parking is None:
+            return []
         scheduler = self._scheduler
         try:
-            allowed = admission.admissible(len(scheduler.running))
-            if allowed is None or len(scheduler.waiting) <= allowed:
-                return None
+            running = list(scheduler.running)
+            rows = self._rows()
+            # The rows of the requests parked already are free (for the batch's limit).
+            batch = len(running) - len(parking.parked)
+            held = parking.held(
+                now_ms,
+                running,
+                waiting=len(scheduler.waiting),
+                free_rows=len(scheduler.waiting) if rows is None else rows - batch,
+                step_ms=self.deadlines.policy.step_ms(batch),
+            )
+            if not held:
+                return []
+            scheduler.running[:] = [r for r in running if r.request_id not in held]
+        except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
+            self.control.failed("parking")
+            return []
+        parked = [r for r in running if r.request_id in held]
+        self._parked = parked
+        return parked
+
+    def _taking_part(self, now_ms: float, running: list[Any], parked: list[Any]) -> list[Any]:
+        """The running requests that take part in steps, as the deadline policy sees them:
+        none parked (`parked`, out of `running` for this step), nor any parking could park
+        now (their rows are as good as free)."""
+        parking = self.parking
+        if parking is None:
+            return running
+        every = [*running, *parked]
+        spare = parking.spare(now_ms, every, self.deadlines.policy.step_ms(len(running)))
+        return [r for r in running if r.request_id not in spare]
+
+    def _rows(self) -> int | None:
+        """The batch rows: the deadline policy's real-time batch when it plans, else real-time
+        admission's limit, within vLLM's seats (None: unknown)."""
+        seats: int | None = getattr(self._scheduler, "max_num_running_reqs", None)
+        if self.parking is not None and self.parking.rows is not None:
+            seats = self.parking.rows if seats is None else min(seats, self.parking.rows)
+        if self.deadlines.plans:
+            limit = self.deadlines.policy.limit
+        else:
+            limit = None if self.realtime is None else self.realtime.limit
+        if limit is None or seats is None:
+            return seats if limit is None else limit
+        return min(limit, seats)
+
+    def _seats(self) -> int | None:
+        """vLLM's seats left with this step's parked requests counted (None: none parked,
+        vLLM counts its own)."""
+        seats: int | None = getattr(self._scheduler, "max_num_running_reqs", None)
+        if not self._parked or seats is None:
+            return None
+        return max(0, seats - len(self._scheduler.running) - len(self._parked))
+
+    def _limit(self) -> int | None:
+        """How many waiting requests real-time admission and the seats the parked requests
+        keep let into this step, or None when all that wait may go."""
+        scheduler = self._scheduler
+        allowed = self._seats()
+        admission = self.realtime
+        try:
+            waiting = len(scheduler.waiting)
+            limited = None if admission is None else admission.admissible(len(scheduler.running))
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self.control.failed("real-time admission")
-            return None
-        self.limited_steps += 1
-        return allowed
+            limited = None
+        if limited is not None and waiting > limited:
+            self.limited_steps += 1
+            allowed = limited if allowed is None else min(allowed, limited)
+        return None if allowed is None or waiting <= allowed else allowed
 
     def _gated(self, step: Callable[[], Any], limit: int | None, *, held: bool | None) -> Any:
         """A step with the gate's rule and real-time admission's limit (`held`: the gate's
@@ -276,13 +354,16 @@ class StepDriver:
         scheduler = self._scheduler
         held = self.deadlines.mode == "hold" and control.should_hold()
         try:
-            plan = self.deadlines.plan(now_ms, scheduler.running, scheduler.waiting, held=held)
+            running = self._taking_part(now_ms, list(scheduler.running), self._parked)
+            plan = self.deadlines.plan(now_ms, running, scheduler.waiting, held=held)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             control.failed("the deadline policy's plan")
-            return self._gated(step, None, held=held)
+            return self._gated(step, self._seats(), held=held)
         if plan.shed:
             self.end_waiting(plan.shed)
-        with self._showing(_ids(plan.admit), PLANNED):
+        seats = self._seats()
+        admit = plan.admit if seats is None else plan.admit[:seats]
+        with self._showing(_ids(admit), PLANNED):
             output = step()
         try:
             idle = held and not admitted_any(output)
@@ -309,8 +390,10 @@ class StepDriver:
         cannot start within its SLO)."""
         scheduler = self._scheduler
         try:
+            now_ms = self._now_ms()
             ahead = [r for r in scheduler.waiting if r is not request]
-            refused = self.deadlines.arrive(request, self._now_ms(), scheduler.running, ahead)
+            running = self._taking_part(now_ms, list(scheduler.running), [])
+            refused = self.deadlines.arrive(request, now_ms, running, ahead)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self.control.failed("the deadline policy at arrival")
             return
@@ -376,11 +459,15 @@ class StepDriver:
             self.control.failed("publishing the capacity figures")
 
     def close(self) -> None:
-        """Close the gate if the driver's control opened it, and the report."""
+        """Close the gate if the driver's control opened it, the report and the feed."""
         try:
             self.control.close()
         finally:
-            self.report.close()
+            try:
+                self.report.close()
+            finally:
+                if self.parking is not None:
+                    self.parking.close()
 
 
 def _none(_queue: Any) -> list[Any]:

@@ -28,6 +28,7 @@ from edgemon.environ import read_engine_environ
 from edgemon.integrations._admission import AdmissionControl
 from edgemon.integrations._deadlines import VllmDeadlines
 from edgemon.integrations._driver import StepDriver
+from edgemon.integrations._parking import parking_from_environ
 from edgemon.policy.realtime import RealtimeAdmission
 from edgemon.shedding.topic import CapacityPublisher, TopicConfig
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from edgemon.integrations._admission import AdmissionStats, PrefillGate
+    from edgemon.integrations._parking import ServedParking
     from edgemon.integrations._vllm_report import EngineReport
 
     class _VllmScheduler:
@@ -56,6 +58,13 @@ else:
     _VllmScheduler = object
 
 __all__ = ["EdgemonHooks", "Engine"]
+
+
+def _rows(seats: int | None, parking_rows: int) -> int | None:
+    """The batch's rows: vLLM's seats, or fewer with ``EDGEMON_PARKING_ROWS``."""
+    if not parking_rows:
+        return seats
+    return parking_rows if seats is None else min(seats, parking_rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,20 +121,23 @@ class EdgemonHooks(_VllmScheduler):
             edgemon_deadlines = VllmDeadlines.from_environ(
                 environ,
                 realtime,
-                getattr(self, "max_num_running_reqs", None),
+                _rows(getattr(self, "max_num_running_reqs", None), environ.parking_rows),
                 token_budget=getattr(self, "max_num_scheduled_tokens", None),
             )
         if edgemon_gate is None:
             control = AdmissionControl.from_gate(environ.gate)
         else:
             control = AdmissionControl(edgemon_gate)
-        if edgemon_capacity is None:
-            config = TopicConfig.from_gate(environ.gate)
-            try:
+        try:
+            if edgemon_capacity is None:
+                config = TopicConfig.from_gate(environ.gate)
                 edgemon_capacity = None if config is None else CapacityPublisher(config).open()
-            except BaseException:
-                control.close()  # the gate this scheduler opened, if it opened one
-                raise
+            parking = parking_from_environ(environ, edgemon_deadlines.policy.settings)
+        except BaseException:
+            control.close()  # the gate this scheduler opened, if it opened one
+            if edgemon_capacity is not None:
+                edgemon_capacity.close()
+            raise
         self._edgemon = StepDriver(
             self,
             engine.new_queue,
@@ -135,6 +147,7 @@ class EdgemonHooks(_VllmScheduler):
             report=engine.report(edgemon_capacity),
             clock=edgemon_clock or time.time,
             hold_in_hook=engine.hold_in_hook,
+            parking=parking,
         )
 
     # ------------------------------------------------------------------ vLLM's methods
@@ -193,6 +206,11 @@ class EdgemonHooks(_VllmScheduler):
     def edgemon_limited_steps(self) -> int:
         """Steps in which real-time admission let fewer requests in than were waiting."""
         return self._edgemon.limited_steps
+
+    @property
+    def edgemon_parking(self) -> ServedParking | None:
+        """Parking (``EDGEMON_PARKING``: its `feed`, `parks`, `parked_steps`), or None."""
+        return self._edgemon.parking
 
     @property
     def edgemon_deadlines(self) -> VllmDeadlines:
