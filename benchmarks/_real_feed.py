@@ -24,8 +24,11 @@ from _loop_report import median_range
 
 Row = dict[str, Any]
 
-ROLES = {"edgemon+park:measured": "measured", "edgemon+park:estimated": "estimated"}
-ROLES["edgemon"] = "none"
+ROLES = {
+    "edgemon+park:measured": "measured",
+    "edgemon+park:estimated": "estimated",
+    "edgemon": "none",
+}
 DIFFERENCES = (("measured", "estimated"), ("measured", "none"), ("estimated", "none"))
 COMMAND = "make bench-real-feed"
 

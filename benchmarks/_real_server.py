@@ -104,15 +104,17 @@ def server_options(
     """The server's options for policy `text` (see the module doc); ValueError naming what
     is wrong (an unknown policy, or flags vLLM refuses to start with)."""
     frame = {"EDGEMON_REALTIME_FRAME_MS": f"{profile.frame_ms:g}"}
+    parking = text.removeprefix(PARKED) if text.startswith(PARKED) else None
+    # With parking the batch keeps the profile's rows; the seats beyond hold the parked streams.
+    seats = profile.max_num_seqs * (1 if parking is None else PARKED_SEATS)
     limits = (
         "--max-num-batched-tokens",
         str(profile.max_num_batched_tokens),
         "--max-num-seqs",
-        str(profile.max_num_seqs),
+        str(seats),
     )
     if text == "realtime":
         return ServerOptions((*limits, "--scheduler-cls", SCHEDULERS), frame)
-    parking = text.removeprefix(PARKED) if text.startswith(PARKED) else None
     if text == "edgemon" or parking is not None:
         env = frame | {
             "EDGEMON_GATE_DEVICE": device,
@@ -129,8 +131,6 @@ def server_options(
                 "EDGEMON_PARKING_MARGIN_MS": f"{profile.margin_ms + delivery:g}",
                 "EDGEMON_PARKING_ROWS": str(profile.max_num_seqs),
             }
-            # The batch keeps the profile's rows; the seats beyond hold the parked streams.
-            limits = (*limits[:3], str(PARKED_SEATS * profile.max_num_seqs))
         args = (*limits, "--scheduler-cls", SCHEDULERS, "--middleware", MIDDLEWARE)
         return ServerOptions(args, env, device)
     return ServerOptions(static_flags(text, profile))

@@ -14,8 +14,10 @@ from sessions import Clock
 
 from edgemon.client.feed import SlackFeedReader
 from edgemon.environ import EnvironError, read_engine_environ
+from edgemon.integrations._deadlines import VllmDeadlines
 from edgemon.integrations._parking import ServedParking, parking_from_environ
-from edgemon.policy.values import DeadlineSettings
+from edgemon.policy.deadlines import Deadlines
+from edgemon.policy.values import DeadlineSettings, Running
 from edgemon.simulate.estimated import Stream
 from edgemon.simulate.parked import FedParking
 
@@ -26,10 +28,25 @@ MARGIN_MS = 122.0
 
 @dataclass(slots=True)
 class Req:
-    """What parking reads of a vLLM request."""
+    """What the deadline policy's views read of a vLLM request."""
 
     request_id: str
     num_output_tokens: int
+    num_prompt_tokens: int = 20
+    num_computed_tokens: int = 20
+    max_tokens: int = 4096
+
+
+class Views:
+    """The running requests as the scheduler shows them to parking: the deadline policy's
+    views (`VllmDeadlines.running`), which note when each first chunk was out."""
+
+    def __init__(self) -> None:
+        settings = DeadlineSettings(first_chunk_frames=5, second_chunk_frames=25, frame_ms=80.0)
+        self.deadlines = VllmDeadlines(Deadlines(settings, None), "off")
+
+    def __call__(self, requests: list[Req], now_ms: float) -> list[Running]:
+        return self.deadlines.running(requests, now_ms)
 
 
 def _estimated() -> ServedParking:
@@ -41,14 +58,14 @@ def test_the_estimate_counts_whole_chunks_sent_since_the_first() -> None:
     chunks (2.4 s of audio), counted from when the first chunk was first seen; a request that
     has not sent a chunk has no lead. What it needs: the margin and its next chunk's frames
     at the step."""
-    parking = _estimated()
+    parking, views = _estimated(), Views()
     early, late = Req("cmpl-a-0-abcdefgh", 3), Req("cmpl-b-0-abcdefgh", 5)
-    first = parking.leads(10_000.0, [early, late], STEP_MS)
+    first = parking.leads(10_000.0, views([early, late], 10_000.0), STEP_MS)
     assert first[0].lead_ms is None
     assert first[0].need_ms == pytest.approx(MARGIN_MS + 2 * STEP_MS)
     assert first[1].lead_ms == pytest.approx(5 * FRAME_MS)
     late.num_output_tokens = 34
-    (lead,) = parking.leads(11_000.0, [late], STEP_MS)
+    (lead,) = parking.leads(11_000.0, views([late], 11_000.0), STEP_MS)
     assert lead.lead_ms == pytest.approx(30 * FRAME_MS - 1_000.0)
     assert lead.need_ms == pytest.approx(MARGIN_MS + 21 * STEP_MS)
 
@@ -70,7 +87,7 @@ def test_measured_leads_come_from_the_feed_by_the_request_id() -> None:
     clock.now += 0.5
     now_ms = 1.7e12  # the scheduler's clock (vLLM's: the wall clock), not the reader's
     requests = [Req("cmpl-s1-0-abcdefgh", 30), Req("cmpl-s2-0-abcdefgh", 5), Req("x", 30)]
-    s1, s2, other = parking.leads(now_ms, requests, STEP_MS)
+    s1, s2, other = parking.leads(now_ms, Views()(requests, now_ms), STEP_MS)
     assert s1.lead_ms == pytest.approx(4_500.0)
     assert s1.playing
     assert s2.lead_ms == pytest.approx(900.0)
@@ -83,16 +100,21 @@ def test_a_stream_parks_for_a_waiting_request_and_rejoins_when_it_needs_to() -> 
     sits out (one per waiting request); nobody parks with a row free; a parked stream
     rejoins once its lead falls to its need, whatever waits. Parks and parked steps are
     counted."""
-    parking = _estimated()
+    parking, views = _estimated(), Views()
     rich, poor = Req("cmpl-rich-0-abcdefgh", 5 + 25 * 3), Req("cmpl-poor-0-abcdefgh", 5)
     running = [rich, poor]
-    parking.leads(0.0, running, STEP_MS)  # both first seen with their first chunk sent
-    assert parking.held(1.0, running, waiting=1, free_rows=1, step_ms=STEP_MS) == frozenset()
-    held = parking.held(2.0, running, waiting=1, free_rows=0, step_ms=STEP_MS)
-    assert held == {rich.request_id}
+    views(running, 0.0)  # both first seen with their first chunk sent
+
+    def held(now_ms: float, *, waiting: int, free_rows: int) -> frozenset[str]:
+        shown = views(running, now_ms)
+        return parking.held(now_ms, shown, waiting=waiting, free_rows=free_rows, step_ms=STEP_MS)
+
+    assert held(1.0, waiting=1, free_rows=1) == frozenset()
+    parked = held(2.0, waiting=1, free_rows=0)
+    assert parked == {rich.request_id}
     # 80 frames sent: 6.4 s of audio. It needs 122 ms + 25 frames of 70 ms = 1.87 s.
-    assert parking.held(4_000.0, running, waiting=1, free_rows=0, step_ms=STEP_MS) == held
-    assert parking.held(4_600.0, running, waiting=5, free_rows=0, step_ms=STEP_MS) == frozenset()
+    assert held(4_000.0, waiting=1, free_rows=0) == parked
+    assert held(4_600.0, waiting=5, free_rows=0) == frozenset()
     assert (parking.parks, parking.parked_steps) == (1, 2)
 
 
@@ -149,6 +171,7 @@ def test_served_and_virtual_parking_take_the_same_decisions_on_a_trace(
         delivery_ms=22.0,
     )
     first_sent: dict[str, float] = {}
+    views = Views()
     for now, emitted, waiting, free in trace:
         requests = [Req(f"cmpl-s{i}-0-abcdefgh", e) for i, e in enumerate(emitted)]
         streams = []
@@ -167,5 +190,6 @@ def test_served_and_virtual_parking_take_the_same_decisions_on_a_trace(
                     next_frames,
                 )
             )
-        mine = served.held(now, requests, waiting=waiting, free_rows=free, step_ms=STEP_MS)
+        shown = views(requests, now)
+        mine = served.held(now, shown, waiting=waiting, free_rows=free, step_ms=STEP_MS)
         assert mine == virtual.held(now, streams, free, waiting=waiting)

@@ -105,12 +105,12 @@ class VllmDeadlines:
         first had its first chunk's frames (noted here when first seen so, at `now_ms`: a step
         late at most)."""
         first = self.policy.settings.first_chunk_frames
-        seen, self._first_chunk = self._first_chunk, {}
+        seen = self._first_chunk
         shown: list[Running] = []
         for r in requests:
             started = None
             if r.num_output_tokens >= first:
-                started = self._first_chunk[r.request_id] = seen.get(r.request_id, now_ms)
+                started = seen.setdefault(r.request_id, now_ms)
             shown.append(
                 Running(
                     r.request_id,
@@ -132,28 +132,43 @@ class VllmDeadlines:
         ]
 
     def finished(self, requests: Iterable[Any]) -> None:
-        """Teach the policy the lengths of `requests` that finished (a step's running ones)."""
+        """Teach the policy the lengths of `requests` that finished (a step's running ones, or
+        those vLLM ended), and forget when their first chunk was out."""
         for request in requests:
             if request.is_finished():
+                self._first_chunk.pop(request.request_id, None)
                 self.policy.finished(request.num_output_tokens, request.num_prompt_tokens)
 
     # ------------------------------------------------------------------ answers
     def arrive(
-        self, request: Any, now_ms: float, running: Iterable[Any], waiting: Iterable[Any]
+        self,
+        request: Any,
+        now_ms: float,
+        running: Iterable[Any],
+        waiting: Iterable[Any],
+        *,
+        apart: frozenset[str] = frozenset(),
     ) -> bool:
-        """Whether the policy refuses `request` at arrival (`waiting`: those ahead of it)."""
+        """Whether the policy refuses `request` at arrival (`waiting`: those ahead of it;
+        `apart`: running requests that take no part in steps, parked or as good as)."""
         mine = Waiting(request.request_id, request.arrival_time * 1000.0, request.num_prompt_tokens)
-        shown, fresh, _ = self._views(now_ms, running, waiting)
+        shown, fresh, _ = self._views(now_ms, running, waiting, apart)
         return self.policy.arrive(mine, now_ms, shown, fresh) == "shed"
 
     def plan(
-        self, now_ms: float, running: Iterable[Any], waiting: Iterable[Any], *, held: bool
+        self,
+        now_ms: float,
+        running: Iterable[Any],
+        waiting: Iterable[Any],
+        *,
+        held: bool,
+        apart: frozenset[str] = frozenset(),
     ) -> StepPlan:
-        """This step's admissions and refusals. A waiting request that already produced
-        output (vLLM preempted it) started long ago: it is no candidate for a start
-        deadline; it is admitted first (`resumed`, as vLLM's own order has it) and holds a
-        seat like a running request."""
-        shown, fresh, back = self._views(now_ms, running, waiting)
+        """This step's admissions and refusals (`apart`: as for `arrive`). A waiting request
+        that already produced output (vLLM preempted it) started long ago: it is no candidate
+        for a start deadline; it is admitted first (`resumed`, as vLLM's own order has it) and
+        holds a seat like a running request."""
+        shown, fresh, back = self._views(now_ms, running, waiting, apart)
         plan = self.policy.plan(now_ms, shown, fresh, Throttle(held=held))
         if not back:
             return plan
@@ -167,9 +182,17 @@ class VllmDeadlines:
         return self.policy.capacity(shown, fresh).start_wait_ms
 
     def _views(
-        self, now_ms: float, running: Iterable[Any], waiting: Iterable[Any]
+        self,
+        now_ms: float,
+        running: Iterable[Any],
+        waiting: Iterable[Any],
+        apart: frozenset[str] = frozenset(),
     ) -> tuple[list[Running], list[Waiting], list[Any]]:
-        """What the policy sees: the running requests and the preempted ones (which hold a
-        seat), the waiting ones that have not started; and the preempted vLLM requests."""
+        """What the policy sees: the running requests (less those `apart`) and the preempted
+        ones (which hold a seat), the waiting ones that have not started; and the preempted
+        vLLM requests."""
         fresh, back = split_resumed(waiting)
-        return self.running([*running, *back], now_ms), self.waiting(fresh), back
+        shown = self.running([*running, *back], now_ms)
+        if apart:
+            shown = [view for view in shown if view.id not in apart]
+        return shown, self.waiting(fresh), back

@@ -68,6 +68,7 @@ class StepDriver:
     """edgemon's part of one vLLM scheduler's steps; see the module doc."""
 
     __slots__ = (
+        "_apart",
         "_asked",
         "_clock",
         "_deferred",
@@ -121,6 +122,7 @@ class StepDriver:
         #: Steps in which real-time admission allowed fewer requests than were waiting.
         self.limited_steps = 0
         self._parked: list[Any] = []  # the requests parked for the step under way
+        self._apart: frozenset[str] = frozenset()  # and those whose rows count as free
         self._last: tuple[float, int, int] | None = None  # the step under way: when, batch
         self._in_step = False  # vLLM's own step of a gated step is under way
         self._asked: bool | None = None  # the gate's answer this step (None: not asked)
@@ -142,7 +144,7 @@ class StepDriver:
         finally:
             if parked:
                 self._scheduler.running[:0] = parked  # in front: the oldest, preempted last
-            self._parked = []
+            self._parked, self._apart = [], frozenset()
         try:
             batched = composition(output)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
@@ -181,7 +183,8 @@ class StepDriver:
         return self._gated(step, self._limit(), held=None)
 
     def _park(self, now_ms: float) -> list[Any]:
-        """Take the requests parking holds out of vLLM's running list for this step; them."""
+        """Take the requests parking holds out of vLLM's running list for this step; them.
+        The rows of those parked already are free (for the batch's limit)."""
         parking = self.parking
         if parking is None:
             return []
@@ -189,11 +192,10 @@ class StepDriver:
         try:
             running = list(scheduler.running)
             rows = self._rows()
-            # The rows of the requests parked already are free (for the batch's limit).
             batch = len(running) - len(parking.parked)
-            held = parking.held(
+            held, self._apart = parking.step(
                 now_ms,
-                running,
+                self.deadlines.running(running, now_ms),
                 waiting=len(scheduler.waiting),
                 free_rows=len(scheduler.waiting) if rows is None else rows - batch,
                 step_ms=self.deadlines.policy.step_ms(batch),
@@ -207,17 +209,6 @@ class StepDriver:
         parked = [r for r in running if r.request_id in held]
         self._parked = parked
         return parked
-
-    def _taking_part(self, now_ms: float, running: list[Any], parked: list[Any]) -> list[Any]:
-        """The running requests that take part in steps, as the deadline policy sees them:
-        none parked (`parked`, out of `running` for this step), nor any parking could park
-        now (their rows are as good as free)."""
-        parking = self.parking
-        if parking is None:
-            return running
-        every = [*running, *parked]
-        spare = parking.spare(now_ms, every, self.deadlines.policy.step_ms(len(running)))
-        return [r for r in running if r.request_id not in spare]
 
     def _rows(self) -> int | None:
         """The batch rows: the deadline policy's real-time batch when it plans, else real-time
@@ -354,8 +345,10 @@ class StepDriver:
         scheduler = self._scheduler
         held = self.deadlines.mode == "hold" and control.should_hold()
         try:
-            running = self._taking_part(now_ms, list(scheduler.running), self._parked)
-            plan = self.deadlines.plan(now_ms, running, scheduler.waiting, held=held)
+            running = [*scheduler.running, *self._parked]
+            plan = self.deadlines.plan(
+                now_ms, running, scheduler.waiting, held=held, apart=self._apart
+            )
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             control.failed("the deadline policy's plan")
             return self._gated(step, self._seats(), held=held)
@@ -392,8 +385,13 @@ class StepDriver:
         try:
             now_ms = self._now_ms()
             ahead = [r for r in scheduler.waiting if r is not request]
-            running = self._taking_part(now_ms, list(scheduler.running), [])
-            refused = self.deadlines.arrive(request, now_ms, running, ahead)
+            running = list(scheduler.running)
+            apart: frozenset[str] = frozenset()
+            if (parking := self.parking) is not None:
+                batch = len(running) - len(parking.parked)
+                views = self.deadlines.running(running, now_ms)
+                apart = parking.spare(now_ms, views, self.deadlines.policy.step_ms(batch))
+            refused = self.deadlines.arrive(request, now_ms, running, ahead, apart=apart)
         except Exception:  # noqa: BLE001 - edgemon's part must never stop vLLM
             self.control.failed("the deadline policy at arrival")
             return

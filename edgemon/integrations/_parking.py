@@ -22,7 +22,7 @@ policy, and vLLM's seat only when the batch's rows are vLLM's ``--max-num-seqs``
 ``EDGEMON_PARKING_ROWS`` below it, the batch takes that many rows and the seats beyond hold the
 parked streams (the driver never lets running and parked requests exceed ``--max-num-seqs``).
 
-Free of vLLM: it reads only the requests' ids and token counts.
+Free of vLLM: it reads the running requests as the deadline policy's views (`Running`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Literal
 
 from edgemon.client.feed import SlackFeedReader, stream_of
+from edgemon.policy.estimates import next_frames, sent_frames
 from edgemon.policy.parking import Lead, Parking
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
     from edgemon.environ import EngineEnviron
     from edgemon.policy.deadlines import DeadlineSettings
+    from edgemon.policy.values import Running
 
 __all__ = ["PARKING_FEEDS", "Feed", "ServedParking", "parking_from_environ"]
 
@@ -53,10 +55,12 @@ class ServedParking:
     `reader`: edgemon's slack feed of the device (measured; closed with `close`); `frame_ms`: the
     audio of one token; `chunks`: the frames of the first chunk and of each later one;
     `margin_ms`: the margin and delivery a rejoining stream still needs beyond its next
-    chunk; `rows`: the batch's rows, parked streams not counted (None: vLLM's seats)."""
+    chunk; `rows`: the batch's rows, parked streams not counted (None: vLLM's seats).
+
+    It reads the running requests as the deadline policy sees them (`Running`: the frames
+    each emitted, when its first chunk was out), so both keep one account of them."""
 
     __slots__ = (
-        "_first_sent",
         "_parked",
         "_rule",
         "chunks",
@@ -94,7 +98,6 @@ class ServedParking:
         self.margin_ms = margin_ms
         #: The batch's rows, parked streams not counted (None: vLLM's seats).
         self.rows = rows
-        self._first_sent: dict[str, float] = {}
         self._parked: frozenset[str] = frozenset()
         #: Times a request was parked, and steps a parked request sat out, so far.
         self.parks = 0
@@ -105,48 +108,41 @@ class ServedParking:
         """The requests parked for the last step."""
         return self._parked
 
-    # ------------------------------------------------------------------ leads
-    def _sent(self, emitted: int) -> tuple[int, int]:
-        """Frames in the chunks sent after `emitted` tokens, and those the next one needs."""
-        first, later = self.chunks
-        if emitted < first:
-            return 0, first - emitted
-        done = (emitted - first) // later
-        return first + done * later, later - (emitted - first - done * later)
-
-    def leads(self, now_ms: float, running: Iterable[Any], step_ms: float) -> list[Lead]:
+    def leads(self, now_ms: float, running: Iterable[Running], step_ms: float) -> list[Lead]:
         """Each running request's lead on the feed, and what it needs (`step_ms`: the decode
-        step now). A request still in its prompt, or not in the feed, has none."""
-        first_sent = self._first_sent
+        step now). A request with no chunk out (estimated), or not in the feed (measured),
+        has none."""
+        first, later = self.chunks
         reader = self.reader if self.feed == "measured" else None
         read_s = None if reader is None else reader.now()  # the feed's own clock
         out = []
-        for request in running:
-            rid = request.request_id
-            emitted = request.num_output_tokens
-            sent, next_frames = self._sent(emitted)
-            need = self.margin_ms + next_frames * step_ms
+        for r in running:
+            emitted = r.emitted_frames
+            need = self.margin_ms + next_frames(emitted, first, later) * step_ms
             lead: float | None = None
             playing = True
-            if sent:
-                first = first_sent.setdefault(rid, now_ms)
-                if self.feed == "estimated":
-                    lead = sent * self.frame_ms - (now_ms - first)
-            if reader is not None and read_s is not None:
-                stream = stream_of(rid)
-                entry = None if stream is None else reader.get(stream)
+            if reader is None:
+                if r.first_chunk_ms is not None:
+                    sent = sent_frames(emitted, first, later)
+                    lead = sent * self.frame_ms - (now_ms - r.first_chunk_ms)
+            elif read_s is not None and (stream := stream_of(r.id)) is not None:
+                entry = reader.get(stream)
                 if entry is not None:
                     lead, playing = entry.lead_ms(read_s), entry.playing(read_s)
-            out.append(Lead(rid, lead, need, playing=playing))
+            out.append(Lead(r.id, lead, need, playing=playing))
         return out
 
-    # ------------------------------------------------------------------ answers
-    def held(
-        self, now_ms: float, running: Sequence[Any], *, waiting: int, free_rows: int, step_ms: float
-    ) -> frozenset[str]:
-        """The running requests (all of them, `running`) that sit this step out."""
-        ids = {request.request_id for request in running}
-        self._first_sent = {k: v for k, v in self._first_sent.items() if k in ids}
+    def step(
+        self,
+        now_ms: float,
+        running: Sequence[Running],
+        *,
+        waiting: int,
+        free_rows: int,
+        step_ms: float,
+    ) -> tuple[frozenset[str], frozenset[str]]:
+        """The running requests (all of them, `running`) that sit this step out, and those
+        whose rows count as free for it (parked, or parkable now)."""
         leads = self.leads(now_ms, running, step_ms)
         parked = self._rule.held(leads, waiting=waiting, free_rows=free_rows)
         for rid in sorted(parked - self._parked):
@@ -160,9 +156,21 @@ class ServedParking:
         self.parks += len(parked - self._parked)
         self.parked_steps += len(parked)
         self._parked = parked
-        return parked
+        return parked, self._rule.spare(leads)
 
-    def spare(self, now_ms: float, running: Iterable[Any], step_ms: float) -> frozenset[str]:
+    def held(
+        self,
+        now_ms: float,
+        running: Sequence[Running],
+        *,
+        waiting: int,
+        free_rows: int,
+        step_ms: float,
+    ) -> frozenset[str]:
+        """The running requests (all of them, `running`) that sit this step out."""
+        return self.step(now_ms, running, waiting=waiting, free_rows=free_rows, step_ms=step_ms)[0]
+
+    def spare(self, now_ms: float, running: Iterable[Running], step_ms: float) -> frozenset[str]:
         """Running requests parked, or that could be: their rows count as free for a request
         that arrives."""
         return self._rule.spare(self.leads(now_ms, running, step_ms))

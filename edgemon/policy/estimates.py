@@ -26,6 +26,22 @@ if TYPE_CHECKING:
     from edgemon.policy.values import Running
 
 
+def sent_frames(emitted: int, first: int, later: int) -> int:
+    """Frames in the chunks a stream that emitted `emitted` has sent: a first chunk of
+    `first` frames, then chunks of `later` (0: the rest is one last chunk)."""
+    if emitted < first:
+        return 0
+    return first + ((emitted - first) // later * later if later > 0 else 0)
+
+
+def next_frames(emitted: int, first: int, later: int) -> int:
+    """The frames a stream that emitted `emitted` still makes before its next chunk is sent
+    (`later` 0: 0 once its first chunk is out)."""
+    if emitted < first:
+        return first - emitted
+    return later - (emitted - first) % later if later > 0 else 0
+
+
 class PlayerEstimates:
     """The step announced to each running stream at its first chunk, and what its player
     is estimated to hold."""
@@ -51,10 +67,7 @@ class PlayerEstimates:
 
     def sent_frames(self, emitted: int) -> int:
         """Frames in the chunks a stream that emitted `emitted` has sent."""
-        first, second = self.first_frames, self.second_frames
-        if emitted < first:
-            return 0
-        return first + ((emitted - first) // second * second if second > 0 else 0)
+        return sent_frames(emitted, self.first_frames, self.second_frames)
 
     def least_held_ms(self, now_ms: float, running: Sequence[Running]) -> float | None:
         """The least audio a running stream's player is estimated to hold (None while no
