@@ -51,15 +51,18 @@ test: lint typecheck unit
 
 # The web player's Reporter (clients/js, the npm package edgemon-reporter): `npm ci` from the
 # committed package-lock.json (again only when it changes), the package built (tsc, then the
-# page's minified bundle and its worker's, with mqtt.js), then Debian's headless Chromium
-# plays real speech through it against the shipped Mosquitto's wss:// listener and a real
-# `edgemon run`, beside a Python Reporter on the same trace (tests/test_browser_reporter.py);
-# the same trace of calls through both Reporters, byte for byte
-# (tests/test_reporter_parity.py); and the page's cost and the bundle's weight
+# page's minified bundle and its worker's, with its MQTT client), then Debian's headless
+# Chromium plays real speech through it against the shipped Mosquitto's wss:// listener and a
+# real `edgemon run`, beside a Python Reporter on the same trace, on a page that is not
+# cross-origin isolated and on one that is (tests/test_browser_reporter.py); the same trace
+# of calls through both Reporters, byte for byte (tests/test_reporter_parity.py); the MQTT
+# client against a real Mosquitto (tests/test_js_link.py) and the shared-memory hand-off's
+# order (tests/test_js_handoff.py); and the page's cost and the bundle's weight
 # (benchmarks/browser_reporter.py: --check holds the cost against the page's own playback and
 # prints the 1 ms a second target's verdict; --hold-target would hold that too).
-# Needs chromium, espeak-ng, lame, node/npm. About 45 s.
-BROWSER_TEST = tests/test_browser_reporter.py tests/test_reporter_parity.py
+# Needs chromium, espeak-ng, lame, node/npm. About a minute.
+BROWSER_TEST = tests/test_browser_reporter.py tests/test_reporter_parity.py tests/test_js_link.py \
+  tests/test_js_handoff.py
 JS_DIR = clients/js
 JS_STAMP = $(JS_DIR)/node_modules/.installed
 $(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json

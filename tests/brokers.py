@@ -111,6 +111,13 @@ def plain_listener(port: int) -> str:
     return f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n"
 
 
+def ws_listener(ports: Sequence[int]) -> str:
+    """An anonymous Mosquitto without persistence with a WebSocket listener (ws://) on
+    127.0.0.1:`ports[1]`, and a plain one on `ports[0]` (Mosquitto 2.0.11 refuses to start
+    with WebSocket listeners alone)."""
+    return plain_listener(ports[0]) + f"listener {ports[1]} 127.0.0.1\nprotocol websockets\n"
+
+
 def launch_mosquitto(
     directory: Path,
     config: Callable[[Sequence[int]], str],

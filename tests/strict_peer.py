@@ -64,7 +64,7 @@ class Packet:
 
 
 @dataclass(slots=True)
-class _Splitter:
+class PacketSplitter:
     """Cuts a byte stream into packets by the Remaining Length (at most 4 bytes)."""
 
     buffer: bytearray = field(default_factory=bytearray)
@@ -153,7 +153,7 @@ class MqttTap:
     def _relay(
         self, source: socket.socket, sink: socket.socket, direction: str, number: int
     ) -> None:
-        splitter = _Splitter()
+        splitter = PacketSplitter()
         try:
             while data := source.recv(65536):
                 try:

@@ -26,12 +26,13 @@ import pytest
 
 from edgemon.client import Reporter
 
-from web_players import JS, require_browser
+from brokers import Broker, MosquittoStartError, end_process, launch_mosquitto, ws_listener
+from tools import require_tool
+from web_players import JS, node_command
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
-
-    from brokers import Broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -94,9 +95,23 @@ def replay_python(url: str, device: str) -> None:
         reporter.close()
 
 
+@pytest.fixture
+def web_broker(tmp_path: Path) -> Iterator[tuple[Broker, str]]:
+    """A Mosquitto of the test's own: its plain listener, and the ws:// URL of its WebSocket
+    one (the JS Reporter speaks MQTT over WebSocket only)."""
+    require_tool("mosquitto")
+    try:
+        process, (port, ws) = launch_mosquitto(tmp_path, ws_listener, listeners=2)
+    except MosquittoStartError as error:
+        pytest.fail(str(error))
+    try:
+        yield Broker("127.0.0.1", port), f"ws://127.0.0.1:{ws}"
+    finally:
+        end_process(process)
+
+
 def replay_js(url: str, device: str, directory: Path) -> dict[str, Any]:
-    """The trace through edgemon-reporter on Node (replay.mjs): its stats."""
-    node, _ = require_browser()
+    """The trace through edgemon-reporter on Node (replay.mjs) to `url` (ws://): its stats."""
     calls = [
         {"at_ms": at, "t_ms": t, "call": call, "stream": stream, "options": options}
         for at, t, call, stream, options in TRACE
@@ -107,7 +122,7 @@ def replay_js(url: str, device: str, directory: Path) -> dict[str, Any]:
         "calls": calls,
     }))  # fmt: skip
     done = subprocess.run(
-        [node, str(JS / "test" / "replay.mjs"), str(trace)],
+        [*node_command(), str(JS / "test" / "replay.mjs"), str(trace)],
         cwd=JS, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     result: dict[str, Any] = json.loads(done.stdout)
@@ -115,11 +130,13 @@ def replay_js(url: str, device: str, directory: Path) -> dict[str, Any]:
 
 
 @pytest.mark.asyncio
-async def test_both_reporters_send_the_same_events(private_broker: Broker, tmp_path: Path) -> None:
+async def test_both_reporters_send_the_same_events(
+    web_broker: tuple[Broker, str], tmp_path: Path
+) -> None:
     """The events each Reporter sent for the trace are the same, byte for byte, in the same
     order; the conflict sent nothing from either; the JS Reporter counted it (as Python's)."""
-    host, port = private_broker.host, private_broker.port  # the JS replay: default prefix
-    url = private_broker.url
+    broker, ws_url = web_broker
+    host, port, url = broker.host, broker.port, broker.url
     received: dict[str, list[bytes]] = {"py-parity": [], "js-parity": []}
     # start s1, s1 (two pieces merged), 3 x s2, s1 with its play start, end s2, s1's final,
     # start and end s3, s4's final
@@ -137,7 +154,7 @@ async def test_both_reporters_send_the_same_events(private_broker: Broker, tmp_p
 
         collecting = asyncio.create_task(collect())
         await asyncio.to_thread(replay_python, url, "py-parity")
-        js = await asyncio.to_thread(replay_js, url, "js-parity", tmp_path)
+        js = await asyncio.to_thread(replay_js, ws_url, "js-parity", tmp_path)
         await asyncio.wait_for(enough.wait(), 30)
         collecting.cancel()
     python, javascript = events(received["py-parity"]), events(received["js-parity"])

@@ -9,7 +9,9 @@ real speech made at test time, the test server that streams it on a schedule, th
 - `PageServer`: aiohttp serving the test player (clients/js/test/page), the built bundle,
   `/plan.json` and each stream on its schedule, as frames (u32 length, u8 final, bytes). Every
   request of one stream shares the schedule's start, so two players that ask a few
-  milliseconds apart get each chunk at the same instant: the same trace.
+  milliseconds apart get each chunk at the same instant: the same trace. `isolated`: every
+  response says COOP `same-origin` and COEP `require-corp`, so the page is cross-origin
+  isolated (its Reporter hands its calls to its worker through shared memory).
 - `python_player`: what a Python player does with the same stream: `start` at the request,
   `chunk(pcm_bytes=...)` at each arrival.
 - `run_chromium`: clients/js/test/drive.mjs (puppeteer-core) on a page URL; its JSON.
@@ -42,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 JS = ROOT / "clients" / "js"
 PAGE = JS / "test" / "page"
 BUNDLE = JS / "dist" / "edgemon-reporter.min.js"
-#: The bundle's worker (the Reporter's core and mqtt.js), served next to it.
+#: The bundle's worker (the Reporter's core and its MQTT client), served next to it.
 WORKER_BUNDLE = JS / "dist" / "edgemon-reporter-worker.min.js"
 DRIVER = JS / "test" / "drive.mjs"
 CHROMIUM = "/usr/bin/chromium"
@@ -169,6 +171,7 @@ class PageServer:
 
     plan: dict[str, Any]
     schedules: dict[str, Schedule]
+    isolated: bool = False
     port: int = 0
     requested: dict[str, asyncio.Event] = field(default_factory=dict)
     _bases: dict[str, float] = field(default_factory=dict)
@@ -192,6 +195,8 @@ class PageServer:
             "/edgemon-reporter-worker.min.js": (WORKER_BUNDLE, "text/javascript"),
         }
         app = web.Application()
+        if self.isolated:
+            app.on_response_prepare.append(_isolate)
         for route, (path, kind) in files.items():
             app.router.add_get(route, _serve(path.read_bytes(), kind))
         app.router.add_get("/plan.json", self._plan)
@@ -227,6 +232,12 @@ class PageServer:
             await response.write(FRAME_HEADER.pack(len(chunk), index == last) + chunk)
         await response.write_eof()
         return response
+
+
+async def _isolate(_request: web.Request, response: web.StreamResponse) -> None:
+    """Make the page cross-origin isolated (each response, before its headers go out)."""
+    response.headers["Cross-Origin-Opener-Policy"] = "same-origin"
+    response.headers["Cross-Origin-Embedder-Policy"] = "require-corp"
 
 
 def _serve(body: bytes, kind: str) -> Any:
@@ -268,6 +279,15 @@ def require_browser() -> tuple[str, str]:
         f"{JS}/node_modules is missing: run `npm ci` there (`make test-browser` does)"
     )
     return node, chromium
+
+
+def node_command() -> list[str]:
+    """Node, with the WHATWG WebSocket the Reporter's link uses: Node has it from 22 on, 20
+    behind a flag."""
+    node, _ = require_browser()
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
+    major = int(version.stdout.strip().lstrip("v").split(".")[0])
+    return [node] if major >= 22 else [node, "--experimental-websocket"]
 
 
 async def run_chromium(url: str, out: Path, *, timeout_s: float = 120.0) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 // The browser bundle's load.js: the worker is the worker bundle next to the page's bundle
-// (dist/edgemon-reporter-worker.min.js, mqtt.js in it), and so is the in-page fallback.
+// (dist/edgemon-reporter-worker.min.js, the core and its MQTT link), and so is the in-page
+// fallback.
 const file = new URL("./edgemon-reporter-worker.min.js", import.meta.url);
 const options = { type: "module", name: "edgemon-reporter" };
 

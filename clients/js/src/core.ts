@@ -2,7 +2,7 @@
  * `ReporterCore`: what a `Reporter` does with the calls once they are stamped, wherever it
  * runs (in the Reporter's Web Worker, or in the page when no worker can start): the events
  * built and checked, buffered, batched, encoded and published over MQTT on a WebSocket
- * (mqtt.js), QoS 1. The page's `Reporter` (reporter.ts) reads the clocks and passes every call
+ * (mqtt.ts, the Reporter's own link), QoS 1. The page's `Reporter` (reporter.ts) reads the clocks and passes every call
  * here with its `t_ms` (the event clock) and `now` (the monotonic clock of merge windows):
  * the core reads no page clock, so it works the same on either side of a `postMessage`.
  *
@@ -20,14 +20,13 @@
  *   counted (`stats.dropped`); later chunks carry `audio_total_ms`, so edgemon resynchronises.
  */
 
-import { connect, type IClientOptions, type MqttClient } from "mqtt";
-
 import { EventBuffer, type Indexed } from "./buffer.js";
 import {
   type ChunkOptions, checkTMs, Conflict, type ConflictKind, type Event, parseFormat,
   type StartOptions, Streams,
 } from "./events.js";
 import { encodeEvent } from "./json.js";
+import { type LinkOptions, MqttLink } from "./mqtt.js";
 import { InvalidArgument } from "./protocol.js";
 
 /** What a core is made of: the Reporter's options, checked and resolved by the page's
@@ -87,7 +86,7 @@ export class ReporterCore {
   private readonly changed: () => void;
   private readonly streams: Streams;
   private readonly buffer: EventBuffer;
-  private client: MqttClient | null = null;
+  private client: MqttLink | null = null;
   private closed = false;
   private connected = false;
   private connects = 0;
@@ -131,42 +130,35 @@ export class ReporterCore {
     if (this.closed || this.client !== null) return this;
     const { device } = this.settings;
     try {
-      const options: IClientOptions = {
+      const options: LinkOptions = {
         clientId: this.settings.clientId,
-        clean: true,
-        protocolVersion: 4,
         username: this.settings.username,
-        reconnectPeriod: this.settings.reconnectPeriodMs,
-        connectTimeout: this.settings.connectTimeoutMs,
-        keepalive: this.settings.keepaliveS,
-        resubscribe: false,
-        queueQoSZero: false,
-        timerVariant: "native",
+        keepaliveS: this.settings.keepaliveS,
+        reconnectPeriodMs: this.settings.reconnectPeriodMs,
+        connectTimeoutMs: this.settings.connectTimeoutMs,
       };
       if (this.settings.password !== undefined) options.password = this.settings.password;
-      const client = connect(this.url, options);
-      client.on("connect", () => {
-        this.connected = true;
-        this.connects += 1;
-        this.unreachableSaid = false;
-        this.schedule();
-        this.changed();
-      });
-      client.on("close", () => {
-        if (this.connected && !this.closed) this.once("lost", `edgemon reporter ${device}: lost the broker; buffering events until it is back`);
-        this.connected = false;
-        this.changed();
-      });
-      client.on("offline", () => {
-        this.connected = false;
-      });
-      client.on("error", (error: Error) => {
-        this.connectErrors += 1;
-        if (!this.unreachableSaid) {
-          this.unreachableSaid = true;
-          this.log(`edgemon reporter ${device}: cannot reach the broker (${error.message}); retrying, events wait in the buffer`);
-        }
-        this.changed();
+      const client = new MqttLink(this.url, options, {
+        connect: () => {
+          this.connected = true;
+          this.connects += 1;
+          this.unreachableSaid = false;
+          this.schedule();
+          this.changed();
+        },
+        close: () => {
+          if (this.connected && !this.closed) this.once("lost", `edgemon reporter ${device}: lost the broker; buffering events until it is back`);
+          this.connected = false;
+          this.changed();
+        },
+        error: (error: Error) => {
+          this.connectErrors += 1;
+          if (!this.unreachableSaid) {
+            this.unreachableSaid = true;
+            this.log(`edgemon reporter ${device}: cannot reach the broker (${error.message}); retrying, events wait in the buffer`);
+          }
+          this.changed();
+        },
       });
       this.client = client;
     } catch (error) {
@@ -206,11 +198,7 @@ export class ReporterCore {
     const client = this.client;
     if (client !== null) {
       await new Promise<void>((resolve) => {
-        try {
-          client.end(false, {}, () => resolve());
-        } catch {
-          resolve();
-        }
+        client.end(resolve);
       });
     }
   }
@@ -338,15 +326,12 @@ export class ReporterCore {
     this.schedule();
   }
 
-  private publish(client: MqttClient, first: number, count: number, payload: string, taken: Indexed[]): void {
+  private publish(client: MqttLink, first: number, count: number, payload: string, taken: Indexed[]): void {
     const token = this.nextToken++;
     this.inFlight.set(token, [first, count]);
-    // Bytes, encoded natively: mqtt.js's Buffer polyfill encodes a string in a JavaScript
-    // loop (ASCII: the events escape everything else).
-    const bytes = this.encoder.encode(payload) as unknown as Buffer;
-    client.publish(this.settings.topic, bytes, { qos: 1 }, (error?: Error) => {
+    client.publish(this.settings.topic, this.encoder.encode(payload), (error?: Error) => {
       this.inFlight.delete(token);
-      if (error === undefined || error === null) {
+      if (error === undefined) {
         this.sent += count;
         this.messages += 1;
       } else if (!this.closed) {

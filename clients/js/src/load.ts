@@ -1,8 +1,8 @@
 /**
  * Where the Reporter's worker and its in-page fallback come from: `worker.js` next to this
  * module. Written as bundlers recognise a worker (`new Worker(new URL("./worker.js",
- * import.meta.url), { type: "module" })`: Vite, webpack 5 and Parcel bundle worker.js, mqtt.js
- * with it, as a worker of its own; esbuild needs a plugin). The browser bundle replaces this
+ * import.meta.url), { type: "module" })`: Vite, webpack 5 and Parcel bundle worker.js, the
+ * MQTT client with it, as a worker of its own; esbuild needs a plugin). The browser bundle replaces this
  * module (build.mjs: build-shims/load.js, the worker bundle next to the page's).
  */
 

@@ -1,15 +1,16 @@
 /**
  * `Reporter`: a web player tells edgemon when each audio chunk reached it (docs/protocol.md),
  * the browser counterpart of the Python `edgemon.client.Reporter`: the same topics, payloads,
- * batching, sequence numbers and clock rules, over MQTT on a WebSocket (mqtt.js), QoS 1.
+ * batching, sequence numbers and clock rules, over MQTT on a WebSocket (mqtt.ts, its own client), QoS 1.
  *
  * - **Clock.** `t_ms` is `performance.timeOrigin + performance.now()`: the page's monotonic
  *   clock from a fixed origin (about Unix epoch milliseconds), never `Date.now()`, which
  *   jumps when the system clock is set.
  * - **Off the main thread.** A call (`start`, `chunk`, `end`) reads the clocks, copies its
  *   arguments and posts them to the Reporter's Web Worker (worker.ts), which builds and checks
- *   the events, batches them and publishes them (core.ts, mqtt.js and the WebSocket): the
- *   page's main thread pays one `postMessage` a call. Where no worker can start (a Content
+ *   the events, batches them and publishes them (core.ts, mqtt.ts and the WebSocket): the
+ *   page's main thread pays one `postMessage` a call, or, on a cross-origin isolated page, a
+ *   slot of shared memory a chunk (handoff.ts). Where no worker can start (a Content
  *   Security Policy, a bundle served from another origin, `worker: false`, Node), the same
  *   core runs in the page; a worker that failed to start is counted
  *   (`stats.workerFailures`) and logged once. Calls made before either is ready wait here
@@ -27,10 +28,12 @@
  *   ones; they are exact once `flush()` has resolved), plus what the page's side counted.
  */
 
-import { applyCall, type Call, chunkCall, endCall, startCall } from "./calls.js";
+import { type Call, chunkCall, endCall, startCall } from "./calls.js";
 import type { CoreSettings, CoreStats, ReporterCore } from "./core.js";
 import { type ChunkOptions, parseFormat, type StartOptions } from "./events.js";
+import { canShare, RingWriter } from "./handoff.js";
 import { loadCore, startWorker } from "./load.js";
+import { EMPTY, PageSink, type Reply, type Sink, WorkerSink } from "./sinks.js";
 import {
   MAX_BATCH_EVENTS, MAX_PAYLOAD_BYTES, MAX_STREAMS_PER_DEVICE, TOPIC_PREFIX, topicPrefixProblem,
   validDeviceId,
@@ -80,6 +83,10 @@ export interface ReporterOptions {
   /** The worker's module (default: the package's own, next to it; give a same-origin copy
    * when the package is served from another origin). */
   workerUrl?: string | URL;
+  /** Hand the calls to the worker through shared memory where the page is cross-origin
+   * isolated (default true; handoff.ts): the page's main thread then posts a message only for
+   * a stream's first call, its start and end, and to wake a worker that slept. */
+  sharedMemory?: boolean;
 }
 
 export interface ReporterStats extends CoreStats {
@@ -87,17 +94,12 @@ export interface ReporterStats extends CoreStats {
   worker: boolean;
   /** Workers that failed to start (the Reporter then reports from the page). */
   workerFailures: number;
+  /** Whether the calls reach the worker through shared memory (else by `postMessage`). */
+  sharedMemory: boolean;
 }
 
 /** How long a worker may take to load before the page reports without it (ms). */
 const WORKER_START_MS = 10_000;
-/** How much longer than its own timeout a reply from the worker may take (ms). */
-const REPLY_GRACE_MS = 2_000;
-
-const EMPTY: CoreStats = {
-  events: 0, sent: 0, messages: 0, dropped: 0, buffered: 0, inFlight: 0, connected: false,
-  connects: 0, connectErrors: 0, merged: 0, conflicts: {}, invalid: 0, errors: 0,
-};
 
 function bound(name: string, value: number, low: number, high = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== "number" || !Number.isFinite(value) || value < low || value > high) {
@@ -111,148 +113,6 @@ function integer(name: string, value: number, low: number): number {
     throw new TypeError(`edgemon-reporter: ${name} must be an integer ≥ ${low}, not ${String(value)}`);
   }
   return value;
-}
-
-/** The core the calls go to: in the Reporter's worker, or in the page. */
-interface Sink {
-  readonly worker: boolean;
-  call(call: Call): void;
-  open(): void;
-  flush(timeoutMs: number): Promise<boolean>;
-  close(timeoutMs: number): Promise<void>;
-  stats(): CoreStats;
-}
-
-class PageSink implements Sink {
-  readonly worker = false;
-  constructor(private readonly core: ReporterCore) {}
-  call(call: Call): void {
-    applyCall(this.core, call);
-  }
-  open(): void {
-    this.core.open();
-  }
-  flush(timeoutMs: number): Promise<boolean> {
-    return this.core.flush(timeoutMs);
-  }
-  close(timeoutMs: number): Promise<void> {
-    return this.core.close(timeoutMs);
-  }
-  stats(): CoreStats {
-    return this.core.stats;
-  }
-}
-
-type Reply = [kind: string, id: number, ...rest: unknown[]];
-
-class WorkerSink implements Sink {
-  readonly worker = true;
-  latest: CoreStats = EMPTY;
-  private asked = false;
-  private ended = false;
-  private nextId = 0;
-  private readonly replies = new Map<number, (reply: Reply | null) => void>();
-  /** With `handoffMs`, the calls not yet posted: those made within it go in one message. */
-  private outbox: Call[] = [];
-
-  /** `refused(error)`: a call that could not be posted (an argument the structured clone
-   * cannot copy). */
-  constructor(
-    private readonly port: Worker,
-    private readonly handoffMs: number,
-    private readonly refused: (error: unknown) => void,
-  ) {}
-
-  call(call: Call): void {
-    if (this.handoffMs === 0) {
-      // At once, in the caller's task. Most of a message's cost to the page is waking the
-      // worker, paid once a task: the calls after the first in one task add about what a
-      // microtask gathering them would cost, and an isolated call saves the microtask
-      // (measured: docs/how-to/web-player.md, "What was measured").
-      if (this.ended) return;
-      try {
-        this.port.postMessage(call);
-      } catch (error) {
-        this.refused(error);
-      }
-      return;
-    }
-    this.outbox.push(call);
-    if (this.outbox.length === 1) setTimeout(this.handoff, this.handoffMs);
-  }
-  post(message: unknown): void {
-    this.handoff();
-    if (!this.ended) this.port.postMessage(message);
-  }
-  open(): void {
-    this.post(["open"]);
-  }
-  async flush(timeoutMs: number): Promise<boolean> {
-    const reply = await this.request("flush", timeoutMs);
-    return reply !== null && reply[2] === true;
-  }
-  async close(timeoutMs: number): Promise<void> {
-    await this.request("close", timeoutMs);
-    this.ended = true;
-    this.port.terminate();
-  }
-  /** Post the calls waiting (never throws: a call that cannot be posted is refused). */
-  private readonly handoff = (): void => {
-    const calls = this.outbox;
-    if (calls.length === 0 || this.ended) return;
-    this.outbox = [];
-    try {
-      this.port.postMessage(calls.length === 1 ? calls[0] : ["calls", calls]);
-    } catch {
-      for (const call of calls) {
-        try {
-          this.port.postMessage(call);
-        } catch (error) {
-          this.refused(error);
-        }
-      }
-    }
-  };
-  /** The worker's stats as last heard; asks it for fresh ones (never throws). */
-  stats(): CoreStats {
-    if (!this.asked && !this.ended) {
-      this.asked = true;
-      try {
-        this.post(["stats"]);
-      } catch {
-        this.asked = false;
-      }
-    }
-    return this.latest;
-  }
-  /** A message from the worker. */
-  received(message: Reply): void {
-    const [kind] = message;
-    if (kind === "stats" || kind === "state") {
-      this.latest = message[1] as unknown as CoreStats;
-      if (kind === "stats") this.asked = false;
-      return;
-    }
-    this.latest = message[message.length - 1] as CoreStats;
-    this.replies.get(message[1])?.(message);
-  }
-  private request(kind: string, timeoutMs: number): Promise<Reply | null> {
-    const id = this.nextId++;
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => done(null), timeoutMs + REPLY_GRACE_MS);
-      const done = (reply: Reply | null): void => {
-        clearTimeout(timer);
-        this.replies.delete(id);
-        resolve(reply);
-      };
-      this.replies.set(id, done);
-      try {
-        this.post([kind, id, timeoutMs]);
-      } catch {
-        done(null);
-      }
-    });
-  }
 }
 
 export class Reporter {
@@ -269,6 +129,7 @@ export class Reporter {
   private readonly useWorker: boolean;
   private readonly handoffMs: number;
   private readonly workerUrl: string | URL | undefined;
+  private readonly sharedMemory: boolean;
   private sink: Sink | null = null;
   /** Calls made before a core was ready, oldest first. */
   private held: Call[] = [];
@@ -316,6 +177,7 @@ export class Reporter {
     this.log = options.log ?? ((message) => console.warn(message));
     this.useWorker = options.worker ?? true;
     this.workerUrl = options.workerUrl;
+    this.sharedMemory = options.sharedMemory ?? true;
     const flushMs = bound("flushMs", options.flushMs ?? 5, 0, 60_000);
     this.handoffMs = bound("handoffMs", options.handoffMs ?? 0, 0, 60_000);
     const random = Math.random().toString(16).slice(2, 10);
@@ -410,6 +272,7 @@ export class Reporter {
       errors: core.errors + this.errors,
       worker: sink !== null && sink.worker,
       workerFailures: this.workerFailures,
+      sharedMemory: sink instanceof WorkerSink && sink.shared,
     };
   }
 
@@ -515,9 +378,10 @@ export class Reporter {
         if (this.starting !== worker || sink !== null) return;
         clearTimeout(this.startTimer);
         this.starting = null;
-        const made = new WorkerSink(worker, this.handoffMs, (error) => this.failed(error));
-        made.post(["init", this.url, this.settings]);
-        if (this.held.length) made.post(["calls", this.held]);
+        const ring = this.sharedMemory && this.handoffMs === 0 && canShare() ? new RingWriter() : null;
+        const made = new WorkerSink(worker, this.handoffMs, (error) => this.failed(error), ring);
+        made.post(["init", this.url, this.settings, ring?.buffer ?? null]);
+        made.deliverHeld(this.held);
         this.held = [];
         made.open();
         this.sink = made;

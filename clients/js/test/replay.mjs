@@ -1,5 +1,5 @@
 // Replays a trace of Reporter calls through edgemon-reporter (the package as built,
-// dist/index.js, on Node's mqtt.js), in real time, for tests/test_reporter_parity.py:
+// dist/index.js, in Node: its WebSocket), in real time, for tests/test_reporter_parity.py:
 //   node replay.mjs TRACE.json
 // TRACE: {"broker", "device", "flush_ms", "audio_format", "calls": [{"at_ms", "t_ms", "call",
 // "stream", "options"}]} with the Python client's keyword names. The Reporter's clock reads

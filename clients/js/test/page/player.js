@@ -57,6 +57,7 @@ function reporterFor(plan, spec) {
   if (spec.workerUrl) options.workerUrl = spec.workerUrl;
   if (spec.mergeChunks === false) options.mergeChunks = false;
   if (plan.worker === false) options.worker = false;
+  if (plan.sharedMemory === false) options.sharedMemory = false;
   return new Reporter(plan.broker, options);
 }
 
