@@ -263,7 +263,7 @@ export class MqttLink {
       this.drop(socket, error instanceof Error ? error : new Error(String(error)));
       return;
     }
-    this.received = bytes.length > 0 ? bytes.slice() : new Uint8Array(0);
+    if (socket === this.socket) this.received = bytes.length > 0 ? bytes.slice() : new Uint8Array(0);
   }
 
   private handle(socket: WebSocket, first: number, body: Uint8Array): void {

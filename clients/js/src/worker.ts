@@ -49,8 +49,12 @@ export function host(scope: Scope): void {
     polling = undefined;
     if (ring === null) return;
     const now = performance.now();
-    if (ring.drain() > 0) idleSince = now;
-    if (now - idleSince >= IDLE_MS && ring.sleep()) return;
+    try {
+      if (ring.drain() > 0) idleSince = now;
+      if (now - idleSince >= IDLE_MS && ring.sleep()) return;
+    } catch (error) {
+      core?.noteError(error);
+    }
     polling = setTimeout(poll, POLL_MS);
   };
   const wake = (): void => {
