@@ -85,6 +85,15 @@ export class RingWriter {
     return ["call", n, call, handle];
   }
 
+  /** The message to post in place of `message`, which could not be posted (an argument the
+   * structured clone cannot copy): the worker skips its number. Its stream's handle is
+   * forgotten, since the worker may never have learnt it: the stream's next call names it. */
+  refused(message: NumberedCall): NumberedCall {
+    const call = message[2];
+    if (call !== null) this.handles.delete(call[1]);
+    return ["call", message[1], null, 0];
+  }
+
   /** After a call went on the ring: whether the worker sleeps and must be woken with a message
    * (it is counted awake from now). */
   wake(): boolean {

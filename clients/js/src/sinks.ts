@@ -84,7 +84,7 @@ export class WorkerSink implements Sink {
           this.port.postMessage(message);
         }
       } catch (error) {
-        if (message !== null) this.port.postMessage(["call", message[1], null, 0]); // skipped
+        if (message !== null) this.port.postMessage(this.ring.refused(message));
         this.refused(error);
       }
       return;
