@@ -20,6 +20,8 @@ Four web players at once, each its own device:
   (`MediaElementStream`).
 - `web-fallback`: Web Audio, its Reporter pointed at a worker script the server does not
   have: the worker fails to start, and the Reporter reports from the page instead.
+- `web-down`: Web Audio, its Reporter pointed at a port where no broker listens: the page
+  plays as the others do, and the Reporter counts its failed connections and keeps the events.
 
 Every other Reporter reports from its Web Worker (the page's main thread only hands the calls
 over, each as it is made: the page counts its `postMessage` calls around each hook call). The
@@ -108,6 +110,7 @@ class WebRun:
     python_chunks: int
     slack: list[tuple[int, float, float]]  # (chunks, web slack, Python slack) at equal chunks
     console: list[str]  # the page's console
+    down: dict[str, Any]  # the page's result for web-down's stream (no broker)
     isolated: bool  # the page was cross-origin isolated: calls through shared memory
 
 
@@ -168,6 +171,7 @@ async def _play(directory: Path, port: int, wss_port: int, http: int, *, isolate
         "pause": paced(pcm, lead=LEAD, withhold={PAUSE_CHUNK: PAUSE_DELAY_MS}),
         "mse": paced(mp3, lead=LEAD, chunk_ms=mp3_chunk_ms),
         "fallback": paced(pcm, lead=LEAD),
+        "down": paced(pcm, lead=LEAD),
     }
     web: dict[str, Any] = {"kind": "webaudio", "rate": voice.rate}
     players: list[dict[str, Any]] = [
@@ -182,6 +186,11 @@ async def _play(directory: Path, port: int, wss_port: int, http: int, *, isolate
     ]  # fmt: skip
     for player in players:
         player["password"] = PASSWORDS[player["device"]]
+    # No broker there: it waits for no connection and for its flush no longer than a second.
+    players.append({
+        **web, "device": "web-down", "stream": "req-down", "path": "/audio/down",
+        "broker": f"ws://127.0.0.1:{free_port()}", "connectWaitMs": 0, "flushWaitMs": 1000,
+    })  # fmt: skip
     plan = {"broker": f"wss://127.0.0.1:{wss_port}", "streams": players, "countPosts": True}
     server = PageServer(plan, schedules, isolated=isolated)
     await server.start()
@@ -212,6 +221,8 @@ async def _play(directory: Path, port: int, wss_port: int, http: int, *, isolate
         reporter.close()
         await server.stop()
     streams = {result["device"]: result for result in report["result"]["streams"]}
+    down = streams.pop("web-down")
+    down["sent"] = len(pcm)
     sent = {"web-under": len(pcm), "web-pause": len(pcm), "web-mse": len(mp3), "py-under": len(pcm)}
     sent["web-fallback"] = len(pcm)
     speech_ms = len(voice.pcm) // 2 * 1000 / voice.rate
@@ -221,7 +232,16 @@ async def _play(directory: Path, port: int, wss_port: int, http: int, *, isolate
     events["py-under"] = python_events
     metrics = await _settled(http, events)
     return WebRun(
-        streams, metrics, sent, audio, events, python_chunks, slack, report["console"], isolated
+        streams,
+        metrics,
+        sent,
+        audio,
+        events,
+        python_chunks,
+        slack,
+        report["console"],
+        down,
+        isolated,
     )
 
 
@@ -321,6 +341,29 @@ def test_each_call_is_handed_to_the_worker_in_its_own_task(web_run: WebRun) -> N
             assert sum(posted) <= 3, (device, posted)
         else:
             assert set(posted) == {1}, (device, posted)
+
+
+def test_a_broker_that_is_down_costs_the_page_a_counter(web_run: WebRun) -> None:
+    """No broker where `web-down`'s Reporter looks: the page played the whole stream as the
+    others did and nothing was thrown into it; the Reporter counted its failed connections,
+    said so once, kept every event (none dropped, none sent) and reported from its worker as
+    the others; edgemon heard nothing of the device."""
+    down, stats = web_run.down, web_run.down["reporter"]
+    assert down["hook"]["chunks"] == down["sent"]
+    assert not down["flushed"]
+    assert stats["connectErrors"] >= 1, stats
+    assert (stats["connected"], stats["connects"], stats["sent"], stats["messages"]) == (
+        False, 0, 0, 0,
+    ), stats  # fmt: skip
+    assert stats["events"] - 1 + stats["merged"] == down["sent"], stats
+    assert stats["buffered"] == stats["events"], stats
+    assert (stats["dropped"], stats["invalid"], stats["errors"]) == (0, 0, 0), stats
+    assert (stats["worker"], stats["sharedMemory"]) == (True, web_run.isolated), stats
+    said = [line for line in web_run.console if "web-down" in line]
+    assert len(said) == 1, web_run.console
+    assert "cannot reach the broker" in said[0], said
+    assert not [line for line in web_run.console if line.startswith("pageerror")], web_run.console
+    assert sample(web_run.metrics, "edgemon_chunks_total", {"device": "web-down"}) is None
 
 
 def test_slack_is_the_python_reporters(web_run: WebRun) -> None:

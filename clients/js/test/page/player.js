@@ -58,12 +58,12 @@ function reporterFor(plan, spec) {
   if (spec.mergeChunks === false) options.mergeChunks = false;
   if (plan.worker === false) options.worker = false;
   if (plan.sharedMemory === false) options.sharedMemory = false;
-  return new Reporter(plan.broker, options);
+  return new Reporter(spec.broker ?? plan.broker, options);
 }
 
 async function playWebAudio(plan, spec) {
   const reporter = reporterFor(plan, spec);
-  await reporter.waitConnected(20_000);
+  await reporter.waitConnected(spec.connectWaitMs ?? 20_000);
   const context = new AudioContext();
   await context.resume();
   const hook = new WebAudioStream(reporter, context, spec.stream);
@@ -86,7 +86,7 @@ async function playWebAudio(plan, spec) {
   }
   // Let the audio play out before reading what the browser measured.
   while (context.state !== "running") await sleep(20);
-  const flushed = await reporter.flush(10_000);
+  const flushed = await reporter.flush(spec.flushWaitMs ?? 10_000);
   const result = {
     stream: spec.stream, device: spec.device, arrivals, posted, hook: hook.stats, flushed, reporter: reporter.stats,
   };
