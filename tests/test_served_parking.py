@@ -107,7 +107,7 @@ def test_a_stream_parks_for_a_waiting_request_and_rejoins_when_it_needs_to() -> 
 
     def held(now_ms: float, *, waiting: int, free_rows: int) -> frozenset[str]:
         shown = views(running, now_ms)
-        return parking.held(now_ms, shown, waiting=waiting, free_rows=free_rows, step_ms=STEP_MS)
+        return parking.step(now_ms, shown, waiting=waiting, free_rows=free_rows, step_ms=STEP_MS)[0]
 
     assert held(1.0, waiting=1, free_rows=1) == frozenset()
     parked = held(2.0, waiting=1, free_rows=0)
@@ -191,5 +191,5 @@ def test_served_and_virtual_parking_take_the_same_decisions_on_a_trace(
                 )
             )
         shown = views(requests, now)
-        mine = served.held(now, shown, waiting=waiting, free_rows=free, step_ms=STEP_MS)
+        mine, _ = served.step(now, shown, waiting=waiting, free_rows=free, step_ms=STEP_MS)
         assert mine == virtual.held(now, streams, free, waiting=waiting)

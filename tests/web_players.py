@@ -20,6 +20,7 @@ real speech made at test time, the test server that streams it on a schedule, th
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import shutil
 import socket
@@ -281,6 +282,7 @@ def require_browser() -> tuple[str, str]:
     return node, chromium
 
 
+@functools.cache
 def node_command() -> list[str]:
     """Node, with the WHATWG WebSocket the Reporter's link uses: Node has it from 22 on, 20
     behind a flag."""

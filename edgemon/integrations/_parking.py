@@ -158,18 +158,6 @@ class ServedParking:
         self._parked = parked
         return parked, self._rule.spare(leads)
 
-    def held(
-        self,
-        now_ms: float,
-        running: Sequence[Running],
-        *,
-        waiting: int,
-        free_rows: int,
-        step_ms: float,
-    ) -> frozenset[str]:
-        """The running requests (all of them, `running`) that sit this step out."""
-        return self.step(now_ms, running, waiting=waiting, free_rows=free_rows, step_ms=step_ms)[0]
-
     def spare(self, now_ms: float, running: Iterable[Running], step_ms: float) -> frozenset[str]:
         """Running requests parked, or that could be: their rows count as free for a request
         that arrives."""

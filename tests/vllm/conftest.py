@@ -1,6 +1,7 @@
 """Fixtures for the vLLM tier (`make test-vllm`), and the rule that a test module skipped
 because a package `EDGEMON_REQUIRE_MODULES` names does not import fails instead (the tier's
-venvs must import vLLM, and vLLM-Omni where it is installed). Nothing here imports vLLM."""
+venvs must import vLLM, and vLLM-Omni where it is installed). Nothing here imports vLLM
+at load."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tools import required_import_failed
 sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Callable, Generator
+    from typing import Any
 
 #: The tiny Llama's vocabulary: 4 special tokens and 252 words.
 TINY_VOCAB = 256
@@ -61,6 +63,33 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("tiny-model")
     (directory / "config.json").write_text(json.dumps(TINY_CONFIG))
     return directory
+
+
+@pytest.fixture
+def edgemon_llm(tiny_model: Path) -> Callable[..., Any]:
+    """Build vLLM's CPU engine (`LLM`) on the tiny model's dummy weights with edgemon's
+    scheduler plugged in by name: `build(max_num_seqs, **more)`, `more` vLLM's other
+    arguments. Each test sets the environment the scheduler reads first."""
+
+    def build(max_num_seqs: int, **more: Any) -> Any:
+        from vllm import LLM  # noqa: PLC0415 - only where a test builds an engine
+
+        return LLM(
+            model=str(tiny_model),
+            load_format="dummy",
+            skip_tokenizer_init=True,
+            enforce_eager=True,
+            dtype="float32",
+            max_model_len=256,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=256,
+            block_size=32,
+            seed=0,
+            scheduler_cls="edgemon.integrations.vllm.EdgemonScheduler",
+            **more,
+        )
+
+    return build
 
 
 @pytest.hookimpl(wrapper=True)

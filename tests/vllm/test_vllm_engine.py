@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
-from vllm import LLM, SamplingParams
+from vllm import SamplingParams
 from vllm.inputs import TokensPrompt
 
 from edgemon.client import ThrottleGate
@@ -17,7 +17,7 @@ from edgemon.client import ThrottleGate
 from mqtt_probe import probe
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable
 
     from brokers import Broker
 
@@ -43,7 +43,7 @@ def _generate(llm: Any) -> list[list[int]]:
 
 
 def test_engine_runs_with_the_scheduler_held_and_released(
-    tiny_model: Path, private_broker: Broker, monkeypatch: pytest.MonkeyPatch
+    edgemon_llm: Callable[..., Any], private_broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`LLM(scheduler_cls="edgemon.integrations.vllm.EdgemonScheduler")` builds edgemon's
     scheduler in the engine core with its gate from the environment. Throttled for good, a
@@ -58,19 +58,7 @@ def test_engine_runs_with_the_scheduler_held_and_released(
     with probe(host, port) as edgemon:
         edgemon.publish("edgemon/v1/_edgemon/e1/status", {"state": "online", "t_ms": 1.0e12})
         edgemon.publish(throttle, {"device": DEVICE, "throttle": True, "t_ms": 1.0e12, "seq": 1})
-        llm = LLM(
-            model=str(tiny_model),
-            load_format="dummy",
-            skip_tokenizer_init=True,
-            enforce_eager=True,
-            dtype="float32",
-            max_model_len=256,
-            max_num_seqs=4,
-            max_num_batched_tokens=256,
-            block_size=32,
-            seed=0,
-            scheduler_cls="edgemon.integrations.vllm.EdgemonScheduler",
-        )
+        llm = edgemon_llm(4)
         core = llm.llm_engine.engine_core.engine_core
         scheduler = core.scheduler
         gate = scheduler.edgemon_gate
@@ -90,26 +78,14 @@ def test_engine_runs_with_the_scheduler_held_and_released(
 
 
 def test_an_ended_waiting_request_reaches_the_output_processor(
-    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+    edgemon_llm: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through vLLM's own engine (core, output processor): a waiting request edgemon ends
     comes out finished, with finish_reason abort, stop_reason edgemon:start_deadline and no
     token (what vLLM's OpenAI server turns into its response); the running one completes."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     monkeypatch.delenv("EDGEMON_GATE_DEVICE", raising=False)
-    llm = LLM(
-        model=str(tiny_model),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        enforce_eager=True,
-        dtype="float32",
-        max_model_len=256,
-        max_num_seqs=1,
-        max_num_batched_tokens=256,
-        block_size=32,
-        seed=0,
-        scheduler_cls="edgemon.integrations.vllm.EdgemonScheduler",
-    )
+    llm = edgemon_llm(1)
     engine = llm.llm_engine
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True, detokenize=False)
     for name, ids in (("running", PROMPTS[0]), ("waiting", PROMPTS[1])):

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("vllm.v1.core.sched.scheduler", exc_type=ImportError)
 
-from vllm import LLM, SamplingParams
+from vllm import SamplingParams
 from vllm.inputs import TokensPrompt
 
 from edgemon.client.feed import stream_of
@@ -19,7 +19,7 @@ from edgemon.client.feed import stream_of
 from mqtt_probe import probe
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable
 
     from brokers import Broker
 
@@ -37,23 +37,6 @@ PROMPTS = {  # named as vLLM's OpenAI server names them (the engine adds `-` and
 DEVICE = "cpu-box"
 TOKENS = 64
 WAIT_S = 120.0  # generous: a parked request rejoins on the wall clock
-
-
-def _engine(tiny_model: Path) -> Any:
-    return LLM(
-        model=str(tiny_model),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        enforce_eager=True,
-        dtype="float32",
-        max_model_len=256,
-        max_num_seqs=2,
-        max_num_batched_tokens=256,
-        block_size=32,
-        seed=0,
-        disable_log_stats=False,
-        scheduler_cls="edgemon.integrations.vllm.EdgemonScheduler",
-    )
 
 
 def _run(llm: Any, names: list[str], watch: Any = None) -> dict[str, list[int]]:
@@ -84,7 +67,7 @@ def _preemptions(llm: Any) -> float:
 
 
 def test_a_parked_request_keeps_its_kv_and_resumes_without_recompute(
-    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+    edgemon_llm: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two seats, three requests: on the server's estimate the stream furthest ahead parks
     while the third waits. While parked it is out of no list of vLLM's, keeps the same KV
@@ -93,7 +76,7 @@ def test_a_parked_request_keeps_its_kv_and_resumes_without_recompute(
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     monkeypatch.delenv("EDGEMON_GATE_DEVICE", raising=False)
     monkeypatch.setenv("EDGEMON_PARKING", "estimated")
-    llm = _engine(tiny_model)
+    llm = edgemon_llm(2, disable_log_stats=False)
     core = llm.llm_engine.engine_core.engine_core
     scheduler = core.scheduler
     parking = scheduler.edgemon_parking
@@ -135,7 +118,7 @@ def _feed(slack_ms: float) -> dict[str, Any]:
 
 
 def test_parking_on_the_slack_feed_parks_the_stream_its_player_says_is_ahead(
-    tiny_model: Path, private_broker: Broker, monkeypatch: pytest.MonkeyPatch
+    edgemon_llm: Callable[..., Any], private_broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`EDGEMON_PARKING=measured` reads edgemon's slack feed through a real Mosquitto and
     joins `cmpl-a-0-…` to stream `a`: while its player holds a minute of audio, `a` sits
@@ -148,7 +131,7 @@ def test_parking_on_the_slack_feed_parks_the_stream_its_player_says_is_ahead(
     monkeypatch.setenv("EDGEMON_PARKING", "measured")
     topic = f"edgemon/v1/{DEVICE}/slack"
     with probe(host, port) as edgemon:
-        llm = _engine(tiny_model)
+        llm = edgemon_llm(2, disable_log_stats=False)
         core = llm.llm_engine.engine_core.engine_core
         scheduler = core.scheduler
         parking = scheduler.edgemon_parking

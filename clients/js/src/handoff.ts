@@ -104,18 +104,11 @@ export class RingWriter {
     if (call[6] !== undefined) return false; // an audio format: by message
     const written = Atomics.load(this.control, WRITE);
     if (written - Atomics.load(this.control, READ) >= CAPACITY) return false;
-    let given = 0;
     const at = (written % CAPACITY) * SLOT;
     const slots = this.slots;
-    const fields: [unknown, number, number][] = [
-      [call[4], AUDIO_MS, 4], [call[5], PCM_BYTES, 5], [call[7], ETA_MS, 6], [call[9], PLAY_START_MS, 7],
-    ];
-    for (const [value, bit, offset] of fields) {
-      if (value === undefined) continue;
-      if (typeof value !== "number") return false;
-      given |= bit;
-      slots[at + offset] = value;
-    }
+    let given = this.option(at + 4, call[4], AUDIO_MS) | this.option(at + 5, call[5], PCM_BYTES)
+      | this.option(at + 6, call[7], ETA_MS) | this.option(at + 7, call[9], PLAY_START_MS);
+    if (given < 0) return false; // an option not a number: by message
     const final = call[8];
     if (final === true) given |= FINAL;
     else if (final === false) given |= NOT_FINAL;
@@ -130,6 +123,14 @@ export class RingWriter {
     slots[at + 8] = given;
     Atomics.store(this.control, WRITE, written + 1);
     return true;
+  }
+
+  /** Write an option at `index`: its `bit` when given, 0 when not, -1 when not a number. */
+  private option(index: number, value: unknown, bit: number): number {
+    if (value === undefined) return 0;
+    if (typeof value !== "number") return -1;
+    this.slots[index] = value;
+    return bit;
   }
 }
 

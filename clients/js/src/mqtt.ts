@@ -162,10 +162,6 @@ export class MqttLink {
     this.attempt();
   }
 
-  get isConnected(): boolean {
-    return this.connected;
-  }
-
   /** Send `payload` on `topic` at QoS 1; `done` once acknowledged, or with the error that
    * lost it. */
   publish(topic: string, payload: Uint8Array, done: (error?: Error) => void): void {
